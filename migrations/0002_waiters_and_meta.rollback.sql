@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS dq_meta;
+DROP TABLE IF EXISTS dq_waiters;

@@ -1,0 +1,126 @@
+"""Helpers for tests against a real PostgreSQL server (ours, and our users').
+
+* :func:`server_dsn` finds or starts a server: ``DQ_TEST_DSN`` if set; else a testcontainers
+  PostgreSQL with pg_cron (the image of ``docker/Dockerfile``) when a Docker engine answers;
+  else the private local server of ``scripts/localpg.sh`` (data in ``.pgdata-test``, port 55433).
+* :func:`create_template` builds a database with the real installer (:func:`pyqueue.migrate.migrate`).
+* :func:`clone_database` / :func:`drop_database` give each test its own copy
+  (``CREATE DATABASE … TEMPLATE``), so tests with several sessions (NOTIFY, SKIP LOCKED, workers)
+  do not see each other.
+* :func:`offered` lists what a queue holds, to assert on what code under test offered.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from .migrate import migrate
+
+__all__ = [
+    "server_dsn",
+    "with_dbname",
+    "create_template",
+    "clone_database",
+    "drop_database",
+    "offered",
+    "docker_available",
+]
+
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+def with_dbname(dsn: str, dbname: str) -> str:
+    """The same DSN pointing at another database."""
+    params = conninfo_to_dict(dsn)
+    params["dbname"] = dbname
+    return make_conninfo(**params)
+
+
+def docker_available() -> bool:
+    """True when a Docker engine answers (not just a docker client on PATH)."""
+    if shutil.which("docker") is None:
+        return False
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+_container: Any = None
+
+
+def server_dsn() -> str:
+    """DSN of an administrative database on a server with pg_cron that the tests may use."""
+    global _container
+    env = os.environ.get("DQ_TEST_DSN")
+    if env:
+        return env
+    if docker_available():
+        from testcontainers.core.image import DockerImage
+        from testcontainers.postgres import PostgresContainer
+
+        image = DockerImage(path=str(PROJECT / "docker"), tag="pgdelayq-postgres:test")
+        image.build()
+        _container = PostgresContainer(str(image), username="postgres", password="postgres", dbname="dq")
+        _container.with_command("postgres -c shared_preload_libraries=pg_cron -c cron.database_name=dq")
+        _container.start()
+        host = _container.get_container_host_ip()
+        port = _container.get_exposed_port(5432)
+        return f"postgresql://postgres:postgres@{host}:{port}/dq"
+    env_vars = dict(os.environ, DQ_PGDATA=str(PROJECT / ".pgdata-test"), DQ_PGPORT="55433", DQ_PGDB="dq")
+    out = subprocess.run(
+        [str(PROJECT / "scripts" / "localpg.sh"), "up"], env=env_vars, check=True, capture_output=True, text=True
+    )
+    return out.stdout.strip().splitlines()[-1]
+
+
+def create_template(admin_dsn: str, name: str = "dq_template") -> str:
+    """(Re)create database ``name`` with the installer and return its DSN."""
+    drop_database(admin_dsn, name)
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    dsn = with_dbname(admin_dsn, name)
+    migrate(dsn)
+    return dsn
+
+
+def clone_database(admin_dsn: str, template: str = "dq_template", name: str | None = None) -> str:
+    """Create a fresh copy of ``template`` and return its DSN."""
+    name = name or f"dq_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template))
+        )
+    return with_dbname(admin_dsn, name)
+
+
+def drop_database(admin_dsn: str, name: str) -> None:
+    """Drop database ``name`` if it exists, disconnecting its sessions."""
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def offered(conn_or_dsn: psycopg.Connection[Any] | str, queue: str) -> dict[str, dict[str, Any]]:
+    """What ``queue`` holds now: ``{key: {payload, payload_type, scheduled_at, delivery_count}}``."""
+    query = (
+        "SELECT key, payload, payload_type, scheduled_at_initially, delivery_count "
+        "FROM dq_messages WHERE queue = %s ORDER BY key"
+    )
+    if isinstance(conn_or_dsn, str):
+        with psycopg.connect(conn_or_dsn) as conn:
+            rows = conn.execute(query, (queue,)).fetchall()
+    else:
+        rows = conn_or_dsn.execute(query, (queue,)).fetchall()
+    return {
+        r[0]: {"payload": bytes(r[1]), "payload_type": r[2], "scheduled_at": r[3], "delivery_count": r[4]}
+        for r in rows
+    }

@@ -1,0 +1,275 @@
+-- Offering messages: dq_offer (bytea, jsonb and text payloads) and dq_offer_many.
+-- Semantics from seed 003 (offer / offerBatch), done with one INSERT .. ON CONFLICT instead
+-- of the seed's insert-then-compare-and-swap loop.
+
+-- dq_offer: insert, or replace when the key is present and something differs.
+--
+-- Concurrency (READ COMMITTED): INSERT .. ON CONFLICT DO UPDATE either inserts or locks the
+-- conflicting row and updates it, atomically: concurrent offers of one new key produce exactly
+-- one 'created'; the others wait for that row's lock and then see it (PostgreSQL docs, "INSERT
+-- ... ON CONFLICT DO UPDATE guarantees an atomic INSERT or UPDATE outcome"). An update clears
+-- lock_token, so a consumer still holding the old version cannot acknowledge away the new one
+-- (its token no longer matches: seed 000's race-safe acknowledge).
+CREATE OR REPLACE FUNCTION dq_offer(
+    queue         text,
+    key           text,
+    payload       bytea,
+    scheduled_at  timestamptz DEFAULT now(),
+    can_update    boolean DEFAULT true,
+    payload_type  text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_type     text := coalesce(dq_offer.payload_type, 'bytes');
+    v_inserted boolean;
+    v_outcome  text;
+BEGIN
+    IF dq_offer.queue IS NULL OR dq_offer.queue = '' OR char_length(dq_offer.queue) > 100 THEN
+        PERFORM dq__raise_bad_name('dq_offer', 'queue', dq_offer.queue, 100);
+    END IF;
+    IF dq_offer.key IS NULL OR dq_offer.key = '' OR char_length(dq_offer.key) > 200 THEN
+        PERFORM dq__raise_bad_name('dq_offer', 'key', dq_offer.key, 200);
+    END IF;
+    IF dq_offer.payload IS NULL THEN
+        PERFORM dq__raise_null('dq_offer', 'payload');
+    END IF;
+    IF dq_offer.scheduled_at IS NULL THEN
+        PERFORM dq__raise_null('dq_offer', 'scheduled_at');
+    END IF;
+    IF dq_offer.can_update IS NULL THEN
+        PERFORM dq__raise_null('dq_offer', 'can_update');
+    END IF;
+    IF v_type = '' OR char_length(v_type) > 100 THEN
+        PERFORM dq__raise_bad_name('dq_offer', 'payload_type', v_type, 100);
+    END IF;
+
+    IF dq_offer.can_update THEN
+        INSERT INTO dq_messages AS m
+               (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at)
+        VALUES (dq_offer.queue, dq_offer.key, dq_offer.payload, v_type,
+                dq_offer.scheduled_at, dq_offer.scheduled_at, now())
+        ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO UPDATE
+           SET payload = EXCLUDED.payload,
+               payload_type = EXCLUDED.payload_type,
+               scheduled_at = EXCLUDED.scheduled_at,
+               scheduled_at_initially = EXCLUDED.scheduled_at_initially,
+               created_at = EXCLUDED.created_at,
+               delivery_count = 0,
+               lock_token = NULL
+         WHERE m.payload IS DISTINCT FROM EXCLUDED.payload
+            OR m.payload_type IS DISTINCT FROM EXCLUDED.payload_type
+            OR m.scheduled_at_initially IS DISTINCT FROM EXCLUDED.scheduled_at_initially
+        RETURNING (m.xmax = 0) INTO v_inserted;
+    ELSE
+        INSERT INTO dq_messages AS m
+               (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at)
+        VALUES (dq_offer.queue, dq_offer.key, dq_offer.payload, v_type,
+                dq_offer.scheduled_at, dq_offer.scheduled_at, now())
+        ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO NOTHING
+        RETURNING true INTO v_inserted;
+    END IF;
+
+    IF v_inserted IS NULL THEN
+        RETURN 'ignored';
+    END IF;
+    v_outcome := CASE WHEN v_inserted THEN 'created' ELSE 'updated' END;
+
+    -- Wake a waiter that would otherwise sleep past this message's due time (sql/010_wait.sql).
+    IF EXISTS (SELECT 1 FROM dq_waiters w
+                WHERE w.queue = dq_offer.queue
+                  AND w.wake_at > greatest(dq_offer.scheduled_at, clock_timestamp())) THEN
+        PERFORM pg_notify(dq_channel(dq_offer.queue), dq_offer.queue);
+    END IF;
+    RETURN v_outcome;
+END;
+$$;
+COMMENT ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text) IS
+  'dq_offer(queue text <=100 chars, key text <=200 chars, payload bytea, scheduled_at timestamptz default now(), can_update boolean default true, payload_type text default ''bytes'') -> text: ''created'' (new key), ''updated'' (key present, can_update, and payload, payload_type or scheduled_at differ: replaced, delivery_count reset, lock cleared) or ''ignored''. Errors: 22004 NULL argument, 22023 empty queue/key, 22001 queue/key too long. Source: seed 003 offer().';
+
+CREATE OR REPLACE FUNCTION dq_offer(
+    queue         text,
+    key           text,
+    payload       jsonb,
+    scheduled_at  timestamptz DEFAULT now(),
+    can_update    boolean DEFAULT true,
+    payload_type  text DEFAULT NULL)
+RETURNS text
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, public, pg_temp
+AS $$ SELECT dq_offer($1, $2, convert_to($3::text, 'UTF8'), $4, $5, coalesce($6, 'json')) $$;
+COMMENT ON FUNCTION dq_offer(text, text, jsonb, timestamptz, boolean, text) IS
+  'dq_offer with a jsonb payload: stored as its UTF-8 text, payload_type ''json'' unless given. Same result and errors as the bytea form.';
+
+CREATE OR REPLACE FUNCTION dq_offer(
+    queue         text,
+    key           text,
+    payload       text,
+    scheduled_at  timestamptz DEFAULT now(),
+    can_update    boolean DEFAULT true,
+    payload_type  text DEFAULT NULL)
+RETURNS text
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, public, pg_temp
+AS $$ SELECT dq_offer($1, $2, convert_to($3, 'UTF8'), $4, $5, coalesce($6, 'text')) $$;
+COMMENT ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text) IS
+  'dq_offer with a text payload (also what an untyped literal resolves to): stored as UTF-8, payload_type ''text'' unless given. Same result and errors as the bytea form.';
+
+
+-- dq_offer_many: dq_offer's semantics for each element, set-based: one validation query and
+-- one INSERT .. ON CONFLICT for the whole batch.
+--
+-- Concurrency: as dq_offer, per row. Rows are inserted in key order, so two batches that
+-- overlap take their row locks in the same order and do not deadlock each other.
+CREATE OR REPLACE FUNCTION dq_offer_many(
+    queue          text,
+    keys           text[],
+    payloads       bytea[],
+    scheduled_ats  timestamptz[] DEFAULT NULL,
+    can_update     boolean DEFAULT true,
+    payload_types  text[] DEFAULT NULL)
+RETURNS TABLE (key text, outcome text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_n          integer := coalesce(cardinality(dq_offer_many.keys), 0);
+    v_now        timestamptz := now();
+    v_bad_key    bigint;
+    v_bad_pay    bigint;
+    v_bad_sched  bigint;
+    v_bad_type   bigint;
+    v_distinct   bigint;
+    v_min_at     timestamptz;
+    v_dup        text;
+    v_value      text;
+BEGIN
+    IF dq_offer_many.queue IS NULL OR dq_offer_many.queue = '' OR char_length(dq_offer_many.queue) > 100 THEN
+        PERFORM dq__raise_bad_name('dq_offer_many', 'queue', dq_offer_many.queue, 100);
+    END IF;
+    IF dq_offer_many.keys IS NULL THEN
+        PERFORM dq__raise_null('dq_offer_many', 'keys');
+    END IF;
+    IF dq_offer_many.payloads IS NULL THEN
+        PERFORM dq__raise_null('dq_offer_many', 'payloads');
+    END IF;
+    IF dq_offer_many.can_update IS NULL THEN
+        PERFORM dq__raise_null('dq_offer_many', 'can_update');
+    END IF;
+    IF array_ndims(dq_offer_many.keys) > 1 OR array_ndims(dq_offer_many.payloads) > 1
+       OR array_ndims(dq_offer_many.scheduled_ats) > 1 OR array_ndims(dq_offer_many.payload_types) > 1 THEN
+        RAISE EXCEPTION 'dq_offer_many: arrays must be one-dimensional' USING ERRCODE = '22023';
+    END IF;
+    IF v_n > 100000 THEN
+        RAISE EXCEPTION 'dq_offer_many: keys has % elements, the limit is 100000', v_n USING ERRCODE = '54000';
+    END IF;
+    IF coalesce(cardinality(dq_offer_many.payloads), 0) <> v_n THEN
+        RAISE EXCEPTION 'dq_offer_many: payloads has % elements, keys has %',
+            coalesce(cardinality(dq_offer_many.payloads), 0), v_n USING ERRCODE = '22023';
+    END IF;
+    IF dq_offer_many.scheduled_ats IS NOT NULL AND cardinality(dq_offer_many.scheduled_ats) <> v_n THEN
+        RAISE EXCEPTION 'dq_offer_many: scheduled_ats has % elements, keys has %',
+            cardinality(dq_offer_many.scheduled_ats), v_n USING ERRCODE = '22023';
+    END IF;
+    IF dq_offer_many.payload_types IS NOT NULL AND cardinality(dq_offer_many.payload_types) <> v_n THEN
+        RAISE EXCEPTION 'dq_offer_many: payload_types has % elements, keys has %',
+            cardinality(dq_offer_many.payload_types), v_n USING ERRCODE = '22023';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+
+    -- One pass over the input for every element check (and the earliest due time, for wake-ups).
+    SELECT min(u.i) FILTER (WHERE u.k IS NULL OR u.k = '' OR char_length(u.k) > 200),
+           min(u.i) FILTER (WHERE u.p IS NULL),
+           min(u.i) FILTER (WHERE dq_offer_many.scheduled_ats IS NOT NULL AND u.s IS NULL),
+           min(u.i) FILTER (WHERE u.t = '' OR char_length(u.t) > 100),
+           count(DISTINCT u.k),
+           min(coalesce(u.s, v_now))
+      INTO v_bad_key, v_bad_pay, v_bad_sched, v_bad_type, v_distinct, v_min_at
+      FROM unnest(dq_offer_many.keys, dq_offer_many.payloads,
+                  dq_offer_many.scheduled_ats, dq_offer_many.payload_types)
+           WITH ORDINALITY AS u(k, p, s, t, i);
+
+    IF v_bad_key IS NOT NULL THEN
+        v_value := dq_offer_many.keys[v_bad_key];
+        PERFORM dq__raise_bad_name('dq_offer_many', format('keys[%s]', v_bad_key), v_value, 200);
+    END IF;
+    IF v_bad_pay IS NOT NULL THEN
+        PERFORM dq__raise_null('dq_offer_many', format('payloads[%s]', v_bad_pay));
+    END IF;
+    IF v_bad_sched IS NOT NULL THEN
+        PERFORM dq__raise_null('dq_offer_many', format('scheduled_ats[%s]', v_bad_sched));
+    END IF;
+    IF v_bad_type IS NOT NULL THEN
+        PERFORM dq__raise_bad_name('dq_offer_many', format('payload_types[%s]', v_bad_type),
+                                   dq_offer_many.payload_types[v_bad_type], 100);
+    END IF;
+    IF v_distinct <> v_n THEN
+        SELECT u.k INTO v_dup FROM unnest(dq_offer_many.keys) AS u(k)
+         GROUP BY u.k HAVING count(*) > 1 ORDER BY u.k LIMIT 1;
+        RAISE EXCEPTION 'dq_offer_many: key "%" appears more than once in keys', v_dup
+            USING ERRCODE = '22023';
+    END IF;
+
+    IF dq_offer_many.can_update THEN
+        RETURN QUERY
+        WITH input AS (
+            SELECT u.k, u.p, coalesce(u.s, v_now) AS s, coalesce(u.t, 'bytes') AS t, u.i
+              FROM unnest(dq_offer_many.keys, dq_offer_many.payloads,
+                          dq_offer_many.scheduled_ats, dq_offer_many.payload_types)
+                   WITH ORDINALITY AS u(k, p, s, t, i)
+        ), ins AS (
+            INSERT INTO dq_messages AS m
+                   (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at)
+            SELECT dq_offer_many.queue, input.k, input.p, input.t, input.s, input.s, v_now
+              FROM input ORDER BY input.k
+            ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO UPDATE
+               SET payload = EXCLUDED.payload,
+                   payload_type = EXCLUDED.payload_type,
+                   scheduled_at = EXCLUDED.scheduled_at,
+                   scheduled_at_initially = EXCLUDED.scheduled_at_initially,
+                   created_at = EXCLUDED.created_at,
+                   delivery_count = 0,
+                   lock_token = NULL
+             WHERE m.payload IS DISTINCT FROM EXCLUDED.payload
+                OR m.payload_type IS DISTINCT FROM EXCLUDED.payload_type
+                OR m.scheduled_at_initially IS DISTINCT FROM EXCLUDED.scheduled_at_initially
+            RETURNING m.key AS k, (m.xmax = 0) AS inserted
+        )
+        SELECT input.k,
+               CASE WHEN ins.k IS NULL THEN 'ignored' WHEN ins.inserted THEN 'created' ELSE 'updated' END
+          FROM input LEFT JOIN ins ON ins.k = input.k
+         ORDER BY input.i;
+    ELSE
+        RETURN QUERY
+        WITH input AS (
+            SELECT u.k, u.p, coalesce(u.s, v_now) AS s, coalesce(u.t, 'bytes') AS t, u.i
+              FROM unnest(dq_offer_many.keys, dq_offer_many.payloads,
+                          dq_offer_many.scheduled_ats, dq_offer_many.payload_types)
+                   WITH ORDINALITY AS u(k, p, s, t, i)
+        ), ins AS (
+            INSERT INTO dq_messages AS m
+                   (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at)
+            SELECT dq_offer_many.queue, input.k, input.p, input.t, input.s, input.s, v_now
+              FROM input ORDER BY input.k
+            ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO NOTHING
+            RETURNING m.key AS k
+        )
+        SELECT input.k, CASE WHEN ins.k IS NULL THEN 'ignored' ELSE 'created' END
+          FROM input LEFT JOIN ins ON ins.k = input.k
+         ORDER BY input.i;
+    END IF;
+
+    IF EXISTS (SELECT 1 FROM dq_waiters w
+                WHERE w.queue = dq_offer_many.queue
+                  AND w.wake_at > greatest(v_min_at, clock_timestamp())) THEN
+        PERFORM pg_notify(dq_channel(dq_offer_many.queue), dq_offer_many.queue);
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[]) IS
+  'dq_offer_many(queue text, keys text[], payloads bytea[], scheduled_ats timestamptz[] default NULL = now for all, can_update boolean default true, payload_types text[] default NULL = ''bytes'') -> TABLE(key text, outcome text) in input order, outcome as dq_offer. Set-based (one INSERT .. ON CONFLICT). Errors: 22004 NULL array or element, 22023 unequal lengths or a repeated key, 22001 key too long, 54000 over 100000 elements; nothing is written on error. Source: seed 003 offerBatch().';

@@ -1,0 +1,68 @@
+-- Reading and removing by key: dq_cancel, dq_get, dq_next_due.
+
+-- Concurrency: a plain DELETE by (queue, key); if a poller holds the row lock it waits for
+-- that transaction, then deletes whatever version is current (a cancelled message in flight
+-- is gone: its holder's ack then returns false).
+CREATE OR REPLACE FUNCTION dq_cancel(queue text, key text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF dq_cancel.queue IS NULL OR dq_cancel.queue = '' OR char_length(dq_cancel.queue) > 100 THEN
+        PERFORM dq__raise_bad_name('dq_cancel', 'queue', dq_cancel.queue, 100);
+    END IF;
+    IF dq_cancel.key IS NULL OR dq_cancel.key = '' OR char_length(dq_cancel.key) > 200 THEN
+        PERFORM dq__raise_bad_name('dq_cancel', 'key', dq_cancel.key, 200);
+    END IF;
+    DELETE FROM dq_messages m WHERE m.queue = dq_cancel.queue AND m.key = dq_cancel.key;
+    RETURN FOUND;
+END;
+$$;
+COMMENT ON FUNCTION dq_cancel(text, text) IS
+  'dq_cancel(queue text, key text) -> boolean: deletes the message with this key, in flight or not; false when absent. Errors: 22004/22023/22001 queue or key.';
+
+CREATE OR REPLACE FUNCTION dq_get(queue text, key text)
+RETURNS SETOF dq_message
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF dq_get.queue IS NULL OR dq_get.queue = '' OR char_length(dq_get.queue) > 100 THEN
+        PERFORM dq__raise_bad_name('dq_get', 'queue', dq_get.queue, 100);
+    END IF;
+    IF dq_get.key IS NULL OR dq_get.key = '' OR char_length(dq_get.key) > 200 THEN
+        PERFORM dq__raise_bad_name('dq_get', 'key', dq_get.key, 200);
+    END IF;
+    RETURN QUERY
+    SELECT m.id, m.queue, m.key, m.payload, m.payload_type, m.scheduled_at, m.scheduled_at_initially,
+           m.created_at, m.delivery_count,
+           CASE WHEN m.lock_token IS NOT NULL AND m.scheduled_at > clock_timestamp()
+                THEN m.scheduled_at END
+      FROM dq_messages m
+     WHERE m.queue = dq_get.queue AND m.key = dq_get.key;
+END;
+$$;
+COMMENT ON FUNCTION dq_get(text, text) IS
+  'dq_get(queue text, key text) -> zero or one row (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, delivery_count, locked_until = NULL unless in flight): a plain read, no lock, no lock token. Errors: 22004/22023/22001 queue or key. Source: seed 003 containsMessage/read.';
+
+CREATE OR REPLACE FUNCTION dq_next_due(queue text)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_next timestamptz;
+BEGIN
+    IF dq_next_due.queue IS NULL OR dq_next_due.queue = '' OR char_length(dq_next_due.queue) > 100 THEN
+        PERFORM dq__raise_bad_name('dq_next_due', 'queue', dq_next_due.queue, 100);
+    END IF;
+    SELECT min(m.scheduled_at) INTO v_next FROM dq_messages m WHERE m.queue = dq_next_due.queue;
+    RETURN v_next;
+END;
+$$;
+COMMENT ON FUNCTION dq_next_due(text) IS
+  'dq_next_due(queue text) -> timestamptz: when the next message of the queue becomes visible (a due one, or an in-flight one whose lock expires), NULL when the queue is empty. Errors: 22004/22023/22001 queue.';

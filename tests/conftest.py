@@ -1,0 +1,47 @@
+"""Fixtures: a real PostgreSQL server with pg_cron (never a mock), one template database built
+by the real installer, and a fresh copy of it per test that needs one (see pyqueue.testing)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+from pyqueue import testing
+
+
+@pytest.fixture(scope="session")
+def admin_dsn() -> str:
+    """DSN of a database on the test server from which databases can be created."""
+    dsn = testing.server_dsn()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT 1")
+    return dsn
+
+
+@pytest.fixture(scope="session")
+def template_dsn(admin_dsn: str) -> str:
+    """A database installed by pyqueue.migrate, the template of every test database."""
+    name = f"dq_template_{os.getpid()}"
+    dsn = testing.create_template(admin_dsn, name)
+    yield dsn  # type: ignore[misc]
+    testing.drop_database(admin_dsn, name)
+
+
+@pytest.fixture
+def dsn(admin_dsn: str, template_dsn: str) -> Iterator[str]:
+    """A fresh database (a copy of the template) for this test only."""
+    template = conninfo_to_dict(template_dsn)["dbname"]
+    dsn = testing.clone_database(admin_dsn, str(template))
+    yield dsn
+    testing.drop_database(admin_dsn, str(conninfo_to_dict(dsn)["dbname"]))
+
+
+@pytest.fixture
+def conn(dsn: str) -> Iterator[psycopg.Connection]:
+    """An autocommit connection to this test's database."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        yield c
