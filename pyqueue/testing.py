@@ -42,7 +42,7 @@ def with_dbname(dsn: str, dbname: str) -> str:
     """The same DSN pointing at another database."""
     params = conninfo_to_dict(dsn)
     params["dbname"] = dbname
-    return make_conninfo(**params)
+    return make_conninfo("", **params)
 
 
 def docker_available() -> bool:

@@ -10,7 +10,7 @@
 # Settings (environment): DQ_PGDATA (default <project>/.pgdata), DQ_PGPORT (default 55432),
 # DQ_PGDB (default dq). PostgreSQL refuses to run as root: when invoked as root the server runs
 # as the `postgres` user; if that user cannot reach the project folder, the data directory
-# falls back to /tmp/dq-pgdata-<hash of the project path>.
+# falls back to /tmp/dq-pgdata-<hash of the intended path>.
 set -euo pipefail
 
 PROJECT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -37,10 +37,8 @@ as_pg() {
     fi
 }
 
-if [ "$(id -u)" = 0 ] && [ -z "${DQ_PGDATA:-}" ]; then
-    if ! runuser -u postgres -- test -x "$PROJECT"; then
-        DATA=/tmp/dq-pgdata-$(printf '%s' "$PROJECT" | md5sum | cut -c1-12)
-    fi
+if [ "$(id -u)" = 0 ] && ! runuser -u postgres -- test -x "$(dirname "$DATA")"; then
+    DATA=/tmp/dq-pgdata-$(printf '%s' "$DATA" | md5sum | cut -c1-12)
 fi
 
 psql_admin() { as_pg "$BIN/psql" -X -q -h 127.0.0.1 -p "$PORT" -U postgres "$@"; }

@@ -1,0 +1,59 @@
+# make demo   — everything from nothing: venv, private PostgreSQL with pg_cron, migrations, the demo
+# make test   — the whole test suite against a real server (DQ_TEST_DSN, testcontainers, or local)
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTHON ?= python3
+DSN ?= postgresql://postgres:postgres@127.0.0.1:55432/dq
+DOCKER_ENGINE := $(shell docker info >/dev/null 2>&1 && echo yes)
+
+.PHONY: venv up down psql migrate demo test bench lint typecheck clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+up:
+ifeq ($(DOCKER_ENGINE),yes)
+	docker compose up -d --wait
+else
+	scripts/install-os-deps.sh
+	scripts/localpg.sh up >/dev/null
+endif
+	@echo "PostgreSQL with pg_cron: $(DSN)"
+
+down:
+ifeq ($(DOCKER_ENGINE),yes)
+	docker compose down
+else
+	scripts/localpg.sh down
+endif
+
+psql: up
+	psql "$(DSN)"
+
+migrate: venv up
+	$(VENV)/bin/pyqueue migrate --dsn "$(DSN)"
+
+demo: venv up
+	$(PY) -m pyqueue.demo --dsn "$(DSN)"
+
+test: venv
+	scripts/install-os-deps.sh
+	$(PY) -m pytest -q
+
+bench: venv up
+	$(PY) -m bench.core --dsn "$(DSN)"
+
+lint: venv
+	$(VENV)/bin/ruff check pyqueue tests bench
+	$(VENV)/bin/mypy
+
+clean:
+	-scripts/localpg.sh destroy
+	-DQ_PGDATA=$(CURDIR)/.pgdata-test DQ_PGPORT=55433 scripts/localpg.sh destroy
+	rm -rf $(VENV)

@@ -1,0 +1,42 @@
+"""pyqueue: a delayed message queue that lives inside PostgreSQL (distribution ``pgdelayq``).
+
+The queue is the ``dq_*`` PL/pgSQL API (docs/api.md); this package is a thin binding over it.
+"""
+
+from .client import DelayedQueue, Message, OfferOutcome, OfferRequest, StoredMessage, TransactionalBatch
+from .errors import (
+    DatabaseError,
+    InsufficientPrivilege,
+    InvalidArgument,
+    LimitExceeded,
+    NullValueNotAllowed,
+    PayloadDecodeError,
+    PyQueueError,
+    UnknownPayloadType,
+    ValueTooLong,
+)
+from .migrate import migrate
+from .serializers import SerializerRegistry, registry
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DelayedQueue",
+    "Message",
+    "OfferOutcome",
+    "OfferRequest",
+    "StoredMessage",
+    "TransactionalBatch",
+    "PyQueueError",
+    "InvalidArgument",
+    "NullValueNotAllowed",
+    "ValueTooLong",
+    "LimitExceeded",
+    "InsufficientPrivilege",
+    "DatabaseError",
+    "PayloadDecodeError",
+    "UnknownPayloadType",
+    "SerializerRegistry",
+    "registry",
+    "migrate",
+]

@@ -1,0 +1,112 @@
+"""Command line: ``pyqueue migrate | offer | poll | next-due``.
+
+``pyqueue migrate --dsn DSN`` installs or upgrades the database (same as ``yoyo apply``).
+The DSN defaults to the ``DQ_DSN`` environment variable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import timedelta
+
+from .client import DelayedQueue
+from .errors import PyQueueError
+from .migrate import migrate, pending
+
+
+def _dsn(args: argparse.Namespace) -> str:
+    dsn: str | None = args.dsn or os.environ.get("DQ_DSN")
+    if not dsn:
+        raise SystemExit("pyqueue: pass --dsn or set DQ_DSN")
+    return dsn
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    dsn = _dsn(args)
+    if args.dry_run:
+        print("pending:", ", ".join(pending(dsn)) or "nothing")
+        return 0
+    applied = migrate(dsn)
+    schema = [m for m in applied if m != "9999_sql"]
+    print("applied:", ", ".join(schema) if schema else "no schema migration pending", "; functions checked")
+    return 0
+
+
+def _cmd_offer(args: argparse.Namespace) -> int:
+    payload: object = json.loads(args.payload) if args.json else args.payload
+    with DelayedQueue(_dsn(args), args.queue, pool_size=1) as q:
+        outcome = q.offer(args.key, payload, delay=timedelta(seconds=args.delay), can_update=not args.no_update)
+    print(outcome.value)
+    return 0
+
+
+def _cmd_poll(args: argparse.Namespace) -> int:
+    with DelayedQueue(_dsn(args), args.queue, pool_size=1) as q:
+        messages = q.poll(args.max_count, lock_timeout=args.lock_timeout, wait=args.wait)
+        for m in messages:
+            print(json.dumps({"key": m.key, "payload_type": m.payload_type,
+                              "payload": m.raw_payload.decode("utf-8", "backslashreplace"),
+                              "scheduled_at": m.scheduled_at.isoformat(),
+                              "delivery_count": m.delivery_count}))
+        if args.ack:
+            q.ack_many(messages)
+    return 0
+
+
+def _cmd_next_due(args: argparse.Namespace) -> int:
+    with DelayedQueue(_dsn(args), args.queue, pool_size=1) as q:
+        due = q.next_due()
+    print(due.isoformat() if due else "empty")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pyqueue", description="Delayed message queue in PostgreSQL")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name: str, help_: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("--dsn", help="libpq connection string (default: $DQ_DSN)")
+        return p
+
+    p = add("migrate", "install or upgrade the schema and functions")
+    p.add_argument("--dry-run", action="store_true", help="list pending migrations only")
+    p.set_defaults(func=_cmd_migrate)
+
+    p = add("offer", "offer one message")
+    p.add_argument("--queue", required=True)
+    p.add_argument("--key", required=True)
+    p.add_argument("--payload", required=True)
+    p.add_argument("--json", action="store_true", help="the payload is JSON (payload_type json)")
+    p.add_argument("--delay", type=float, default=0.0, help="seconds from now (database clock)")
+    p.add_argument("--no-update", action="store_true", help="ignore if the key exists")
+    p.set_defaults(func=_cmd_offer)
+
+    p = add("poll", "poll due messages and print them as JSON lines")
+    p.add_argument("--queue", required=True)
+    p.add_argument("--max-count", type=int, default=1)
+    p.add_argument("--lock-timeout", type=float, default=300.0, help="seconds")
+    p.add_argument("--wait", type=float, default=None, help="seconds to wait for a message")
+    p.add_argument("--ack", action="store_true", help="acknowledge what was printed")
+    p.set_defaults(func=_cmd_poll)
+
+    p = add("next-due", "print when the next message becomes visible")
+    p.add_argument("--queue", required=True)
+    p.set_defaults(func=_cmd_next_due)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except PyQueueError as exc:
+        print(f"pyqueue: {exc} (SQLSTATE {exc.sqlstate})", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,535 @@
+"""The synchronous client: :class:`DelayedQueue`, :class:`Message`, :class:`OfferOutcome`.
+
+A thin binding over the ``dq_*`` SQL functions (docs/api.md): every operation is one call of a
+function, all times come from the database clock, and errors are the typed exceptions of
+:mod:`pyqueue.errors` carrying the server's SQLSTATE.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from functools import cached_property
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import TupleRow
+from psycopg_pool import ConnectionPool
+
+from .errors import InvalidArgument, translating
+from .serializers import SerializerRegistry
+from .serializers import registry as default_registry
+
+__all__ = ["DelayedQueue", "Message", "StoredMessage", "OfferOutcome", "OfferRequest", "TransactionalBatch"]
+
+Connection = psycopg.Connection[TupleRow]
+
+# Named queries (never built from runtime data).
+Q_OFFER = (
+    "SELECT dq_offer(%(queue)s, %(key)s, %(payload)s::bytea, "
+    "coalesce(%(at)s::timestamptz, now() + coalesce(%(delay)s::interval, interval '0')), "
+    "%(can_update)s, %(payload_type)s)"
+)
+Q_OFFER_MANY = (
+    "SELECT key, outcome FROM dq_offer_many(%(queue)s, %(keys)s::text[], %(payloads)s::bytea[], "
+    "(SELECT array_agg(coalesce(u.at, now() + coalesce(u.delay, interval '0')) ORDER BY u.i) "
+    "   FROM unnest(%(ats)s::timestamptz[], %(delays)s::interval[]) WITH ORDINALITY AS u(at, delay, i)), "
+    "%(can_update)s, %(payload_types)s::text[])"
+)
+Q_OFFER_MANY_NOW = (
+    "SELECT key, outcome FROM dq_offer_many(%(queue)s, %(keys)s::text[], %(payloads)s::bytea[], NULL, "
+    "%(can_update)s, %(payload_types)s::text[])"
+)
+Q_POLL = (
+    "SELECT id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, "
+    "delivery_count, lock_token, locked_until FROM dq_poll_many(%(queue)s, %(max_count)s, %(lock_timeout)s)"
+)
+Q_ACK = "SELECT dq_ack(%s::uuid)"
+Q_ACK_MANY = "SELECT dq_ack(%s::uuid[])"
+Q_NACK = "SELECT dq_nack(%s::uuid, %s::interval)"
+Q_EXTEND = "SELECT dq_extend(%s::uuid, %s::interval)"
+Q_CANCEL = "SELECT dq_cancel(%s, %s)"
+Q_GET = (
+    "SELECT id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, "
+    "delivery_count, locked_until FROM dq_get(%s, %s)"
+)
+Q_NEXT_DUE = "SELECT dq_next_due(%s)"
+Q_CHANNEL = "SELECT dq_channel(%s)"
+Q_WAIT = "SELECT extract(epoch FROM dq_wait(%s, %s::interval))::float8"
+Q_WAIT_DONE = "SELECT dq_wait_done(%s)"
+
+
+class OfferOutcome(enum.Enum):
+    """Result of an offer (seed 003): a new key, a replaced message, or nothing changed."""
+
+    CREATED = "created"
+    UPDATED = "updated"
+    IGNORED = "ignored"
+
+
+Seconds = float | int | timedelta
+
+
+def _as_timedelta(value: Seconds, name: str, *, allow_zero: bool = False) -> timedelta:
+    td = value if isinstance(value, timedelta) else timedelta(seconds=float(value))
+    if td < timedelta(0) or (td == timedelta(0) and not allow_zero):
+        raise InvalidArgument(f"{name} is {td}, it must be {'non-negative' if allow_zero else 'positive'}")
+    return td
+
+
+def _check_at(at: datetime | None, delay: Seconds | None) -> tuple[datetime | None, timedelta | None]:
+    if at is not None and delay is not None:
+        raise InvalidArgument("pass either at or delay, not both")
+    if at is not None and at.tzinfo is None:
+        raise InvalidArgument("at must be timezone-aware (a naive datetime has no defined instant)")
+    return at, (None if delay is None else _as_timedelta(delay, "delay", allow_zero=True))
+
+
+@dataclass(frozen=True)
+class OfferRequest:
+    """One message for :meth:`DelayedQueue.offer_many`.
+
+    :param key: de-duplication key, 1–200 characters.
+    :param payload: bytes, str, or any object the payload_type's encoder takes (JSON by default).
+    :param at: delivery time (timezone-aware); ``None`` with ``delay=None`` means now (database clock).
+    :param delay: delivery after this long from now on the database clock (timedelta or seconds).
+    :param payload_type: type tag; inferred from the payload when ``None`` (bytes/text/json).
+    """
+
+    key: str
+    payload: Any
+    at: datetime | None = None
+    delay: timedelta | float | None = None
+    payload_type: str | None = None
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """A message as stored (``dq_get``): no lock token, so it cannot be acknowledged."""
+
+    id: int
+    queue: str
+    key: str
+    raw_payload: bytes
+    payload_type: str
+    scheduled_at: datetime
+    scheduled_at_initially: datetime
+    created_at: datetime
+    delivery_count: int
+    locked_until: datetime | None
+    _serializers: SerializerRegistry = field(repr=False, compare=False)
+
+    @cached_property
+    def payload(self) -> Any:
+        """The payload decoded by its payload_type; raises :class:`pyqueue.UnknownPayloadType`."""
+        return self._serializers.decode(self.raw_payload, self.payload_type)
+
+
+@dataclass(frozen=True)
+class Message:
+    """One delivery of a message, held under its own ``lock_token`` until ``locked_until``.
+
+    ``payload`` is decoded on first access by the decoder of ``payload_type`` (so a message of an
+    unknown type can still be nacked or inspected through ``raw_payload``). ``scheduled_at`` is the
+    time this delivery was due. Acknowledge it with :meth:`ack` before ``locked_until``, or it is
+    delivered again (at-least-once).
+    """
+
+    id: int
+    queue: str
+    key: str
+    raw_payload: bytes
+    payload_type: str
+    scheduled_at: datetime
+    scheduled_at_initially: datetime
+    created_at: datetime
+    delivery_count: int
+    lock_token: UUID
+    locked_until: datetime
+    _client: DelayedQueue | None = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def payload(self) -> Any:
+        """The payload decoded by its payload_type; raises :class:`pyqueue.UnknownPayloadType`."""
+        serializers = self._client.serializers if self._client else default_registry
+        return serializers.decode(self.raw_payload, self.payload_type)
+
+    @property
+    def is_redelivery(self) -> bool:
+        """True when this message was delivered before (``delivery_count > 1``; seed 003)."""
+        return self.delivery_count > 1
+
+    def _require_client(self) -> DelayedQueue:
+        if self._client is None:
+            raise InvalidArgument("this Message is not bound to a DelayedQueue")
+        return self._client
+
+    def ack(self, *, conn: Connection | None = None) -> bool:
+        """Acknowledge (delete) this delivery. False when the lock was lost (stale token)."""
+        return self._require_client().ack(self.lock_token, conn=conn)
+
+    def nack(self, delay: Seconds = 0, *, conn: Connection | None = None) -> bool:
+        """Give the message back, visible again after ``delay`` (timedelta or seconds, ≥ 0)."""
+        return self._require_client().nack(self.lock_token, delay, conn=conn)
+
+    def extend(self, timeout: Seconds, *, conn: Connection | None = None) -> datetime | None:
+        """Keep the message invisible for ``timeout`` more from now; None when the lock was lost."""
+        return self._require_client().extend(self.lock_token, timeout, conn=conn)
+
+
+@dataclass
+class TransactionalBatch:
+    """What :meth:`DelayedQueue.transaction` yields: the polled messages and the transaction's
+    connection, on which the handler makes its own changes."""
+
+    messages: list[Message]
+    connection: Connection
+
+    @property
+    def message(self) -> Message | None:
+        """The first (with ``max_count=1`` the only) message, or None when nothing was due."""
+        return self.messages[0] if self.messages else None
+
+
+class DelayedQueue:
+    """One queue of the delayed message queue, over a connection pool.
+
+    :param conninfo_or_pool: a libpq connection string/URL (a small pool is created and owned), or a
+        :class:`psycopg_pool.ConnectionPool` you own (its connections must be autocommit, or in
+        idle state between uses; each call runs in its own transaction).
+    :param queue: the queue name, 1–100 characters.
+    :param serializers: payload encoders/decoders by payload_type (default: the process registry).
+    :param pool_size: max connections of the owned pool (ignored when a pool is passed).
+
+    Use as a context manager, or call :meth:`close`, to close an owned pool.
+    """
+
+    def __init__(
+        self,
+        conninfo_or_pool: str | ConnectionPool[Any],
+        queue: str,
+        *,
+        serializers: SerializerRegistry | None = None,
+        pool_size: int = 4,
+    ) -> None:
+        if not isinstance(queue, str) or not 1 <= len(queue) <= 100:
+            raise InvalidArgument("queue must be a str of 1 to 100 characters")
+        self.queue = queue
+        self.serializers = serializers or default_registry
+        if isinstance(conninfo_or_pool, ConnectionPool):
+            self._pool = conninfo_or_pool
+            self._owns_pool = False
+        else:
+            self._pool = ConnectionPool(
+                conninfo_or_pool,
+                min_size=1,
+                max_size=pool_size,
+                kwargs={"autocommit": True},
+                open=True,
+                name=f"pyqueue:{queue}",
+            )
+            self._owns_pool = True
+        self._channel: str | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the pool if this queue created it."""
+        if self._owns_pool:
+            self._pool.close()
+
+    def __enter__(self) -> DelayedQueue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def pool(self) -> ConnectionPool[Any]:
+        return self._pool
+
+    @contextmanager
+    def _conn(self, conn: Connection | None) -> Iterator[Connection]:
+        with translating():
+            if conn is not None:
+                yield conn
+            else:
+                with self._pool.connection() as c:
+                    yield c
+
+    # -- offer ---------------------------------------------------------------------------------
+    def offer(
+        self,
+        key: str,
+        payload: Any,
+        at: datetime | None = None,
+        delay: Seconds | None = None,
+        can_update: bool = True,
+        *,
+        payload_type: str | None = None,
+        conn: Connection | None = None,
+    ) -> OfferOutcome:
+        """Offer one message (``dq_offer``; seed 003 offer).
+
+        :param key: de-duplication key, 1–200 characters.
+        :param payload: bytes (type ``bytes``), str (``text``) or a JSON-serializable object (``json``),
+            or anything the encoder registered for ``payload_type`` takes.
+        :param at: delivery time, timezone-aware; default now on the database clock.
+        :param delay: or deliver this long after now (database clock); timedelta or seconds ≥ 0.
+        :param can_update: replace an existing message with this key when payload, type or time differ.
+        :param payload_type: type tag stored with the message (1–100 characters).
+        :param conn: run on the caller's connection, inside its transaction (transactional outbox,
+            seed 001): a rollback leaves no message.
+        :returns: :class:`OfferOutcome`.
+        :raises InvalidArgument: (22023/22004/22001) bad key, payload, time or type.
+        """
+        at, delay_td = _check_at(at, delay)
+        data, ptype = self.serializers.encode(payload, payload_type)
+        params = {
+            "queue": self.queue,
+            "key": key,
+            "payload": data,
+            "at": at,
+            "delay": delay_td,
+            "can_update": can_update,
+            "payload_type": ptype,
+        }
+        with self._conn(conn) as c:
+            row = c.execute(Q_OFFER, params).fetchone()
+        assert row is not None
+        return OfferOutcome(row[0])
+
+    def offer_many(
+        self,
+        items: Iterable[OfferRequest | tuple[str, Any]],
+        can_update: bool = True,
+        *,
+        conn: Connection | None = None,
+    ) -> dict[str, OfferOutcome]:
+        """Offer many messages in one statement (``dq_offer_many``), in one transaction.
+
+        :param items: :class:`OfferRequest` objects or ``(key, payload)`` pairs (due now); at most
+            100,000, keys unique within the call.
+        :param can_update: as :meth:`offer`, for every item.
+        :param conn: the caller's connection and transaction (outbox), as in :meth:`offer`.
+        :returns: ``{key: OfferOutcome}`` in input order.
+        :raises InvalidArgument: a repeated key (22023), a bad element, or over 100,000 items (54000).
+        """
+        keys: list[str] = []
+        payloads: list[bytes] = []
+        types: list[str] = []
+        ats: list[datetime | None] = []
+        delays: list[timedelta | None] = []
+        for item in items:
+            req = item if isinstance(item, OfferRequest) else OfferRequest(item[0], item[1])
+            at, delay_td = _check_at(req.at, req.delay)
+            data, ptype = self.serializers.encode(req.payload, req.payload_type)
+            keys.append(req.key)
+            payloads.append(data)
+            types.append(ptype)
+            ats.append(at)
+            delays.append(delay_td)
+        if not keys:
+            return {}
+        params: dict[str, Any] = {
+            "queue": self.queue,
+            "keys": keys,
+            "payloads": payloads,
+            "can_update": can_update,
+            "payload_types": types,
+        }
+        if all(a is None for a in ats) and all(d is None for d in delays):
+            query = Q_OFFER_MANY_NOW
+        else:
+            query = Q_OFFER_MANY
+            params["ats"] = ats
+            params["delays"] = delays
+        with self._conn(conn) as c:
+            rows = c.execute(query, params).fetchall()
+        return {k: OfferOutcome(o) for k, o in rows}
+
+    # -- poll ----------------------------------------------------------------------------------
+    def _row_to_message(self, row: Sequence[Any]) -> Message:
+        return Message(
+            id=row[0],
+            queue=row[1],
+            key=row[2],
+            raw_payload=bytes(row[3]),
+            payload_type=row[4],
+            scheduled_at=row[5],
+            scheduled_at_initially=row[6],
+            created_at=row[7],
+            delivery_count=row[8],
+            lock_token=row[9],
+            locked_until=row[10],
+            _client=self,
+        )
+
+    def _poll_once(self, c: Connection, max_count: int, lock_timeout: timedelta) -> list[Message]:
+        rows = c.execute(
+            Q_POLL, {"queue": self.queue, "max_count": max_count, "lock_timeout": lock_timeout}
+        ).fetchall()
+        return [self._row_to_message(r) for r in rows]
+
+    def channel(self) -> str:
+        """The LISTEN channel of this queue (``dq_channel``)."""
+        if self._channel is None:
+            with self._conn(None) as c:
+                row = c.execute(Q_CHANNEL, (self.queue,)).fetchone()
+            assert row is not None
+            self._channel = str(row[0])
+        return self._channel
+
+    def poll(
+        self,
+        max_count: int = 1,
+        lock_timeout: Seconds = timedelta(minutes=5),
+        wait: Seconds | None = None,
+        *,
+        idle_check: Seconds = timedelta(seconds=5),
+    ) -> list[Message]:
+        """Acquire up to ``max_count`` due messages, earliest first (``dq_poll_many``).
+
+        :param max_count: 1–10,000.
+        :param lock_timeout: visibility timeout (timedelta or seconds > 0). A handler running longer
+            than this without :meth:`Message.extend` means the message is delivered twice.
+        :param wait: when nothing is due, sleep on LISTEN/NOTIFY up to this long (timedelta or
+            seconds) for a message to become due; ``None`` returns at once. The sleep ends early on
+            a notification from an offer, and on the client's own timer at the next due time.
+        :param idle_check: while waiting, re-check the queue at least this often (bounds the delay
+            of a wake-up missed by a race; default 5 s).
+        :returns: the acquired messages (possibly empty).
+        :raises InvalidArgument: max_count or lock_timeout out of range.
+        """
+        lock_td = _as_timedelta(lock_timeout, "lock_timeout")
+        if wait is None:
+            with self._conn(None) as c:
+                return self._poll_once(c, max_count, lock_td)
+        deadline = time.monotonic() + _as_timedelta(wait, "wait", allow_zero=True).total_seconds()
+        check_s = _as_timedelta(idle_check, "idle_check").total_seconds()
+        channel = self.channel()
+        with self._conn(None) as c:
+            if not c.autocommit:
+                raise InvalidArgument("poll(wait=...) needs an autocommit connection to receive notifications")
+            c.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            registered = False
+            try:
+                while True:
+                    if registered:
+                        with c.pipeline():
+                            c.execute(Q_WAIT_DONE, (self.queue,))
+                            cur = c.execute(
+                                Q_POLL,
+                                {"queue": self.queue, "max_count": max_count, "lock_timeout": lock_td},
+                            )
+                        registered = False
+                        messages = [self._row_to_message(r) for r in cur.fetchall()]
+                    else:
+                        messages = self._poll_once(c, max_count, lock_td)
+                    remaining = deadline - time.monotonic()
+                    if messages or remaining <= 0:
+                        return messages
+                    max_wait = timedelta(seconds=min(remaining, check_s))
+                    row = c.execute(Q_WAIT, (self.queue, max_wait)).fetchone()
+                    registered = True
+                    sleep_s = float(row[0]) if row else 0.0
+                    if sleep_s > 0:
+                        for _ in c.notifies(timeout=sleep_s, stop_after=1):
+                            pass
+            finally:
+                if registered:
+                    c.execute(Q_WAIT_DONE, (self.queue,))
+                c.execute("UNLISTEN *")
+
+    @contextmanager
+    def transaction(
+        self, max_count: int = 1, lock_timeout: Seconds = timedelta(minutes=5)
+    ) -> Iterator[TransactionalBatch]:
+        """Exactly-once processing for database side effects (seed 001).
+
+        Polls inside a transaction and yields a :class:`TransactionalBatch` whose ``connection`` is
+        that transaction's: the handler writes its own rows on it. On normal exit the polled
+        messages are acknowledged in the same transaction and it commits, so the side effects and
+        the acknowledgement happen together or not at all. On an exception everything rolls back:
+        the message stays in the queue, not even its delivery_count changes. The rows stay locked
+        (FOR UPDATE) for the life of the transaction, so keep the handler short.
+        """
+        lock_td = _as_timedelta(lock_timeout, "lock_timeout")
+        with self._conn(None) as c:
+            with c.transaction():
+                messages = self._poll_once(c, max_count, lock_td)
+                yield TransactionalBatch(messages, c)
+                if messages:
+                    c.execute(Q_ACK_MANY, ([m.lock_token for m in messages],))
+
+    # -- finish a delivery ---------------------------------------------------------------------
+    def ack(self, lock_token: UUID, *, conn: Connection | None = None) -> bool:
+        """Acknowledge (delete) the message held under ``lock_token`` (``dq_ack``); False if stale."""
+        with self._conn(conn) as c:
+            row = c.execute(Q_ACK, (lock_token,)).fetchone()
+        return bool(row and row[0])
+
+    def ack_many(self, messages: Iterable[Message | UUID], *, conn: Connection | None = None) -> int:
+        """Acknowledge many deliveries in one statement (``dq_ack(uuid[])``); returns how many held."""
+        tokens = [m.lock_token if isinstance(m, Message) else m for m in messages]
+        if not tokens:
+            return 0
+        with self._conn(conn) as c:
+            row = c.execute(Q_ACK_MANY, (tokens,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def nack(self, lock_token: UUID, delay: Seconds = 0, *, conn: Connection | None = None) -> bool:
+        """Give the message back, visible after ``delay`` (``dq_nack``; seed 002 reject); False if stale."""
+        delay_td = _as_timedelta(delay, "delay", allow_zero=True)
+        with self._conn(conn) as c:
+            row = c.execute(Q_NACK, (lock_token, delay_td)).fetchone()
+        return bool(row and row[0])
+
+    def extend(self, lock_token: UUID, timeout: Seconds, *, conn: Connection | None = None) -> datetime | None:
+        """Heartbeat (``dq_extend``; seed 004): invisible until now + timeout; None if the lock was lost."""
+        timeout_td = _as_timedelta(timeout, "timeout")
+        with self._conn(conn) as c:
+            row = c.execute(Q_EXTEND, (lock_token, timeout_td)).fetchone()
+        return row[0] if row else None
+
+    # -- read ----------------------------------------------------------------------------------
+    def cancel(self, key: str, *, conn: Connection | None = None) -> bool:
+        """Delete the message with this key, in flight or not (``dq_cancel``); False when absent."""
+        with self._conn(conn) as c:
+            row = c.execute(Q_CANCEL, (self.queue, key)).fetchone()
+        return bool(row and row[0])
+
+    def get(self, key: str, *, conn: Connection | None = None) -> StoredMessage | None:
+        """Read the message with this key without locking it (``dq_get``), or None."""
+        with self._conn(conn) as c:
+            row = c.execute(Q_GET, (self.queue, key)).fetchone()
+        if row is None:
+            return None
+        return StoredMessage(
+            id=row[0],
+            queue=row[1],
+            key=row[2],
+            raw_payload=bytes(row[3]),
+            payload_type=row[4],
+            scheduled_at=row[5],
+            scheduled_at_initially=row[6],
+            created_at=row[7],
+            delivery_count=row[8],
+            locked_until=row[9],
+            _serializers=self.serializers,
+        )
+
+    def contains(self, key: str) -> bool:
+        """True when a message with this key is in the queue (seed 003 containsMessage)."""
+        return self.get(key) is not None
+
+    def next_due(self) -> datetime | None:
+        """When the next message becomes visible (``dq_next_due``), None when the queue is empty."""
+        with self._conn(None) as c:
+            row = c.execute(Q_NEXT_DUE, (self.queue,)).fetchone()
+        return row[0] if row else None

@@ -1,0 +1,242 @@
+"""The Python binding against a real server: outcomes, payload types, waiting, outbox,
+exactly-once, typed errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+
+import pyqueue
+from pyqueue import DelayedQueue, OfferOutcome, OfferRequest
+from pyqueue.serializers import SerializerRegistry
+
+
+@pytest.fixture
+def q(dsn: str):
+    with DelayedQueue(dsn, "emails") as queue:
+        yield queue
+
+
+def count(conn: psycopg.Connection, queue: str = "emails") -> int:
+    return conn.execute("SELECT count(*) FROM dq_messages WHERE queue = %s", (queue,)).fetchone()[0]
+
+
+def test_offer_outcomes_and_payload_types(q: DelayedQueue, conn) -> None:
+    at = conn.execute("SELECT now() - interval '1 second'").fetchone()[0]
+    assert q.offer("j", {"to": "a@example.com"}, at=at) is OfferOutcome.CREATED
+    assert q.offer("j", {"to": "a@example.com"}, at=at) is OfferOutcome.IGNORED
+    assert q.offer("j", {"to": "b@example.com"}, at=at) is OfferOutcome.UPDATED
+    assert q.offer("j", {"to": "c@example.com"}, at=at, can_update=False) is OfferOutcome.IGNORED
+    assert q.offer("t", "hello", at=at) is OfferOutcome.CREATED
+    assert q.offer("b", b"\x00\xff", at=at) is OfferOutcome.CREATED
+    got = {m.key: m for m in q.poll(10)}
+    assert got["j"].payload == {"to": "b@example.com"} and got["j"].payload_type == "json"
+    assert got["t"].payload == "hello" and got["t"].payload_type == "text"
+    assert got["b"].payload == b"\x00\xff" and got["b"].payload_type == "bytes"
+    assert all(m.delivery_count == 1 and not m.is_redelivery for m in got.values())
+    assert all(m.scheduled_at == at and m.locked_until > at for m in got.values())
+    assert q.ack_many(got.values()) == 3
+    assert count(conn) == 0
+
+
+def test_offer_delay_uses_database_clock(q: DelayedQueue, conn) -> None:
+    before = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+    q.offer("later", "x", delay=timedelta(hours=1))
+    stored = q.get("later")
+    assert stored is not None
+    assert before + timedelta(hours=1) <= stored.scheduled_at
+    assert stored.locked_until is None
+    assert q.next_due() == stored.scheduled_at
+    assert q.poll(1) == []
+
+
+def test_custom_and_unknown_payload_types(dsn: str) -> None:
+    reg = SerializerRegistry.default()
+    reg.register("Contact", encode=lambda c: f"{c[0]}|{c[1]}".encode(), decode=lambda b: tuple(b.decode().split("|")))
+    with DelayedQueue(dsn, "contacts", serializers=reg) as q:
+        q.offer("c1", ("Alex", "a@example.com"), payload_type="Contact")
+        q.offer("c2", b"raw", payload_type="Mystery")
+        got = {m.key: m for m in q.poll(2)}
+        assert got["c1"].payload == ("Alex", "a@example.com")
+        with pytest.raises(pyqueue.UnknownPayloadType, match="Mystery"):
+            _ = got["c2"].payload
+        assert got["c2"].raw_payload == b"raw"
+        assert got["c2"].nack() is True
+    with pytest.raises(pyqueue.InvalidArgument, match="no encoder"):
+        with DelayedQueue(dsn, "contacts") as q2:
+            q2.offer("c3", object(), payload_type="Nope")
+
+
+def test_offer_many_outcomes_in_order(q: DelayedQueue, conn) -> None:
+    q.offer("a", 1)
+    result = q.offer_many([("b", 2), OfferRequest("a", 1), OfferRequest("c", "x", delay=3600), ("a2", b"z")],
+                          can_update=False)
+    assert list(result) == ["b", "a", "c", "a2"]
+    assert result == {"b": OfferOutcome.CREATED, "a": OfferOutcome.IGNORED,
+                      "c": OfferOutcome.CREATED, "a2": OfferOutcome.CREATED}
+    assert q.get("c").scheduled_at > conn.execute("SELECT now() + interval '59 minutes'").fetchone()[0]
+    assert q.offer_many([]) == {}
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "sqlstate", "text"),
+    [
+        (lambda q: q.offer("", 1), pyqueue.InvalidArgument, "22023", "key"),
+        (lambda q: q.offer("k" * 201, 1), pyqueue.ValueTooLong, "22001", "limit is 200"),
+        (lambda q: q.offer_many([("d", 1), ("d", 2)]), pyqueue.InvalidArgument, "22023", "more than once"),
+        (lambda q: q.offer_many([("e", 1), ("k" * 201, 2)]), pyqueue.ValueTooLong, "22001", "keys[2]"),
+        (lambda q: q.poll(0), pyqueue.InvalidArgument, "22023", "max_count"),
+        (lambda q: q.poll(10001), pyqueue.InvalidArgument, "22023", "10000"),
+        (lambda q: q.poll(1, lock_timeout=0), pyqueue.InvalidArgument, "22023", "lock_timeout"),
+        (lambda q: q.nack(__import__("uuid").uuid4(), -1), pyqueue.InvalidArgument, "22023", "delay"),
+        (lambda q: q.offer("x", 1, at=datetime(2030, 1, 1)), pyqueue.InvalidArgument, "22023", "timezone"),
+        (lambda q: q.offer("x", 1, at=datetime.now(UTC), delay=1), pyqueue.InvalidArgument, "22023", "either"),
+    ],
+)
+def test_bad_input_raises_typed_error_and_writes_nothing(q, conn, call, exc, sqlstate, text) -> None:
+    with pytest.raises(exc) as info:
+        call(q)
+    assert info.value.sqlstate == sqlstate
+    assert text in str(info.value)
+    assert count(conn) == 0
+
+
+def test_queue_name_checked_by_constructor(dsn: str) -> None:
+    with pytest.raises(pyqueue.InvalidArgument):
+        DelayedQueue(dsn, "q" * 101)
+
+
+def test_message_ack_nack_extend(q: DelayedQueue, conn) -> None:
+    q.offer("m", "x")
+    (m,) = q.poll(1, lock_timeout=timedelta(seconds=30))
+    until = m.extend(timedelta(minutes=10))
+    assert until is not None and until > m.locked_until
+    assert m.nack(0) is True
+    assert m.ack() is False  # the nack released the lock: the token is stale
+    (m2,) = q.poll(1)
+    assert m2.delivery_count == 2 and m2.is_redelivery
+    assert m2.ack() is True
+    assert m2.extend(10) is None
+    assert count(conn) == 0
+
+
+def test_outbox_rollback_leaves_no_message(dsn: str, q: DelayedQueue, conn) -> None:
+    with psycopg.connect(dsn) as app:
+        app.execute("CREATE TABLE orders (id int)")
+        app.commit()
+        app.execute("INSERT INTO orders VALUES (1)")
+        assert q.offer("order-1", {"id": 1}, conn=app) is OfferOutcome.CREATED
+        app.rollback()
+        assert count(conn) == 0
+        app.execute("INSERT INTO orders VALUES (2)")
+        q.offer_many([("order-2", {"id": 2})], conn=app)
+        app.commit()
+    assert q.get("order-2") is not None and q.get("order-1") is None
+    assert conn.execute("SELECT array_agg(id) FROM orders").fetchone()[0] == [2]
+
+
+def test_exactly_once_transaction_rolls_back_on_error(q: DelayedQueue, conn) -> None:
+    conn.execute("CREATE TABLE ledger (key text PRIMARY KEY)")
+    q.offer("pay-1", {"amount": 5})
+
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom):
+        with q.transaction() as batch:
+            assert batch.message is not None
+            batch.connection.execute("INSERT INTO ledger VALUES (%s)", (batch.message.key,))
+            raise Boom
+    stored = q.get("pay-1")
+    assert stored is not None and stored.delivery_count == 0 and stored.locked_until is None
+    assert conn.execute("SELECT count(*) FROM ledger").fetchone()[0] == 0
+
+    with q.transaction() as batch:
+        assert batch.message is not None and batch.message.key == "pay-1"
+        batch.connection.execute("INSERT INTO ledger VALUES (%s)", (batch.message.key,))
+    assert q.get("pay-1") is None
+    assert conn.execute("SELECT count(*) FROM ledger").fetchone()[0] == 1
+
+    with q.transaction() as batch:
+        assert batch.messages == [] and batch.message is None
+
+
+def test_exactly_once_rows_are_invisible_to_other_pollers_meanwhile(q: DelayedQueue) -> None:
+    q.offer("only", 1)
+    with q.transaction() as batch:
+        assert batch.message is not None
+        assert q.poll(1) == []  # locked FOR UPDATE by the open transaction: skipped
+    assert q.poll(1) == []  # acknowledged at commit
+
+
+def test_poll_wait_returns_empty_after_wait(q: DelayedQueue) -> None:
+    t0 = time.monotonic()
+    assert q.poll(1, wait=0.3) == []
+    assert time.monotonic() - t0 >= 0.3
+
+
+def test_poll_wait_wakes_on_notification(q: DelayedQueue, dsn: str, conn) -> None:
+    """An idle waiter (idle_check 30 s, so only a notification can wake it early) gets a message
+    offered by another session while it sleeps."""
+    result: list = []
+    waiter = threading.Thread(target=lambda: result.extend(q.poll(1, wait=20, idle_check=30)))
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while count_waiters(conn) == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert count_waiters(conn) == 1
+    with DelayedQueue(dsn, "emails") as producer:
+        producer.offer("wake", "now")
+    waiter.join(timeout=15)
+    assert not waiter.is_alive()
+    assert [m.key for m in result] == ["wake"]
+    assert count_waiters(conn) == 0  # unregistered when it woke
+
+
+def test_poll_wait_wakes_on_own_timer_for_a_later_message(q: DelayedQueue, conn) -> None:
+    q.offer("soon", "x", delay=0.5)
+    due = q.next_due()
+    (m,) = q.poll(1, wait=10, idle_check=30)
+    assert m.key == "soon"
+    assert conn.execute("SELECT clock_timestamp()").fetchone()[0] >= due
+
+
+def count_waiters(conn) -> int:
+    return conn.execute("SELECT count(*) FROM dq_waiters WHERE queue = 'emails'").fetchone()[0]
+
+
+def test_notification_horizon(dsn: str, conn) -> None:
+    """No waiter: no NOTIFY. A waiter: NOTIFY for a message due before its wake-up, none for a
+    far-future one, one per transaction however many messages."""
+    channel = conn.execute("SELECT dq_channel('emails')").fetchone()[0]
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(f'LISTEN "{channel}"')
+        conn.execute("SELECT dq_offer('emails', 'n0', 'x')")
+        assert list(listener.notifies(timeout=0.3)) == []
+        conn.execute("SELECT dq_cancel('emails', 'n0')")  # empty queue: the waiter sleeps the full 30 s
+
+        assert listener.execute("SELECT dq_wait('emails', '30 seconds')").fetchone()[0] > timedelta(0)
+        conn.execute("SELECT dq_offer('emails', 'far', 'x', now() + interval '1 hour')")
+        assert list(listener.notifies(timeout=0.3)) == []
+
+        with conn.transaction():
+            for i in range(50):
+                conn.execute("SELECT dq_offer('emails', %s, 'x')", (f"n{i + 1}",))
+        got = list(listener.notifies(timeout=0.5))
+        assert [(n.channel, n.payload) for n in got] == [(channel, "emails")]
+
+        listener.execute("SELECT dq_wait_done('emails')")
+        conn.execute("SELECT dq_offer('emails', 'n99', 'x')")
+        assert list(listener.notifies(timeout=0.3)) == []
+
+
+def test_cancel_get_contains(q: DelayedQueue) -> None:
+    q.offer("c", "x", delay=60)
+    assert q.contains("c")
+    assert q.cancel("c") is True
+    assert q.cancel("c") is False
+    assert q.get("c") is None and q.next_due() is None
