@@ -119,7 +119,7 @@ COMMENT ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text) IS
 
 
 -- dq_offer_many: dq_offer's semantics for each element, set-based: one validation query and
--- one INSERT .. ON CONFLICT for the whole batch.
+-- one INSERT .. ON CONFLICT for the whole batch; element positions in errors are 1-based.
 --
 -- Concurrency: as dq_offer, per row. Rows are inserted in key order, so two batches that
 -- overlap take their row locks in the same order and do not deadlock each other.
@@ -143,9 +143,11 @@ DECLARE
     v_bad_sched  bigint;
     v_bad_type   bigint;
     v_distinct   bigint;
-    v_min_at     timestamptz;
     v_dup        text;
     v_value      text;
+    v_keys       text[];
+    v_outcomes   text[];
+    v_changed_at timestamptz;
 BEGIN
     IF dq_offer_many.queue IS NULL OR dq_offer_many.queue = '' OR char_length(dq_offer_many.queue) > 100 THEN
         PERFORM dq__raise_bad_name('dq_offer_many', 'queue', dq_offer_many.queue, 100);
@@ -182,20 +184,20 @@ BEGIN
         RETURN;
     END IF;
 
-    -- One pass over the input for every element check (and the earliest due time, for wake-ups).
+    -- One pass over the input for every element check.
     SELECT min(u.i) FILTER (WHERE u.k IS NULL OR u.k = '' OR char_length(u.k) > 200),
            min(u.i) FILTER (WHERE u.p IS NULL),
            min(u.i) FILTER (WHERE dq_offer_many.scheduled_ats IS NOT NULL AND u.s IS NULL),
            min(u.i) FILTER (WHERE u.t = '' OR char_length(u.t) > 100),
-           count(DISTINCT u.k),
-           min(coalesce(u.s, v_now))
-      INTO v_bad_key, v_bad_pay, v_bad_sched, v_bad_type, v_distinct, v_min_at
+           count(DISTINCT u.k)
+      INTO v_bad_key, v_bad_pay, v_bad_sched, v_bad_type, v_distinct
       FROM unnest(dq_offer_many.keys, dq_offer_many.payloads,
                   dq_offer_many.scheduled_ats, dq_offer_many.payload_types)
            WITH ORDINALITY AS u(k, p, s, t, i);
 
+    -- Positions are 1-based ordinals (whatever the arrays' lower bounds); values are read by ordinal.
     IF v_bad_key IS NOT NULL THEN
-        v_value := dq_offer_many.keys[v_bad_key];
+        SELECT u.k INTO v_value FROM unnest(dq_offer_many.keys) WITH ORDINALITY AS u(k, i) WHERE u.i = v_bad_key;
         PERFORM dq__raise_bad_name('dq_offer_many', format('keys[%s]', v_bad_key), v_value, 200);
     END IF;
     IF v_bad_pay IS NOT NULL THEN
@@ -205,8 +207,9 @@ BEGIN
         PERFORM dq__raise_null('dq_offer_many', format('scheduled_ats[%s]', v_bad_sched));
     END IF;
     IF v_bad_type IS NOT NULL THEN
-        PERFORM dq__raise_bad_name('dq_offer_many', format('payload_types[%s]', v_bad_type),
-                                   dq_offer_many.payload_types[v_bad_type], 100);
+        SELECT u.t INTO v_value FROM unnest(dq_offer_many.payload_types) WITH ORDINALITY AS u(t, i)
+         WHERE u.i = v_bad_type;
+        PERFORM dq__raise_bad_name('dq_offer_many', format('payload_types[%s]', v_bad_type), v_value, 100);
     END IF;
     IF v_distinct <> v_n THEN
         SELECT u.k INTO v_dup FROM unnest(dq_offer_many.keys) AS u(k)
@@ -216,7 +219,6 @@ BEGIN
     END IF;
 
     IF dq_offer_many.can_update THEN
-        RETURN QUERY
         WITH input AS (
             SELECT u.k, u.p, coalesce(u.s, v_now) AS s, coalesce(u.t, 'bytes') AS t, u.i
               FROM unnest(dq_offer_many.keys, dq_offer_many.payloads,
@@ -238,14 +240,15 @@ BEGIN
              WHERE m.payload IS DISTINCT FROM EXCLUDED.payload
                 OR m.payload_type IS DISTINCT FROM EXCLUDED.payload_type
                 OR m.scheduled_at_initially IS DISTINCT FROM EXCLUDED.scheduled_at_initially
-            RETURNING m.key AS k, (m.xmax = 0) AS inserted
+            RETURNING m.key AS k, (m.xmax = 0) AS inserted, m.scheduled_at AS s
         )
-        SELECT input.k,
-               CASE WHEN ins.k IS NULL THEN 'ignored' WHEN ins.inserted THEN 'created' ELSE 'updated' END
-          FROM input LEFT JOIN ins ON ins.k = input.k
-         ORDER BY input.i;
+        SELECT array_agg(input.k ORDER BY input.i),
+               array_agg(CASE WHEN ins.k IS NULL THEN 'ignored' WHEN ins.inserted THEN 'created' ELSE 'updated' END
+                         ORDER BY input.i),
+               min(ins.s)
+          INTO v_keys, v_outcomes, v_changed_at
+          FROM input LEFT JOIN ins ON ins.k = input.k;
     ELSE
-        RETURN QUERY
         WITH input AS (
             SELECT u.k, u.p, coalesce(u.s, v_now) AS s, coalesce(u.t, 'bytes') AS t, u.i
               FROM unnest(dq_offer_many.keys, dq_offer_many.payloads,
@@ -257,18 +260,24 @@ BEGIN
             SELECT dq_offer_many.queue, input.k, input.p, input.t, input.s, input.s, v_now
               FROM input ORDER BY input.k
             ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO NOTHING
-            RETURNING m.key AS k
+            RETURNING m.key AS k, m.scheduled_at AS s
         )
-        SELECT input.k, CASE WHEN ins.k IS NULL THEN 'ignored' ELSE 'created' END
-          FROM input LEFT JOIN ins ON ins.k = input.k
-         ORDER BY input.i;
+        SELECT array_agg(input.k ORDER BY input.i),
+               array_agg(CASE WHEN ins.k IS NULL THEN 'ignored' ELSE 'created' END ORDER BY input.i),
+               min(ins.s)
+          INTO v_keys, v_outcomes, v_changed_at
+          FROM input LEFT JOIN ins ON ins.k = input.k;
     END IF;
 
-    IF EXISTS (SELECT 1 FROM dq_waiters w
-                WHERE w.queue = dq_offer_many.queue
-                  AND w.wake_at > greatest(v_min_at, clock_timestamp())) THEN
+    -- Wake a waiter that would sleep past the earliest created/updated message (sql/010_wait.sql);
+    -- v_changed_at is NULL when every element was ignored.
+    IF v_changed_at IS NOT NULL AND EXISTS (
+            SELECT 1 FROM dq_waiters w
+             WHERE w.queue = dq_offer_many.queue
+               AND w.wake_at > greatest(v_changed_at, clock_timestamp())) THEN
         PERFORM pg_notify(dq_channel(dq_offer_many.queue), dq_offer_many.queue);
     END IF;
+    RETURN QUERY SELECT r.k, r.o FROM unnest(v_keys, v_outcomes) AS r(k, o);
 END;
 $$;
 COMMENT ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[]) IS

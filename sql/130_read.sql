@@ -25,7 +25,7 @@ COMMENT ON FUNCTION dq_cancel(text, text) IS
 
 CREATE OR REPLACE FUNCTION dq_get(queue text, key text)
 RETURNS SETOF dq_message
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql VOLATILE  -- reads clock_timestamp()
 SET search_path = pg_catalog, public, pg_temp
 AS $$
 #variable_conflict use_column
@@ -46,7 +46,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_get(text, text) IS
-  'dq_get(queue text, key text) -> zero or one row (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, delivery_count, locked_until = NULL unless in flight): a plain read, no lock, no lock token. Errors: 22004/22023/22001 queue or key. Source: seed 003 containsMessage/read.';
+  'dq_get(queue text, key text) -> zero or one row (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, delivery_count, locked_until = NULL unless in flight): a plain read, no lock, no lock token. Errors: 22004/22023/22001 queue or key. Source: the reference library''s containsMessage/read (seed 003).';
 
 CREATE OR REPLACE FUNCTION dq_next_due(queue text)
 RETURNS timestamptz

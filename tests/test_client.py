@@ -229,6 +229,9 @@ def test_notification_horizon(dsn: str, conn) -> None:
         got = list(listener.notifies(timeout=0.5))
         assert [(n.channel, n.payload) for n in got] == [(channel, "emails")]
 
+        conn.execute("SELECT * FROM dq_offer_many('emails', ARRAY['n1', 'n2'], ARRAY['x', 'x']::bytea[], NULL, false)")
+        assert list(listener.notifies(timeout=0.3)) == []  # every element ignored: nothing to wake for
+
         listener.execute("SELECT dq_wait_done('emails')")
         conn.execute("SELECT dq_offer('emails', 'n99', 'x')")
         assert list(listener.notifies(timeout=0.3)) == []
