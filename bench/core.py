@@ -30,13 +30,14 @@ import os
 import platform
 import queue as queue_mod
 import statistics
+import subprocess
 import sys
 import time
 import traceback
-from functools import cache
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,14 +53,23 @@ QUEUE = "bench"
 PAYLOAD = bytes(range(100))  # every message carries 100 bytes
 MAX_WAIT_S = 5.0  # the waiters' dq_wait max_wait
 WAITER_BATCH = 100  # what a woken waiter polls at once
+PROJECT = Path(__file__).resolve().parent.parent
 STOP = "__bench_stop__"  # notification payload that ends a waiter
 BARRIER_TIMEOUT_S = 180.0
 FILL_BATCH = 10_000  # rows per server-side fill statement
 SETTINGS = (
-    "shared_buffers", "synchronous_commit", "fsync", "wal_sync_method", "full_page_writes",
-    "max_wal_size", "checkpoint_timeout", "work_mem", "jit", "autovacuum", "max_connections",
+    "shared_buffers",
+    "synchronous_commit",
+    "fsync",
+    "wal_sync_method",
+    "full_page_writes",
+    "max_wal_size",
+    "checkpoint_timeout",
+    "work_mem",
+    "jit",
+    "autovacuum",
+    "max_connections",
 )
-
 
 
 @cache
@@ -99,8 +109,7 @@ DQ = Side(
     offer_many="SELECT key, outcome FROM dq_offer_many(%s::text, %s::text[], %s::bytea[])",
     poll="SELECT id, key, payload, lock_token FROM dq_poll_many(%s::text, %s::int)",
     ack="SELECT dq_ack(%s::uuid[])",
-    wait="SELECT extract(epoch FROM dq_wait(%(queue)s::text, make_interval(secs => %(max_wait)s::float8)))"
-    "::float8",
+    wait="SELECT extract(epoch FROM dq_wait(%(queue)s::text, make_interval(secs => %(max_wait)s::float8)))::float8",
     channel="SELECT dq_channel(%(queue)s::text)",
     fill="""
         SELECT count(*)
@@ -148,6 +157,13 @@ SIDES = (DQ, BASELINE)
 def connect(dsn: str) -> psycopg.Connection[Any]:
     """An autocommit connection preparing every statement on its first execution."""
     return psycopg.connect(dsn, autocommit=True, prepare_threshold=0, application_name="bench.core")
+
+
+def value(conn: psycopg.Connection[Any] | psycopg.Cursor[Any], query: str, params: Any = None) -> Any:
+    """The first column of the one row `query` returns."""
+    row = conn.execute(query, params).fetchone()
+    assert row is not None, query
+    return row[0]
 
 
 # --------------------------------------------------------------------------- CPU accounting
@@ -275,7 +291,7 @@ class Config:
 
 
 FULL = Config("full", (1, 4, 16), 1.0, 4.0, 60_000, 300_000, (0, 100_000, 1_000_000), 500, 50, repeat=2)
-QUICK = Config("quick", (1, 4), 0.5, 1.5, 20_000, 100_000, (0, 100_000), 200, 20, repeat=1)
+QUICK = Config("quick", (1, 4), 0.5, 1.5, 20_000, 60_000, (0, 100_000), 200, 20, repeat=1)
 
 
 # --------------------------------------------------------------------------- harness
@@ -301,8 +317,17 @@ def _loop(step: Step, seconds: float) -> tuple[int, float, bool]:
     return rows, time.perf_counter() - start, False
 
 
-def _client_main(workload: Workload, side: Side, dsn: str, client: int, warmup_s: float, duration_s: float,
-                 ready: Any, go: Any, results: Any) -> None:
+def _client_main(
+    workload: Workload,
+    side: Side,
+    dsn: str,
+    client: int,
+    warmup_s: float,
+    duration_s: float,
+    ready: Any,
+    go: Any,
+    results: Any,
+) -> None:
     try:
         with connect(dsn) as conn:
             step = workload.step(conn, side, client, workload.batch)
@@ -329,27 +354,36 @@ def _waiter_main(side: Side, dsn: str, waiter: int, ready: Any, stop: Any, resul
     try:
         with connect(dsn) as conn:
             cur = conn.cursor()
-            channel = cur.execute(side.channel, {"queue": QUEUE}).fetchone()[0]
+            channel = value(cur, side.channel, {"queue": QUEUE})
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
             poll_ack = poll_ack_step(conn, side, 100 + waiter, WAITER_BATCH)
             wait_args = {"queue": QUEUE, "max_wait": MAX_WAIT_S}
-            stats = {"woken_by_notify": 0, "woken_by_timer": 0, "polls": 0, "rows": 0, "asleep_s": 0.0}
-            sleep_s = cur.execute(side.wait, wait_args).fetchone()[0]
+            stats = {
+                "notifications": 0,
+                "woken_by_notify": 0,
+                "woken_by_timer": 0,
+                "polls": 0,
+                "rows": 0,
+                "asleep_s": 0.0,
+            }
+            sleep_s = value(cur, side.wait, wait_args)
             ready.wait(BARRIER_TIMEOUT_S)
             start = time.perf_counter()
             while not stop.is_set():
                 if sleep_s > 0:
                     t0 = time.perf_counter()
                     got = [n.payload for n in conn.notifies(timeout=sleep_s, stop_after=1)]
-                    got += [n.payload for n in conn.notifies(timeout=0)]  # coalesce the rest
+                    got += [n.payload for n in conn.notifies(timeout=0)]  # those queued meanwhile
                     stats["asleep_s"] += time.perf_counter() - t0
+                    stats["notifications"] += sum(payload != STOP for payload in got)
                     if STOP in got:
                         break
                     stats["woken_by_notify" if got else "woken_by_timer"] += 1
                 stats["polls"] += 1
                 stats["rows"] += poll_ack() or 0
-                sleep_s = cur.execute(side.wait, wait_args).fetchone()[0]
+                sleep_s = value(cur, side.wait, wait_args)
             stats["elapsed_s"] = time.perf_counter() - start
+            stats["notifications"] += sum(n.payload != STOP for n in conn.notifies(timeout=0))
         results.put(("waiter", waiter, stats))
     except BaseException:
         ready.abort()
@@ -371,18 +405,26 @@ class RunResult:
     waiters: list[dict[str, Any]]
 
 
-def run_clients(admin: psycopg.Connection[Any], dsn: str, workload: Workload, side: Side, clients: int,
-                cfg: Config) -> RunResult:
+def run_clients(
+    admin: psycopg.Connection[Any], dsn: str, workload: Workload, side: Side, clients: int, cfg: Config
+) -> RunResult:
     """Run `clients` processes of `workload` (plus its waiters) against `side`; collect their counts."""
     ctx = mp.get_context("spawn")
     ready, go = ctx.Barrier(clients + workload.waiters), ctx.Barrier(clients)
     stop, results = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_client_main, daemon=True,
-                         args=(workload, side, dsn, i, cfg.warmup_s, cfg.duration_s, ready, go, results))
-             for i in range(clients)]
-    procs += [ctx.Process(target=_waiter_main, daemon=True, args=(side, dsn, i, ready, stop, results))
-              for i in range(workload.waiters)]
-    lsn0 = admin.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
+    procs = [
+        ctx.Process(
+            target=_client_main,
+            daemon=True,
+            args=(workload, side, dsn, i, cfg.warmup_s, cfg.duration_s, ready, go, results),
+        )
+        for i in range(clients)
+    ]
+    procs += [
+        ctx.Process(target=_waiter_main, daemon=True, args=(side, dsn, i, ready, stop, results))
+        for i in range(workload.waiters)
+    ]
+    lsn0 = value(admin, "SELECT pg_current_wal_insert_lsn()")
     for p in procs:
         p.start()
     done: list[ClientResult] = []
@@ -392,7 +434,7 @@ def run_clients(admin: psycopg.Connection[Any], dsn: str, workload: Workload, si
         while len(done) < clients or len(waiters) < workload.waiters:
             if len(done) == clients and not stop.is_set():
                 stop.set()  # clients are finished: wake the waiters and let them report
-                channel = admin.execute(side.channel, {"queue": QUEUE}).fetchone()[0]
+                channel = value(admin, side.channel, {"queue": QUEUE})
                 admin.execute("SELECT pg_notify(%s, %s)", (channel, STOP))
             kind, _, payload = results.get(timeout=timeout)
             if kind == "error":
@@ -405,12 +447,14 @@ def run_clients(admin: psycopg.Connection[Any], dsn: str, workload: Workload, si
             p.join(10)
             if p.is_alive():
                 p.terminate()
-    wal = admin.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)", (lsn0,)).fetchone()[0]
+    wal = value(admin, "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)", (lsn0,))
     rows = sum(r.rows for r in done)
     cpu = next(r.cpu for r in done if r.cpu is not None)
     total_rows = rows + sum(r.warmup_rows for r in done) + sum(w["rows"] for w in waiters)
     return RunResult(
-        side=side.name, clients=clients, rows=rows,
+        side=side.name,
+        clients=clients,
+        rows=rows,
         rows_per_s=sum(r.rows / r.elapsed_s for r in done),
         elapsed_s=max(r.elapsed_s for r in done),
         warmup_rows=sum(r.warmup_rows for r in done),
@@ -428,7 +472,7 @@ def run_clients(admin: psycopg.Connection[Any], dsn: str, workload: Workload, si
 def with_dbname(dsn: str, dbname: str) -> str:
     params = conninfo_to_dict(dsn)
     params["dbname"] = dbname
-    return make_conninfo(**params)
+    return make_conninfo("", **params)
 
 
 def create_database(admin_dsn: str, name: str) -> str:
@@ -443,41 +487,67 @@ def create_database(admin_dsn: str, name: str) -> str:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE bench_baseline (LIKE dq_messages INCLUDING ALL)")
         # LIKE copies no storage parameters: give the baseline dq_messages' fillfactor and autovacuum.
-        (options,) = conn.execute(
-            "SELECT reloptions FROM pg_class WHERE oid = 'dq_messages'::regclass").fetchone()
+        options = value(conn, "SELECT reloptions FROM pg_class WHERE oid = 'dq_messages'::regclass")
         if options:
-            conn.execute(sql.SQL("ALTER TABLE bench_baseline SET ({})").format(
-                sql.SQL(", ").join(sql.SQL(o) for o in options)))
+            conn.execute(
+                sql.SQL("ALTER TABLE bench_baseline SET ({})").format(sql.SQL(", ").join(sql.SQL(o) for o in options))
+            )
     return dsn
 
 
 def prepare_table(conn: psycopg.Connection[Any], side: Side, due_rows: int = 0, future_rows: int = 0) -> None:
     """Empty the side's tables, load messages (due ones an hour ago, future ones a day ahead),
     VACUUM ANALYZE, CHECKPOINT: every run starts from the same state."""
-    conn.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY").format(
-        sql.SQL(", ").join(sql.Identifier(t) for t in side.truncate)))
+    conn.execute(
+        sql.SQL("TRUNCATE {} RESTART IDENTITY").format(sql.SQL(", ").join(sql.Identifier(t) for t in side.truncate))
+    )
     for prefix, n, offset in (("due-", due_rows, "-1 hour"), ("future-", future_rows, "1 day")):
-        (t0,) = conn.execute("SELECT now() + %s::interval", (offset,)).fetchone()
+        t0 = value(conn, "SELECT now() + %s::interval", (offset,))
         for lo in range(0, n, FILL_BATCH):
-            conn.execute(side.fill, {"queue": QUEUE, "prefix": prefix, "payload": PAYLOAD, "t0": t0,
-                                     "lo": lo, "hi": min(lo + FILL_BATCH, n) - 1})
+            conn.execute(
+                side.fill,
+                {
+                    "queue": QUEUE,
+                    "prefix": prefix,
+                    "payload": PAYLOAD,
+                    "t0": t0,
+                    "lo": lo,
+                    "hi": min(lo + FILL_BATCH, n) - 1,
+                },
+            )
     conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(side.table)))
     conn.execute("CHECKPOINT")
 
 
 def server_info(conn: psycopg.Connection[Any]) -> dict[str, Any]:
-    info: dict[str, Any] = {"version": conn.execute("SELECT version()").fetchone()[0]}
+    info: dict[str, Any] = {"version": value(conn, "SELECT version()")}
     for name in SETTINGS:
-        info[name] = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()[0]
+        info[name] = value(conn, "SELECT current_setting(%s)", (name,))
     return info
+
+
+def provenance(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """What was measured: the installed sql/ checksum, and the git commit and local changes."""
+
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", "--no-optional-locks", "-C", str(PROJECT), *args], capture_output=True, text=True)
+        return out.stdout.strip() if out.returncode == 0 else f"unavailable: {out.stderr.strip()}"
+
+    return {
+        "sql_checksum": value(conn, "SELECT value FROM dq_meta WHERE name = 'sql_checksum'"),
+        "git_head": git("rev-parse", "HEAD"),
+        "uncommitted_changes": git("status", "--porcelain", "--", "sql", "migrations").splitlines(),
+    }
 
 
 # --------------------------------------------------------------------------- poll latency
 
 
 def _ms(samples: list[float]) -> dict[str, float]:
-    return {"median_ms": statistics.median(samples) * 1e3,
-            "p99_ms": statistics.quantiles(samples, n=100, method="inclusive")[98] * 1e3}
+    return {
+        "median_ms": statistics.median(samples) * 1e3,
+        "p99_ms": statistics.quantiles(samples, n=100, method="inclusive")[98] * 1e3,
+    }
 
 
 def measure_latency(admin: psycopg.Connection[Any], dsn: str, side: Side, future: int, cfg: Config) -> dict[str, Any]:
@@ -507,8 +577,14 @@ def measure_latency(admin: psycopg.Connection[Any], dsn: str, side: Side, future
                 poll_ack.append(t2 - t0)
                 empty.append(t3 - t2)
         cpu = snap.until(CpuSnapshot.take(os.getpid(), conn.info.dbname), time.perf_counter() - start)
-    return {"side": side.name, "future_messages": future, "other_cpu": cpu["other_cpu"],
-            "poll_due": _ms(poll), "poll_ack_due": _ms(poll_ack), "poll_nothing_due": _ms(empty)}
+    return {
+        "side": side.name,
+        "future_messages": future,
+        "other_cpu": cpu["other_cpu"],
+        "poll_due": _ms(poll),
+        "poll_ack_due": _ms(poll_ack),
+        "poll_nothing_due": _ms(empty),
+    }
 
 
 # --------------------------------------------------------------------------- report
@@ -522,29 +598,48 @@ def throughput_table(cells: list[dict[str, Any]]) -> Table:
     from rich.table import Table
 
     table = Table(title="Throughput (rows/s; dq_* functions vs plain SQL on the same table shape)")
-    for col in ("workload", "clients", "dq_* rows/s", "baseline rows/s", "ratio", "target", "",
-                "server µs/row dq | base", "other CPU"):
+    for col in (
+        "workload",
+        "clients",
+        "dq_* rows/s",
+        "baseline rows/s",
+        "ratio",
+        "target",
+        "",
+        "server µs/row dq | base",
+        "other CPU",
+    ):
         table.add_column(col, justify="left" if col == "workload" else "right")
     for c in cells:
         note = " (drained)" if c["dq"]["exhausted"] or c["baseline"]["exhausted"] else ""
         other = max(r["other_cpu"] for side in SIDES for r in c["runs"][side.name])
-        table.add_row(c["workload"], str(c["clients"]), f"{c['dq']['rows_per_s']:,.0f}",
-                      f"{c['baseline']['rows_per_s']:,.0f}", f"{c['ratio']:.0%}", f"≥ {c['target']:.0%}",
-                      _status(c["pass"]) + note,
-                      f"{c['dq']['server_us_per_row']:,.1f} | {c['baseline']['server_us_per_row']:,.1f}",
-                      f"{other:.0%}")
-    table.caption = ("best of the runs of each side. server µs/row: CPU time of the database's backends per row "
-                     "(the waiters' included). other CPU: the most CPU (share of all cores) that processes "
-                     "outside the benchmark used during any run of the cell")
+        table.add_row(
+            c["workload"],
+            str(c["clients"]),
+            f"{c['dq']['rows_per_s']:,.0f}",
+            f"{c['baseline']['rows_per_s']:,.0f}",
+            f"{c['ratio']:.0%}",
+            f"≥ {c['target']:.0%}",
+            _status(c["pass"]) + note,
+            f"{c['dq']['server_us_per_row']:,.1f} | {c['baseline']['server_us_per_row']:,.1f}",
+            f"{other:.0%}",
+        )
+    table.caption = (
+        "best of the runs of each side. server µs/row: CPU time of the database's backends per row "
+        "(the waiters' included). other CPU: the most CPU (share of all cores) that processes "
+        "outside the benchmark used during any run of the cell"
+    )
     return table
 
 
 def latency_table(lat: list[dict[str, Any]], verdict: dict[str, Any]) -> Table:
     from rich.table import Table
 
-    table = Table(title="Poll latency, ms (one client; median / p99)",
-                  caption=f"dq poll+ack median at {verdict['future_messages']:,} future messages = "
-                          f"{verdict['factor']:.2f}× the empty table (target ≤ 2×): {_status(verdict['pass'])}")
+    table = Table(
+        title="Poll latency, ms (one client; median / p99)",
+        caption=f"dq poll+ack median at {verdict['future_messages']:,} future messages = "
+        f"{verdict['factor']:.2f}× the empty table (target ≤ 2×): {_status(verdict['pass'])}",
+    )
     table.add_column("future msgs", justify="right")
     table.add_column("operation")
     for side in SIDES:
@@ -553,8 +648,11 @@ def latency_table(lat: list[dict[str, Any]], verdict: dict[str, Any]) -> Table:
     sizes = sorted({r["future_messages"] for r in lat})
     for size in sizes:
         by_side = {r["side"]: r for r in lat if r["future_messages"] == size}
-        for op, label in (("poll_due", "poll (1 due)"), ("poll_ack_due", "poll + ack (1 due)"),
-                          ("poll_nothing_due", "poll (nothing due)")):
+        for op, label in (
+            ("poll_due", "poll (1 due)"),
+            ("poll_ack_due", "poll + ack (1 due)"),
+            ("poll_nothing_due", "poll (nothing due)"),
+        ):
             cells = []
             for side in SIDES:
                 m = by_side[side.name][op]
@@ -566,8 +664,7 @@ def latency_table(lat: list[dict[str, Any]], verdict: dict[str, Any]) -> Table:
 # --------------------------------------------------------------------------- main
 
 
-def measure_cell(admin: psycopg.Connection[Any], dsn: str, wl: Workload, clients: int,
-                 cfg: Config) -> dict[str, Any]:
+def measure_cell(admin: psycopg.Connection[Any], dsn: str, wl: Workload, clients: int, cfg: Config) -> dict[str, Any]:
     """Run both sides of one (workload, clients) cell `cfg.repeat` times, alternating which side
     goes first; the best run of each side counts (the least disturbed on a shared host)."""
     runs: dict[str, list[RunResult]] = {side.name: [] for side in SIDES}
@@ -577,19 +674,29 @@ def measure_cell(admin: psycopg.Connection[Any], dsn: str, wl: Workload, clients
             res = run_clients(admin, dsn, wl, side, clients, cfg)
             runs[side.name].append(res)
             extra = "".join(
-                f"; waiter {i}: asleep {w['asleep_s'] / w['elapsed_s']:.0%}, {w['woken_by_notify']} notify"
-                f" + {w['woken_by_timer']} timer wake-ups, {w['rows']} rows"
-                for i, w in enumerate(res.waiters))
-            console().log(f"{wl.name:<17} {clients:>2} clients {side.name:<8} {res.rows_per_s:>9,.0f} rows/s"
-                        f"  server {res.server_us_per_row:,.0f} µs/row  WAL {res.wal_bytes_per_row:,.0f} B/row"
-                        f"  other CPU {res.other_cpu:.0%}"
-                        + (" [yellow](backlog drained)[/]" if res.exhausted else "") + extra)
+                f"; waiter {i}: asleep {w['asleep_s'] / w['elapsed_s']:.0%}, {w['notifications']} notifications,"
+                f" {w['woken_by_notify']} + {w['woken_by_timer']} notify + timer wake-ups, {w['rows']} rows"
+                for i, w in enumerate(res.waiters)
+            )
+            console().log(
+                f"{wl.name:<17} {clients:>2} clients {side.name:<8} {res.rows_per_s:>9,.0f} rows/s"
+                f"  server {res.server_us_per_row:,.0f} µs/row  WAL {res.wal_bytes_per_row:,.0f} B/row"
+                f"  other CPU {res.other_cpu:.0%}" + (" [yellow](backlog drained)[/]" if res.exhausted else "") + extra
+            )
     best = {name: max(rs, key=lambda r: r.rows_per_s) for name, rs in runs.items()}
     ratio = best["dq"].rows_per_s / best["baseline"].rows_per_s
-    return {"workload": wl.name, "clients": clients, "batch": wl.batch, "waiters": wl.waiters,
-            "backlog": wl.backlog, "target": wl.target, "ratio": ratio, "pass": ratio >= wl.target,
-            **{name: asdict(r) for name, r in best.items()},
-            "runs": {name: [asdict(r) for r in rs] for name, rs in runs.items()}}
+    return {
+        "workload": wl.name,
+        "clients": clients,
+        "batch": wl.batch,
+        "waiters": wl.waiters,
+        "backlog": wl.backlog,
+        "target": wl.target,
+        "ratio": ratio,
+        "pass": ratio >= wl.target,
+        **{name: asdict(r) for name, r in best.items()},
+        "runs": {name: [asdict(r) for r in rs] for name, rs in runs.items()},
+    }
 
 
 def run(admin_dsn: str, cfg: Config, out: Path, db_name: str) -> dict[str, Any]:
@@ -597,16 +704,18 @@ def run(admin_dsn: str, cfg: Config, out: Path, db_name: str) -> dict[str, Any]:
     console().log(f"[bold]bench.core[/] ({cfg.mode}): creating database {db_name}")
     dsn = create_database(admin_dsn, db_name)
     with psycopg.connect(dsn, autocommit=True) as admin:
-        server = server_info(admin)
+        server, source = server_info(admin), provenance(admin)
         cells = [measure_cell(admin, dsn, wl, clients, cfg) for wl in cfg.workloads() for clients in cfg.clients]
         latency = []
         for size in cfg.latency_sizes:
             for side in SIDES:
                 latency.append(measure_latency(admin, dsn, side, size, cfg))
                 r = latency[-1]
-                console().log(f"latency {size:>9,} future  {side.name:<8} poll+ack median "
-                            f"{r['poll_ack_due']['median_ms']:.3f} ms, p99 {r['poll_ack_due']['p99_ms']:.3f} ms"
-                            f"  other CPU {r['other_cpu']:.0%}")
+                console().log(
+                    f"latency {size:>9,} future  {side.name:<8} poll+ack median "
+                    f"{r['poll_ack_due']['median_ms']:.3f} ms, p99 {r['poll_ack_due']['p99_ms']:.3f} ms"
+                    f"  other CPU {r['other_cpu']:.0%}"
+                )
     dq_lat = {r["future_messages"]: r for r in latency if r["side"] == "dq"}
     largest = max(dq_lat)
     factor = dq_lat[largest]["poll_ack_due"]["median_ms"] / dq_lat[0]["poll_ack_due"]["median_ms"]
@@ -617,11 +726,17 @@ def run(admin_dsn: str, cfg: Config, out: Path, db_name: str) -> dict[str, Any]:
         "mode": cfg.mode,
         "wall_time_s": round(wall, 1),
         "server": server,
+        "source": source,
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "psycopg": psycopg.__version__,
-        "config": {**asdict(cfg), "payload_bytes": len(PAYLOAD), "waiter_batch": WAITER_BATCH,
-                   "waiter_max_wait_s": MAX_WAIT_S, "prepare_threshold": 0},
+        "config": {
+            **asdict(cfg),
+            "payload_bytes": len(PAYLOAD),
+            "waiter_batch": WAITER_BATCH,
+            "waiter_max_wait_s": MAX_WAIT_S,
+            "prepare_threshold": 0,
+        },
         "throughput": cells,
         "latency": latency,
         "latency_target": verdict,

@@ -14,6 +14,7 @@ CREATE TABLE IF NOT EXISTS dq_messages (
     created_at              timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT dq_messages_queue_length CHECK (char_length(queue) BETWEEN 1 AND 100),
     CONSTRAINT dq_messages_key_length CHECK (char_length(key) BETWEEN 1 AND 200),
+    CONSTRAINT dq_messages_payload_type_length CHECK (char_length(payload_type) BETWEEN 1 AND 100),
     CONSTRAINT dq_messages_delivery_count_nonnegative CHECK (delivery_count >= 0),
     -- The de-duplication key: one live message per (queue, key) (seed 003's unique
     -- (pKey, pKind)). A constraint, so the functions name it in ON CONFLICT ON CONSTRAINT.

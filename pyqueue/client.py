@@ -281,7 +281,11 @@ class DelayedQueue:
             or anything the encoder registered for ``payload_type`` takes.
         :param at: delivery time, timezone-aware; default now on the database clock.
         :param delay: or deliver this long after now (database clock); timedelta or seconds ≥ 0.
-        :param can_update: replace an existing message with this key when payload, type or time differ.
+        :param can_update: replace an existing message with this key when payload, type or time differ
+            (the time compared is the one offered before, ``scheduled_at_initially``). With the default
+            time (now), a repeated offer of an existing key is therefore ``UPDATED``: it is due again now,
+            its delivery_count resets and a consumer holding it loses its lock. Pass ``can_update=False``
+            for insert-if-absent (idempotent producers, retries).
         :param payload_type: type tag stored with the message (1–100 characters).
         :param conn: run on the caller's connection, inside its transaction (transactional outbox,
             seed 001): a rollback leaves no message.

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from multiprocessing.queues import Queue as MpQueue
 from multiprocessing.synchronize import Event as MpEvent
+from queue import Empty
 from typing import Any
 
 import psycopg
@@ -244,7 +245,7 @@ def drain(results: MpQueue[Any], got: Collected, timeout_s: float) -> None:
         got.handle(results.get(timeout=timeout_s))
         while True:
             got.handle(results.get_nowait())
-    except Exception:  # queue.Empty
+    except Empty:
         return
 
 
@@ -306,20 +307,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     console = Console()
-    console.print(server_line(args.dsn))
+    try:
+        console.print(server_line(args.dsn), soft_wrap=True)
+    except psycopg.OperationalError as e:
+        console.print(f"[red]cannot connect:[/red] {e}", soft_wrap=True)
+        return 2
     wall0 = time.monotonic()
     migrate(args.dsn)
     queue = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     console.print(
         f"queue {queue}: {args.consumers} consumers, {args.messages:,} + {args.psql_batch:,} psql "
-        f"messages due within {args.spread:g} s of their offer, offers spread over {args.spread:g} s"
+        f"messages due within {args.spread:g} s of their offer, offers spread over {args.spread:g} s",
+        soft_wrap=True,
     )
 
     ctx = mp.get_context("spawn")
     results: MpQueue[Any] = ctx.Queue()
     stop = ctx.Event()
     procs = [
-        ctx.Process(target=consume, args=(i, args.dsn, queue, args.batch_size, results, stop), name=f"consumer-{i}")
+        ctx.Process(
+            target=consume,
+            args=(i, args.dsn, queue, args.batch_size, results, stop),
+            name=f"consumer-{i}",
+            daemon=True,  # never outlive the demo
+        )
         for i in range(args.consumers)
     ]
     for p in procs:
@@ -328,6 +339,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ready_by = time.monotonic() + 60
     while len(got.ready) < args.consumers and not got.errors and time.monotonic() < ready_by:
         drain(results, got, 0.5)
+        if any(p.exitcode is not None for p in procs):
+            break
 
     producer = threading.Thread(
         target=produce, args=(args.dsn, queue, args.messages, args.spread, args.psql_batch, produced)
@@ -346,15 +359,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                         break
         producer.join()
     else:
-        got.errors.append("consumers did not become ready within 60 s")
+        got.errors.append("consumers did not all become ready (died, or not within 60 s)")
     stop.set()
     done_by = time.monotonic() + 30
     while len(got.done) < args.consumers and time.monotonic() < done_by:
         drain(results, got, 0.5)
+        if all(p.exitcode is not None for p in procs):
+            drain(results, got, 0.5)
+            break
     for p in procs:
         p.join(timeout=5)
         if p.is_alive():
             p.terminate()
+            got.errors.append(f"{p.name} did not stop within 35 s and was terminated")
     wall_s = time.monotonic() - wall0
 
     lost, duplicates = summarize(console, produced, got, args.consumers, wall_s)
@@ -363,9 +380,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ok = lost == 0 and duplicates == 0 and not got.errors and produced.error is None
     if ok:
         msgs, waiters = cleanup(args.dsn, queue)
-        console.print(f"all delivered: removed queue {queue} ({msgs} leftover messages, {waiters} waiter rows)")
+        console.print(
+            f"all delivered; removed queue {queue} ({msgs} leftover messages, {waiters} waiter rows)", soft_wrap=True
+        )
     else:
-        console.print(f"[red]FAILED[/red]: lost {lost}, duplicates {duplicates}; queue {queue} kept for inspection")
+        console.print(f"[red]FAILED[/red]: lost {lost}, duplicates {duplicates}; queue {queue} kept", soft_wrap=True)
     return 0 if ok else 1
 
 

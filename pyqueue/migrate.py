@@ -65,14 +65,15 @@ def migrate(dsn: str, *, up_to: str | None = None) -> list[str]:
     """Apply pending migrations and the current ``sql/`` functions; return the ids applied.
 
     :param dsn: libpq connection string or URL of the target database.
-    :param up_to: apply only migrations whose id sorts at or before this one (and then ``9999_sql``);
-        used by the upgrade test to stop at an older schema version.
+    :param up_to: apply only the schema migrations whose id sorts at or before this one, and not
+        ``9999_sql`` (the current functions need the current schema): leaves the database as an
+        older release's schema, for the upgrade test. ``None`` applies everything.
     :raises yoyo.exceptions.MigrationConflict, psycopg.Error: on a failing step (the step is rolled back).
     """
     backend = get_backend(yoyo_uri(dsn))
     migrations = read_migrations(str(migrations_dir()))
     if up_to is not None:
-        migrations = migrations.filter(lambda m: m.id <= up_to or m.id == "9999_sql")
+        migrations = migrations.filter(lambda m: m.id <= up_to and m.id != "9999_sql")
     try:
         with backend.lock():
             todo = backend.to_apply(migrations)

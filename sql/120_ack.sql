@@ -4,6 +4,9 @@
 -- update by dq_offer clears it, so a token names exactly one delivery of one version of one
 -- message: a stale token (lock expired and re-acquired, message re-offered, already
 -- acknowledged) matches no row and changes nothing (seed 000's race-safe acknowledge).
+-- A lock that expired but that no poll has taken over since is still held by its token: the late
+-- holder's ack, nack or extend then succeeds (the work was done, nobody else has the message),
+-- as in seed 000, where the delete matches as long as the row is still the one that was locked.
 -- Concurrency: a concurrent poll or offer that changed the row makes our statement re-check
 -- `lock_token = $1` on the new row version (EvalPlanQual), which then fails.
 

@@ -26,26 +26,22 @@ from sqlhelpers import clean_connection, cloned_database, row_count, table_rows
 BIG = 100_001
 
 
-def case(
-    id: str, sql: str, sqlstate: str, *contains: str, marks: Any = ()
-) -> Any:  # noqa: A002 - pytest vocabulary
-    return pytest.param(sql, sqlstate, contains, id=id, marks=marks)
+def case(case_id: str, sql: str, sqlstate: str, *contains: str, marks: Any = ()) -> Any:
+    """One row: the statement, its SQLSTATE, then the function name prefix and the fragments of
+    the message (parameter name, limit). ``marks`` is for a strict xfail of a known bug."""
+    return pytest.param(sql, sqlstate, contains, id=case_id, marks=marks)
 
 
 def many(keys: str, payloads: str, *rest: str) -> str:
     """A dq_offer_many call on queue 'q' whose first two elements are valid and would write."""
     extra = "".join(", " + r for r in rest)
-    return f"SELECT * FROM dq_offer_many('q', {keys}, {payloads}{extra})"
+    return f"SELECT * FROM dq_offer_many('q', {keys}, {payloads}{extra})"  # noqa: S608 - constant test SQL
 
 
 OK3 = r"ARRAY['\x01', '\x02', '\x03']::bytea[]"
 KEYS3 = "ARRAY['new1', 'due1', 'new3']"  # due1 exists: with these payloads it would be updated
-TS3 = "ARRAY[now(), now(), now()]"
-BUG_LOWER_BOUND = (
-    "BUG: dq_offer_many validates element i of unnest(...) WITH ORDINALITY by reading keys[i] "
-    "(payload_types[i]), which is another element when the array's lower bound is not 1"
-)
 
+# fmt: off
 CASES = [
     # ---- dq_offer: queue and key
     case("offer-queue-null", r"SELECT dq_offer(NULL, 'k', '\x01'::bytea)", "22004", "dq_offer:", "queue", "NULL"),
@@ -94,7 +90,8 @@ CASES = [
          "22004", "dq_offer_many:", "queue", "NULL"),
     case("offer_many-queue-empty", many("ARRAY['k']", r"ARRAY['\x01'::bytea]").replace("'q'", "''", 1),
          "22023", "dq_offer_many:", "queue", "empty"),
-    case("offer_many-queue-101-chars", many("ARRAY['k']", r"ARRAY['\x01'::bytea]").replace("'q'", "repeat('q', 101)", 1),
+    case("offer_many-queue-101-chars",
+         many("ARRAY['k']", r"ARRAY['\x01'::bytea]").replace("'q'", "repeat('q', 101)", 1),
          "22001", "dq_offer_many:", "queue", "limit is 100"),
     case("offer_many-keys-null", many("NULL::text[]", OK3), "22004", "dq_offer_many:", "keys", "NULL"),
     case("offer_many-payloads-null", many(KEYS3, "NULL::bytea[]"), "22004", "dq_offer_many:", "payloads", "NULL"),
@@ -116,13 +113,14 @@ CASES = [
         "22023", "dq_offer_many:", "payload_types has 4 elements, keys has 3",
     ),
     case(
-        "offer_many-two-dimensional", many("ARRAY[['a', 'b'], ['c', 'd']]", r"ARRAY['\x01', '\x02', '\x03', '\x04']::bytea[]"),
+        "offer_many-two-dimensional",
+        many("ARRAY[['a', 'b'], ['c', 'd']]", r"ARRAY['\x01', '\x02', '\x03', '\x04']::bytea[]"),
         "22023", "dq_offer_many:", "one-dimensional",
     ),
     case(
         "offer_many-over-100000-elements",
         many(
-            f"array(SELECT 'k' || g FROM generate_series(1, {BIG}) g)",
+            f"array(SELECT 'k' || g FROM generate_series(1, {BIG}) g)",  # noqa: S608 - constant
             rf"array_fill('\x01'::bytea, ARRAY[{BIG}])",
         ),
         "54000", "dq_offer_many:", "keys", str(BIG), "limit is 100000",
@@ -155,21 +153,27 @@ CASES = [
         many(KEYS3, OK3, "payload_types => ARRAY['a', 'b', repeat('t', 101)]"),
         "22001", "dq_offer_many:", "payload_types[3]", "limit is 100",
     ),
-    # Arrays need not start at subscript 1 in PostgreSQL. Here the bad element is the first one
-    # (subscript 0) of a keys array '[0:2]={"",new1,due1}'.
+    # Arrays need not start at subscript 1 in PostgreSQL; positions in messages are 1-based ordinals
+    # whatever the lower bound. Here the bad element is the first one, at subscript 0.
     case(
         "offer_many-key-element-empty-lower-bound-0",
         many("'[0:2]={\"\",new1,due1}'::text[]", OK3),
-        "22023", "dq_offer_many:", "keys", "empty",
-        marks=pytest.mark.xfail(strict=True, reason=BUG_LOWER_BOUND + ": the empty key reaches the INSERT, 23514"),
+        "22023", "dq_offer_many:", "keys[1]", "empty",
+    ),
+    case(
+        "offer_many-key-element-null-lower-bound-0",
+        many("'[0:2]={NULL,new1,due1}'::text[]", OK3),
+        "22004", "dq_offer_many:", "keys[1]", "NULL",
     ),
     case(
         "offer_many-payload_types-element-empty-lower-bound-0",
         many(KEYS3, OK3, "payload_types => '[0:2]={\"\",a,b}'::text[]"),
-        "22023", "dq_offer_many:", "payload_types", "empty",
-        marks=pytest.mark.xfail(
-            strict=True, reason=BUG_LOWER_BOUND + ": no error, a row with payload_type '' is written"
-        ),
+        "22023", "dq_offer_many:", "payload_types[1]", "empty",
+    ),
+    case(
+        "offer_many-key-element-empty-last-lower-bound-0",
+        many("'[0:2]={new1,due1,\"\"}'::text[]", OK3),
+        "22023", "dq_offer_many:", "keys[3]", "empty",
     ),
     # ---- dq_poll_many
     case("poll-queue-null", "SELECT * FROM dq_poll_many(NULL, 1)", "22004", "dq_poll_many:", "queue", "NULL"),
@@ -194,7 +198,8 @@ CASES = [
     case("nack-delay-null", "SELECT dq_nack(%(token)s::uuid, NULL)", "22004", "dq_nack:", "delay", "NULL"),
     case("nack-delay-negative", "SELECT dq_nack(%(token)s::uuid, interval '-1 second')",
          "22023", "dq_nack:", "delay", "negative"),
-    case("extend-token-null", "SELECT dq_extend(NULL, interval '1 minute')", "22004", "dq_extend:", "lock_token", "NULL"),
+    case("extend-token-null", "SELECT dq_extend(NULL, interval '1 minute')",
+         "22004", "dq_extend:", "lock_token", "NULL"),
     case("extend-lock_timeout-0", "SELECT dq_extend(%(token)s::uuid, interval '0')",
          "22023", "dq_extend:", "lock_timeout", "positive"),
     case("extend-lock_timeout-negative", "SELECT dq_extend(%(token)s::uuid, interval '-5 minutes')",
@@ -207,7 +212,8 @@ CASES = [
          "22001", "dq_cancel:", "queue", "limit is 100"),
     case("cancel-key-null", "SELECT dq_cancel('q', NULL)", "22004", "dq_cancel:", "key", "NULL"),
     case("cancel-key-empty", "SELECT dq_cancel('q', '')", "22023", "dq_cancel:", "key", "empty"),
-    case("cancel-key-201-chars", "SELECT dq_cancel('q', repeat('k', 201))", "22001", "dq_cancel:", "key", "limit is 200"),
+    case("cancel-key-201-chars", "SELECT dq_cancel('q', repeat('k', 201))",
+         "22001", "dq_cancel:", "key", "limit is 200"),
     case("get-queue-empty", "SELECT * FROM dq_get('', 'k')", "22023", "dq_get:", "queue", "empty"),
     case("get-key-null", "SELECT * FROM dq_get('q', NULL)", "22004", "dq_get:", "key", "NULL"),
     case("get-key-201-chars", "SELECT * FROM dq_get('q', repeat('k', 201))", "22001", "dq_get:", "key", "limit is 200"),
@@ -218,7 +224,7 @@ CASES = [
     case("wait-max_wait-null", "SELECT dq_wait('q', NULL)", "22004", "dq_wait:", "max_wait", "NULL"),
     case("wait-max_wait-0", "SELECT dq_wait('q', interval '0')", "22023", "dq_wait:", "max_wait", "positive"),
 ]
-
+# fmt: on
 
 
 @pytest.fixture(scope="module")

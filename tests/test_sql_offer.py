@@ -1,9 +1,9 @@
 """dq_offer / dq_offer_many outcomes and the result shapes of dq_get, dq_next_due, dq_cancel, dq_poll_many.
 
 Single-session SQL tests sharing one installed database per module, its queue tables emptied
-before each test (``conn``, autocommit). Timestamps are
-fixed constants, or values read back from the server in the same statement (``now()`` bound
-next to the call): no assertion depends on the client's clock, none prints now().
+before each test (``conn``, autocommit). Timestamps are fixed constants, or values read back
+from the server in the same statement (``now()`` bound next to the call): no assertion depends
+on the client's clock, none prints now().
 """
 
 from __future__ import annotations
@@ -26,11 +26,19 @@ T3 = T0 + timedelta(seconds=3)
 FAR_FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
 
 DELIVERY_COLUMNS = [
-    "id", "queue", "key", "payload", "payload_type", "scheduled_at", "scheduled_at_initially",
-    "created_at", "delivery_count", "lock_token", "locked_until",
+    "id",
+    "queue",
+    "key",
+    "payload",
+    "payload_type",
+    "scheduled_at",
+    "scheduled_at_initially",
+    "created_at",
+    "delivery_count",
+    "lock_token",
+    "locked_until",
 ]
 GET_COLUMNS = [c for c in DELIVERY_COLUMNS if c != "lock_token"]
-
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +74,9 @@ def offer(
     return row[0], row[1]
 
 
-def poll(conn: psycopg.Connection[Any], max_count: int = 1, lock_timeout: str = "1 minute", queue: str = Q) -> list[dict[str, Any]]:
+def poll(
+    conn: psycopg.Connection[Any], max_count: int = 1, lock_timeout: str = "1 minute", queue: str = Q
+) -> list[dict[str, Any]]:
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute("SELECT * FROM dq_poll_many(%s, %s, %s::interval)", (queue, max_count, lock_timeout))
         return cur.fetchall()
@@ -114,7 +124,9 @@ def test_offer_identical_reoffer_is_ignored_and_changes_nothing(conn):
 def test_offer_existing_key_with_a_difference_is_updated(conn, change):
     offer(conn, "k", b"\x01", scheduled_at=T1)
     args: dict[str, Any] = {"payload": b"\x01", "scheduled_at": T1, "payload_type": None} | change
-    outcome, now = offer(conn, "k", args["payload"], scheduled_at=args["scheduled_at"], payload_type=args["payload_type"])
+    outcome, now = offer(
+        conn, "k", args["payload"], scheduled_at=args["scheduled_at"], payload_type=args["payload_type"]
+    )
     assert outcome == "updated"
     row = message(conn, Q, "k")
     assert row is not None
@@ -184,9 +196,7 @@ def test_offer_identical_reoffer_while_in_flight_is_ignored_and_keeps_the_lock(c
             id="jsonb-typed",
         ),
         pytest.param("dq_offer('q', 'k', 'a,b'::text, payload_type => 'csv')", b"a,b", "csv", id="text-typed"),
-        pytest.param(
-            "dq_offer('q', 'k', 'x'::text, now(), true, NULL)", b"x", "text", id="text-explicit-null-type"
-        ),
+        pytest.param("dq_offer('q', 'k', 'x'::text, now(), true, NULL)", b"x", "text", id="text-explicit-null-type"),
     ],
 )
 def test_offer_payload_overloads(conn, call, payload, payload_type):
@@ -228,7 +238,9 @@ def test_same_key_in_two_queues_is_two_messages(conn):
 # --------------------------------------------------------------------------- dq_offer_many
 
 
-def offer_many(conn: psycopg.Connection[Any], keys: list[str], payloads: list[bytes], **named: Any) -> list[tuple[str, str]]:
+def offer_many(
+    conn: psycopg.Connection[Any], keys: list[str], payloads: list[bytes], **named: Any
+) -> list[tuple[str, str]]:
     """dq_offer_many on queue Q; named arguments are passed in named notation."""
     extra = "".join(f", {name} => %({name})s" for name in named)
     return [
@@ -303,7 +315,9 @@ def test_offer_many_null_scheduled_ats_means_now_for_all(conn, how):
 
 def test_offer_many_payload_types(conn):
     assert offer_many(conn, ["a", "b", "c"], [b"1", b"2", b"3"], payload_types=["json", None, "x/y"]) == [
-        ("a", "created"), ("b", "created"), ("c", "created"),
+        ("a", "created"),
+        ("b", "created"),
+        ("c", "created"),
     ]
     got = dict(conn.execute("SELECT key, payload_type FROM dq_messages").fetchall())
     assert got == {"a": "json", "b": "bytes", "c": "x/y"}
@@ -326,7 +340,8 @@ def test_offer_many_update_resets_the_delivery_state(conn):
     [delivery] = poll(conn)
     assert delivery["delivery_count"] == 1
     rows = conn.execute(
-        "SELECT o.key, o.outcome, now() FROM dq_offer_many('q', ARRAY['a'], ARRAY['new'::bytea], ARRAY[%s::timestamptz]) o",
+        "SELECT o.key, o.outcome, now() "
+        "FROM dq_offer_many('q', ARRAY['a'], ARRAY['new'::bytea], ARRAY[%s::timestamptz]) o",
         (T2,),
     ).fetchall()
     assert [(r[0], r[1]) for r in rows] == [("a", "updated")]

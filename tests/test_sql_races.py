@@ -33,9 +33,7 @@ T1 = datetime(2020, 1, 1, tzinfo=UTC)
 @pytest.mark.parametrize("payloads", ["same", "different"])
 def test_concurrent_offers_of_one_new_key(conn, dsn, payloads):
     n = 10
-    args = [
-        (dsn, "q", "the-key", b"same" if payloads == "same" else f"payload-{i}".encode(), T1) for i in range(n)
-    ]
+    args = [(dsn, "q", "the-key", b"same" if payloads == "same" else f"payload-{i}".encode(), T1) for i in range(n)]
     outcomes = run_workers(offer_one_worker, args)
     counts = Counter(outcomes)
     assert counts["created"] == 1, outcomes
