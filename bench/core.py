@@ -333,13 +333,19 @@ def _client_main(
             step = workload.step(conn, side, client, workload.batch)
             ready.wait(BARRIER_TIMEOUT_S)
             warm_rows, _, _ = _loop(step, warmup_s)
+            # Client 0 takes CPU snapshots while everyone stands still at the barrier, before the
+            # measurement and after it (before any client disconnects and its backend exits).
             go.wait(BARRIER_TIMEOUT_S)
             if client == 0:
-                snap = CpuSnapshot.take(os.getppid(), conn.info.dbname)
+                snap, snap_t = CpuSnapshot.take(os.getppid(), conn.info.dbname), time.perf_counter()
+            go.wait(BARRIER_TIMEOUT_S)
             rows, elapsed, exhausted = _loop(step, duration_s)
             result = ClientResult(rows, elapsed, warm_rows, exhausted)
+            go.wait(BARRIER_TIMEOUT_S)
             if client == 0:
-                result.cpu = snap.until(CpuSnapshot.take(os.getppid(), conn.info.dbname), elapsed)
+                later = CpuSnapshot.take(os.getppid(), conn.info.dbname)
+                result.cpu = snap.until(later, time.perf_counter() - snap_t)
+            go.wait(BARRIER_TIMEOUT_S)
         results.put(("client", client, result))
     except BaseException:
         ready.abort()

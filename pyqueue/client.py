@@ -8,6 +8,7 @@ function, all times come from the database clock, and errors are the typed excep
 from __future__ import annotations
 
 import enum
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -22,7 +23,7 @@ from psycopg import sql
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
-from .errors import InvalidArgument, translating
+from .errors import InvalidArgument, translate, translating
 from .serializers import SerializerRegistry
 from .serializers import registry as default_registry
 
@@ -236,10 +237,18 @@ class DelayedQueue:
             )
             self._owns_pool = True
         self._channel: str | None = None
+        # Connections that LISTEN on this queue's channel, kept open between waits (a LISTEN and
+        # UNLISTEN per wait would cost two round trips); one per concurrently waiting thread.
+        self._listeners: list[Connection] = []
+        self._listeners_lock = threading.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
-        """Close the pool if this queue created it."""
+        """Close the waiting connections, and the pool if this queue created it."""
+        with self._listeners_lock:
+            listeners, self._listeners = self._listeners, []
+        for conn in listeners:
+            conn.close()
         if self._owns_pool:
             self._pool.close()
 
@@ -389,6 +398,38 @@ class DelayedQueue:
             self._channel = str(row[0])
         return self._channel
 
+    @contextmanager
+    def _listener(self) -> Iterator[Connection]:
+        """A dedicated autocommit connection already LISTENing on this queue's channel.
+
+        Taken from the idle ones or opened (with the pool's conninfo and kwargs); given back when
+        the caller finishes cleanly, closed otherwise (a broken connection is never reused).
+        """
+        with self._listeners_lock:
+            conn = self._listeners.pop() if self._listeners else None
+        if conn is None or conn.closed:
+            conninfo = self._pool.conninfo() if callable(self._pool.conninfo) else self._pool.conninfo
+            pool_kwargs = self._pool.kwargs() if callable(self._pool.kwargs) else self._pool.kwargs
+            kwargs = {k: v for k, v in (pool_kwargs or {}).items() if k != "autocommit"}
+            conn = psycopg.connect(conninfo, autocommit=True, **kwargs)
+            try:
+                row = conn.execute(Q_CHANNEL, (self.queue,)).fetchone()
+                assert row is not None
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(str(row[0]))))
+            except BaseException:
+                conn.close()
+                raise
+        clean = False
+        try:
+            yield conn
+            clean = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        finally:
+            if clean and not conn.closed:
+                with self._listeners_lock:
+                    self._listeners.append(conn)
+            else:
+                conn.close()
+
     def poll(
         self,
         max_count: int = 1,
@@ -416,15 +457,26 @@ class DelayedQueue:
                 return self._poll_once(c, max_count, lock_td)
         deadline = time.monotonic() + _as_timedelta(wait, "wait", allow_zero=True).total_seconds()
         check_s = _as_timedelta(idle_check, "idle_check").total_seconds()
-        channel = self.channel()
-        with self._conn(None) as c:
-            if not c.autocommit:
-                raise InvalidArgument("poll(wait=...) needs an autocommit connection to receive notifications")
-            c.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        # A kept-open waiting connection may have been closed by the server meanwhile (restart,
+        # pg_terminate_backend, idle timeout): retry once on a fresh one. A poll whose result was lost
+        # with the connection only delays those messages until their lock expires (at-least-once).
+        for attempt in (1, 2):
+            try:
+                return self._poll_waiting(max_count, lock_td, deadline, check_s)
+            except psycopg.OperationalError as exc:
+                if attempt == 2 or time.monotonic() >= deadline:
+                    raise translate(exc) from exc
+            except psycopg.Error as exc:
+                raise translate(exc) from exc
+        raise AssertionError("unreachable")
+
+    def _poll_waiting(self, max_count: int, lock_td: timedelta, deadline: float, check_s: float) -> list[Message]:
+        with self._listener() as c:
             registered = False
             try:
                 while True:
                     if registered:
+                        # Woken: stop being a waiter (offers stop notifying for us) and poll, in one round trip.
                         with c.pipeline():
                             c.execute(Q_WAIT_DONE, (self.queue,))
                             cur = c.execute(
@@ -446,9 +498,8 @@ class DelayedQueue:
                         for _ in c.notifies(timeout=sleep_s, stop_after=1):
                             pass
             finally:
-                if registered:
+                if registered and not c.closed:
                     c.execute(Q_WAIT_DONE, (self.queue,))
-                c.execute("UNLISTEN *")
 
     @contextmanager
     def transaction(

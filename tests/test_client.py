@@ -243,3 +243,29 @@ def test_cancel_get_contains(q: DelayedQueue) -> None:
     assert q.cancel("c") is True
     assert q.cancel("c") is False
     assert q.get("c") is None and q.next_due() is None
+
+
+def test_poll_wait_reuses_its_listening_connection_and_survives_its_loss(q: DelayedQueue, conn) -> None:
+    """The waiting connection stays open (and LISTENing) between waits; if the server drops it
+    meanwhile, the next wait opens a new one by itself."""
+    assert q.poll(1, wait=0.1) == []
+    pids = [r[0] for r in conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+        "AND query LIKE '%dq_poll_many%'")]
+    assert len(pids) == 1
+    assert q.poll(1, wait=0.1) == []
+    again = [r[0] for r in conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+        "AND query LIKE '%dq_poll_many%'")]
+    assert again == pids  # the same session served the second wait
+
+    conn.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
+    q.offer("after-loss", "x")
+    (m,) = q.poll(1, wait=5)
+    assert m.key == "after-loss" and m.ack()
+
+
+def test_poll_wait_bad_argument_is_typed(q: DelayedQueue) -> None:
+    with pytest.raises(pyqueue.InvalidArgument) as info:
+        q.poll(0, wait=1)
+    assert info.value.sqlstate == "22023"
