@@ -16,12 +16,16 @@ The statements may use ``%(token)s``: the lock token of the message in flight.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
-from sqlhelpers import clean_connection, cloned_database, row_count, table_rows
+from sqlhelpers import module_conn as conn  # noqa: F401  (fixture)
+from sqlhelpers import (
+    module_dsn,  # noqa: F401  (fixture)
+    row_count,
+    table_rows,
+)
 
 BIG = 100_001
 
@@ -225,20 +229,6 @@ CASES = [
     case("wait-max_wait-0", "SELECT dq_wait('q', interval '0')", "22023", "dq_wait:", "max_wait", "positive"),
 ]
 # fmt: on
-
-
-@pytest.fixture(scope="module")
-def module_dsn(admin_dsn: str, template_dsn: str) -> Iterator[str]:
-    """One installed database for this module's single-session tests."""
-    with cloned_database(admin_dsn, template_dsn) as dsn:
-        yield dsn
-
-
-@pytest.fixture
-def conn(module_dsn: str) -> Iterator[psycopg.Connection[Any]]:
-    """Autocommit connection; the queue tables are emptied before each test."""
-    with clean_connection(module_dsn) as c:
-        yield c
 
 
 @pytest.fixture

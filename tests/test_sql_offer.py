@@ -9,14 +9,18 @@ on the client's clock, none prints now().
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg.rows import dict_row
-from sqlhelpers import clean_connection, cloned_database, message, table_rows
+from sqlhelpers import (
+    message,
+    module_dsn,  # noqa: F401  (fixture)
+    table_rows,
+)
+from sqlhelpers import module_conn as conn  # noqa: F401  (fixture)
 
 Q = "q"
 T0 = datetime(2020, 1, 1, 0, 0, 0, tzinfo=UTC)
@@ -39,20 +43,6 @@ DELIVERY_COLUMNS = [
     "locked_until",
 ]
 GET_COLUMNS = [c for c in DELIVERY_COLUMNS if c != "lock_token"]
-
-
-@pytest.fixture(scope="module")
-def module_dsn(admin_dsn: str, template_dsn: str) -> Iterator[str]:
-    """One installed database for this module's single-session tests."""
-    with cloned_database(admin_dsn, template_dsn) as dsn:
-        yield dsn
-
-
-@pytest.fixture
-def conn(module_dsn: str) -> Iterator[psycopg.Connection[Any]]:
-    """Autocommit connection; the queue tables are emptied before each test."""
-    with clean_connection(module_dsn) as c:
-        yield c
 
 
 def offer(
