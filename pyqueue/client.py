@@ -66,6 +66,17 @@ Q_WAIT = "SELECT extract(epoch FROM dq_wait(%s, %s::interval))::float8"
 Q_WAIT_DONE = "SELECT dq_wait_done(%s)"
 
 
+_COMMON_FIELDS = ("id", "queue", "key", "raw_payload", "payload_type", "scheduled_at",
+                  "scheduled_at_initially", "created_at", "delivery_count")
+
+
+def _common_fields(row: Sequence[Any]) -> dict[str, Any]:
+    """The leading columns shared by dq_delivery and dq_message rows (id … delivery_count)."""
+    fields = dict(zip(_COMMON_FIELDS, row, strict=True))
+    fields["raw_payload"] = bytes(fields["raw_payload"])
+    return fields
+
+
 class OfferOutcome(enum.Enum):
     """Result of an offer (seed 003): a new key, a replaced message, or nothing changed."""
 
@@ -368,20 +379,9 @@ class DelayedQueue:
 
     # -- poll ----------------------------------------------------------------------------------
     def _row_to_message(self, row: Sequence[Any]) -> Message:
-        return Message(
-            id=row[0],
-            queue=row[1],
-            key=row[2],
-            raw_payload=bytes(row[3]),
-            payload_type=row[4],
-            scheduled_at=row[5],
-            scheduled_at_initially=row[6],
-            created_at=row[7],
-            delivery_count=row[8],
-            lock_token=row[9],
-            locked_until=row[10],
-            _client=self,
-        )
+        """A ``dq_delivery`` row (the columns of Q_POLL, in order) as a Message."""
+        *common, lock_token, locked_until = row
+        return Message(**_common_fields(common), lock_token=lock_token, locked_until=locked_until, _client=self)
 
     def _poll_once(self, c: Connection, max_count: int, lock_timeout: timedelta) -> list[Message]:
         rows = c.execute(
@@ -565,19 +565,8 @@ class DelayedQueue:
             row = c.execute(Q_GET, (self.queue, key)).fetchone()
         if row is None:
             return None
-        return StoredMessage(
-            id=row[0],
-            queue=row[1],
-            key=row[2],
-            raw_payload=bytes(row[3]),
-            payload_type=row[4],
-            scheduled_at=row[5],
-            scheduled_at_initially=row[6],
-            created_at=row[7],
-            delivery_count=row[8],
-            locked_until=row[9],
-            _serializers=self.serializers,
-        )
+        *common, locked_until = row
+        return StoredMessage(**_common_fields(common), locked_until=locked_until, _serializers=self.serializers)
 
     def contains(self, key: str) -> bool:
         """True when a message with this key is in the queue (seed 003 containsMessage)."""
