@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 QUEUE = "bench"
 PAYLOAD = bytes(range(100))  # every message carries 100 bytes
 MAX_WAIT_S = 5.0  # the waiters' dq_wait max_wait
+ASLEEP_WAIT_S = 600.0  # ... of waiters that stay asleep during the whole run
 WAITER_BATCH = 100  # what a woken waiter polls at once
 PROJECT = Path(__file__).resolve().parent.parent
 STOP = "__bench_stop__"  # notification payload that ends a waiter
@@ -259,7 +260,8 @@ class Workload:
     step: Callable[[psycopg.Connection[Any], Side, int, int], Step]
     batch: int
     target: float  # minimum dq / baseline ratio
-    waiters: int = 0  # extra processes waiting on the queue (LISTEN + dq_wait), consuming it
+    waiters: int = 0  # extra processes waiting on the queue (LISTEN + dq_wait; see _waiter_main)
+    waiters_consume: bool = True  # they wake up and consume; False: they stay asleep
     backlog: int = 0  # due messages pre-filled per run (poll workloads)
 
 
@@ -282,7 +284,8 @@ class Config:
     def workloads(self) -> list[Workload]:
         return [
             Workload("offer", offer_step, 1, 0.70),
-            Workload("offer, 2 waiters", offer_step, 1, 0.70, waiters=2),
+            Workload("offer, 2 waiters asleep", offer_step, 1, 0.70, waiters=2, waiters_consume=False),
+            Workload("offer, 2 consumers", offer_step, 1, 0.70, waiters=2),
             Workload("offer_many x100", offer_many_step, 100, 0.85),
             Workload("offer_many x1000", offer_many_step, 1000, 0.85),
             Workload("poll+ack x1", poll_ack_step, 1, 0.70, backlog=self.backlog_single),
@@ -290,7 +293,7 @@ class Config:
         ]
 
 
-FULL = Config("full", (1, 4, 16), 1.0, 4.0, 60_000, 300_000, (0, 100_000, 1_000_000), 500, 50, repeat=2)
+FULL = Config("full", (1, 4, 16), 1.0, 3.0, 20_000, 200_000, (0, 100_000, 1_000_000), 500, 50, repeat=2)
 QUICK = Config("quick", (1, 4), 0.5, 1.5, 20_000, 60_000, (0, 100_000), 200, 20, repeat=1)
 
 
@@ -353,35 +356,39 @@ def _client_main(
         results.put(("error", client, traceback.format_exc()))
 
 
-def _waiter_main(side: Side, dsn: str, waiter: int, ready: Any, stop: Any, results: Any) -> None:
-    """A consumer following the wake-up protocol: LISTEN; then loop: register with the side's
-    wait statement (dq_wait), sleep on notifications for the time it returned, poll a batch
-    and acknowledge it."""
+def _waiter_main(side: Side, dsn: str, waiter: int, consume: bool, ready: Any, stop: Any, results: Any) -> None:
+    """A consumer following the wake-up protocol: LISTEN; loop: register with the side's wait
+    statement (dq_wait), sleep on notifications for the time it returned, poll a batch and
+    acknowledge it. With consume=False it registers once, for longer than the run, and does not
+    react before the clients are done: a consumer that stays asleep, so every offer finds a
+    waiter to notify (the worst case for offers)."""
     try:
         with connect(dsn) as conn:
             cur = conn.cursor()
             channel = value(cur, side.channel, {"queue": QUEUE})
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
             poll_ack = poll_ack_step(conn, side, 100 + waiter, WAITER_BATCH)
-            wait_args = {"queue": QUEUE, "max_wait": MAX_WAIT_S}
-            stats = {
-                "notifications": 0,
-                "woken_by_notify": 0,
-                "woken_by_timer": 0,
-                "polls": 0,
-                "rows": 0,
-                "asleep_s": 0.0,
-            }
+            wait_args = {"queue": QUEUE, "max_wait": MAX_WAIT_S if consume else ASLEEP_WAIT_S}
+            stats: dict[str, float] = dict.fromkeys(
+                ("notifications", "woken_by_notify", "woken_by_timer", "polls", "rows", "asleep_s"), 0
+            )
+
+            def notified(timeout: float, stop_after: int | None = None) -> list[str]:
+                got = [n.payload for n in conn.notifies(timeout=timeout, stop_after=stop_after)]
+                stats["notifications"] += sum(payload != STOP for payload in got)
+                return got
+
             sleep_s = value(cur, side.wait, wait_args)
             ready.wait(BARRIER_TIMEOUT_S)
             start = time.perf_counter()
+            if not consume:
+                stop.wait()
+                stats["asleep_s"] = time.perf_counter() - start
             while not stop.is_set():
                 if sleep_s > 0:
                     t0 = time.perf_counter()
-                    got = [n.payload for n in conn.notifies(timeout=sleep_s, stop_after=1)]
-                    got += [n.payload for n in conn.notifies(timeout=0)]  # those queued meanwhile
+                    got = notified(sleep_s, stop_after=1) + notified(0)  # and those queued meanwhile
                     stats["asleep_s"] += time.perf_counter() - t0
-                    stats["notifications"] += sum(payload != STOP for payload in got)
                     if STOP in got:
                         break
                     stats["woken_by_notify" if got else "woken_by_timer"] += 1
@@ -389,7 +396,8 @@ def _waiter_main(side: Side, dsn: str, waiter: int, ready: Any, stop: Any, resul
                 stats["rows"] += poll_ack() or 0
                 sleep_s = value(cur, side.wait, wait_args)
             stats["elapsed_s"] = time.perf_counter() - start
-            stats["notifications"] += sum(n.payload != STOP for n in conn.notifies(timeout=0))
+            while notified(0.05):  # count what is still queued
+                pass
         results.put(("waiter", waiter, stats))
     except BaseException:
         ready.abort()
@@ -408,6 +416,7 @@ class RunResult:
     wal_bytes_per_row: float  # WAL written during warm-up and measurement / rows done
     server_us_per_row: float  # CPU time of the database's backends per row, during the measurement
     other_cpu: float  # share of all CPUs used by other processes during the measurement
+    notified_share: float | None  # notifications a waiter received / messages offered (warm-up included)
     waiters: list[dict[str, Any]]
 
 
@@ -427,7 +436,9 @@ def run_clients(
         for i in range(clients)
     ]
     procs += [
-        ctx.Process(target=_waiter_main, daemon=True, args=(side, dsn, i, ready, stop, results))
+        ctx.Process(
+            target=_waiter_main, daemon=True, args=(side, dsn, i, workload.waiters_consume, ready, stop, results)
+        )
         for i in range(workload.waiters)
     ]
     lsn0 = value(admin, "SELECT pg_current_wal_insert_lsn()")
@@ -456,7 +467,8 @@ def run_clients(
     wal = value(admin, "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)", (lsn0,))
     rows = sum(r.rows for r in done)
     cpu = next(r.cpu for r in done if r.cpu is not None)
-    total_rows = rows + sum(r.warmup_rows for r in done) + sum(w["rows"] for w in waiters)
+    total_client_rows = rows + sum(r.warmup_rows for r in done)
+    total_rows = total_client_rows + sum(w["rows"] for w in waiters)
     return RunResult(
         side=side.name,
         clients=clients,
@@ -468,6 +480,7 @@ def run_clients(
         wal_bytes_per_row=float(wal) / max(total_rows, 1),
         server_us_per_row=cpu["server_cpu_s"] * 1e6 / max(rows, 1),
         other_cpu=cpu["other_cpu"],
+        notified_share=max(w["notifications"] for w in waiters) / max(total_client_rows, 1) if waiters else None,
         waiters=waiters,
     )
 
@@ -680,12 +693,15 @@ def measure_cell(admin: psycopg.Connection[Any], dsn: str, wl: Workload, clients
             res = run_clients(admin, dsn, wl, side, clients, cfg)
             runs[side.name].append(res)
             extra = "".join(
-                f"; waiter {i}: asleep {w['asleep_s'] / w['elapsed_s']:.0%}, {w['notifications']} notifications,"
-                f" {w['woken_by_notify']} + {w['woken_by_timer']} notify + timer wake-ups, {w['rows']} rows"
+                f"; waiter {i}: asleep {w['asleep_s'] / w['elapsed_s']:.0%}, {w['notifications']:.0f} notifications,"
+                f" {w['woken_by_notify']:.0f} + {w['woken_by_timer']:.0f} notify + timer wake-ups,"
+                f" {w['rows']:.0f} rows consumed"
                 for i, w in enumerate(res.waiters)
             )
+            if res.notified_share is not None:
+                extra = f"; {res.notified_share:.0%} of offers notified" + extra
             console().log(
-                f"{wl.name:<17} {clients:>2} clients {side.name:<8} {res.rows_per_s:>9,.0f} rows/s"
+                f"{wl.name:<23} {clients:>2} clients {side.name:<8} {res.rows_per_s:>9,.0f} rows/s"
                 f"  server {res.server_us_per_row:,.0f} µs/row  WAL {res.wal_bytes_per_row:,.0f} B/row"
                 f"  other CPU {res.other_cpu:.0%}" + (" [yellow](backlog drained)[/]" if res.exhausted else "") + extra
             )
@@ -696,6 +712,7 @@ def measure_cell(admin: psycopg.Connection[Any], dsn: str, wl: Workload, clients
         "clients": clients,
         "batch": wl.batch,
         "waiters": wl.waiters,
+        "waiters_consume": wl.waiters_consume,
         "backlog": wl.backlog,
         "target": wl.target,
         "ratio": ratio,
