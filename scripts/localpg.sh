@@ -68,7 +68,13 @@ cron.database_name = '$DB'
 log_min_messages = warning
 CONF
     fi
-    if ! status; then
+    if status; then
+        # Something answers on the port: it must be this data directory's server, not another one.
+        if ! as_pg "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
+            echo "localpg: port $PORT is used by another server (not $DATA); set DQ_PGPORT" >&2
+            exit 1
+        fi
+    else
         as_pg "$BIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w -t 60 start >/dev/null
     fi
     if [ "$(psql_admin -d postgres -Atc "SELECT 1 FROM pg_database WHERE datname = '$DB'")" != 1 ]; then
