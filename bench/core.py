@@ -11,9 +11,15 @@ function calls.
 
 Throughput: every workload runs at several client counts; each client is a process ('spawn')
 with its own autocommit connection. Clients line up on a barrier, warm up, line up again and
-count rows for a fixed duration. The dq side and the baseline side of one cell run back to back,
-each on freshly truncated tables after a CHECKPOINT. Both sides use server-side prepared
-statements from the first execution (prepare_threshold=0) and the same payloads (100 bytes).
+count rows for a fixed duration. The dq side and the baseline side of one cell run back to
+back, each on freshly truncated (and, for polls, pre-filled) tables after a CHECKPOINT, `repeat`
+times in alternating order; the best run of each side counts. Both sides use server-side
+prepared statements from the first execution (prepare_threshold=0) and 100-byte payloads.
+Offers with waiters come in two forms: waiters that stay asleep (every offer notifies) and
+consumers that wake up and drain the queue (the protocol's steady state).
+
+Every run also records the CPU time of the database's backends per row and how much CPU other
+processes on the host took meanwhile (the host may be shared; see CpuSnapshot).
 
 Poll latency: one client; the queue holds 0 / 100k / 1M messages scheduled a day ahead; each
 sample offers one due message, times the poll of one message and its ack, then times a poll
@@ -776,7 +782,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.core", description=__doc__.split("\n")[0])
     parser.add_argument("--dsn", required=True, help="admin DSN of the server (a database to connect to)")
     parser.add_argument("--quick", action="store_true", help="smoke test: 1 and 4 clients, short runs, 100k")
-    parser.add_argument("--out", type=Path, default=Path("bench/results/core.json"))
+    parser.add_argument("--out", type=Path, default=PROJECT / "bench" / "results" / "core.json")
     parser.add_argument("--db-name", default="dq_bench", help="benchmark database (dropped and recreated)")
     args = parser.parse_args(argv)
     run(args.dsn, QUICK if args.quick else FULL, args.out, args.db_name)
