@@ -4,7 +4,7 @@
 -- message of a batch can be acknowledged, nacked or extended alone), and the visibility
 -- timeout is the seed's own trick, moving scheduled_at forward to now + lock_timeout.
 --
--- Concurrency (READ COMMITTED): the CTE locks the candidate rows FOR UPDATE SKIP LOCKED, so
+-- Concurrency (READ COMMITTED): the first statement locks the candidate rows FOR UPDATE SKIP LOCKED, so
 -- concurrent pollers never pick the same row; a row that another transaction changed after our
 -- snapshot is re-checked against `scheduled_at <= now` before it is locked (EvalPlanQual), so a
 -- row that was just acquired (its scheduled_at moved into the future) is not taken twice.
@@ -15,10 +15,13 @@ CREATE OR REPLACE FUNCTION dq_poll_many(
 RETURNS SETOF dq_delivery
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, public, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now timestamptz := clock_timestamp();
+    v_now  timestamptz := clock_timestamp();
+    v_ids  bigint[];
+    v_due  timestamptz[];
 BEGIN
     IF dq_poll_many.queue IS NULL OR dq_poll_many.queue = '' OR char_length(dq_poll_many.queue) > 100 THEN
         PERFORM dq__raise_bad_name('dq_poll_many', 'queue', dq_poll_many.queue, 100);
@@ -38,30 +41,39 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
 
+    -- Two statements, both planned once and reused (plan_cache_mode = force_generic_plan): with
+    -- the due bound and the limit as parameters, a custom plan would be rebuilt on every call
+    -- (0.2-0.3 ms of planning, more than the execution), while these generic plans are the ones
+    -- wanted at any table size: an index scan on (queue, scheduled_at), then primary-key probes.
+    SELECT array_agg(c.id ORDER BY c.scheduled_at, c.id), array_agg(c.scheduled_at ORDER BY c.scheduled_at, c.id)
+      INTO v_ids, v_due
+      FROM (SELECT d.id, d.scheduled_at
+              FROM dq_messages d
+             WHERE d.queue = dq_poll_many.queue
+               AND d.scheduled_at <= v_now
+             ORDER BY d.scheduled_at
+             LIMIT dq_poll_many.max_count
+               FOR UPDATE SKIP LOCKED) c;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+
     RETURN QUERY
-    WITH due AS (
-        SELECT c.id, c.scheduled_at
-          FROM dq_messages c
-         WHERE c.queue = dq_poll_many.queue
-           AND c.scheduled_at <= v_now
-         ORDER BY c.scheduled_at
-         LIMIT dq_poll_many.max_count
-           FOR UPDATE SKIP LOCKED
-    ), acquired AS (
+    WITH acquired AS (
         UPDATE dq_messages m
            SET scheduled_at = v_now + dq_poll_many.lock_timeout,
                lock_token = gen_random_uuid(),
                delivery_count = m.delivery_count + 1
-          FROM due
+          FROM unnest(v_ids, v_due) WITH ORDINALITY AS due(id, due_at, n)
          WHERE m.id = due.id
-        RETURNING m.id, m.queue, m.key, m.payload, m.payload_type, due.scheduled_at AS due_at,
+        RETURNING m.id, m.queue, m.key, m.payload, m.payload_type, due.due_at,
                   m.scheduled_at_initially, m.created_at, m.delivery_count, m.lock_token,
-                  m.scheduled_at AS locked_until
+                  m.scheduled_at AS locked_until, due.n
     )
     SELECT a.id, a.queue, a.key, a.payload, a.payload_type, a.due_at, a.scheduled_at_initially,
            a.created_at, a.delivery_count, a.lock_token, a.locked_until
       FROM acquired a
-     ORDER BY a.due_at, a.id;
+     ORDER BY a.n;
 END;
 $$;
 COMMENT ON FUNCTION dq_poll_many(text, integer, interval) IS
