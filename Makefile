@@ -7,7 +7,7 @@ PYTHON ?= python3
 DSN ?= postgresql://postgres:postgres@127.0.0.1:55432/dq
 DOCKER_ENGINE := $(shell docker info >/dev/null 2>&1 && echo yes)
 
-.PHONY: venv up down psql migrate demo test bench lint typecheck clean
+.PHONY: venv up down psql migrate demo test bench bench-quick lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,9 @@ test: venv
 
 bench: venv up
 	$(PY) -m bench.core --dsn "$(DSN)"
+
+bench-quick: venv up
+	$(PY) -m bench.core --dsn "$(DSN)" --quick
 
 lint: venv
 	$(VENV)/bin/ruff check pyqueue tests bench
