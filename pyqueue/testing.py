@@ -66,11 +66,17 @@ def server_dsn() -> str:
         return env
     if docker_available():
         from testcontainers.core.image import DockerImage
-        from testcontainers.postgres import PostgresContainer
+
+        try:  # testcontainers >= 4.14 moved the module (the old path warns)
+            from testcontainers.community.postgres import PostgresContainer
+        except ImportError:  # pragma: no cover - older testcontainers
+            from testcontainers.postgres import PostgresContainer
 
         image = DockerImage(path=str(PROJECT / "docker"), tag="pgdelayq-postgres:test")
         image.build()
-        _container = PostgresContainer(str(image), username="postgres", password="postgres", dbname="dq")
+        _container = PostgresContainer(
+            str(image), username="postgres", password="postgres", dbname="dq", driver=None
+        )
         _container.with_command("postgres -c shared_preload_libraries=pg_cron -c cron.database_name=dq")
         _container.start()
         host = _container.get_container_host_ip()
