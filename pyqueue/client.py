@@ -7,6 +7,7 @@ function, all times come from the database clock, and errors are the typed excep
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import threading
 import time
@@ -66,13 +67,9 @@ Q_WAIT = "SELECT extract(epoch FROM dq_wait(%s, %s::interval))::float8"
 Q_WAIT_DONE = "SELECT dq_wait_done(%s)"
 
 
-_COMMON_FIELDS = ("id", "queue", "key", "raw_payload", "payload_type", "scheduled_at",
-                  "scheduled_at_initially", "created_at", "delivery_count")
-
-
 def _common_fields(row: Sequence[Any]) -> dict[str, Any]:
     """The leading columns shared by dq_delivery and dq_message rows (id … delivery_count)."""
-    fields = dict(zip(_COMMON_FIELDS, row, strict=True))
+    fields = dict(zip((f.name for f in dataclasses.fields(_MessageBase)), row, strict=True))
     fields["raw_payload"] = bytes(fields["raw_payload"])
     return fields
 
@@ -122,8 +119,8 @@ class OfferRequest:
 
 
 @dataclass(frozen=True)
-class StoredMessage:
-    """A message as stored (``dq_get``): no lock token, so it cannot be acknowledged."""
+class _MessageBase:
+    """The columns shared by ``dq_message`` (dq_get) and ``dq_delivery`` (dq_poll_many) rows."""
 
     id: int
     queue: str
@@ -134,17 +131,29 @@ class StoredMessage:
     scheduled_at_initially: datetime
     created_at: datetime
     delivery_count: int
-    locked_until: datetime | None
-    _serializers: SerializerRegistry = field(repr=False, compare=False)
+
+    def _serializers(self) -> SerializerRegistry:
+        return default_registry
 
     @cached_property
     def payload(self) -> Any:
         """The payload decoded by its payload_type; raises :class:`pyqueue.UnknownPayloadType`."""
-        return self._serializers.decode(self.raw_payload, self.payload_type)
+        return self._serializers().decode(self.raw_payload, self.payload_type)
 
 
 @dataclass(frozen=True)
-class Message:
+class StoredMessage(_MessageBase):
+    """A message as stored (``dq_get``): no lock token, so it cannot be acknowledged."""
+
+    locked_until: datetime | None
+    _registry: SerializerRegistry = field(default_factory=lambda: default_registry, repr=False, compare=False)
+
+    def _serializers(self) -> SerializerRegistry:
+        return self._registry
+
+
+@dataclass(frozen=True)
+class Message(_MessageBase):
     """One delivery of a message, held under its own ``lock_token`` until ``locked_until``.
 
     ``payload`` is decoded on first access by the decoder of ``payload_type`` (so a message of an
@@ -153,24 +162,12 @@ class Message:
     delivered again (at-least-once).
     """
 
-    id: int
-    queue: str
-    key: str
-    raw_payload: bytes
-    payload_type: str
-    scheduled_at: datetime
-    scheduled_at_initially: datetime
-    created_at: datetime
-    delivery_count: int
     lock_token: UUID
     locked_until: datetime
     _client: DelayedQueue | None = field(default=None, repr=False, compare=False)
 
-    @cached_property
-    def payload(self) -> Any:
-        """The payload decoded by its payload_type; raises :class:`pyqueue.UnknownPayloadType`."""
-        serializers = self._client.serializers if self._client else default_registry
-        return serializers.decode(self.raw_payload, self.payload_type)
+    def _serializers(self) -> SerializerRegistry:
+        return self._client.serializers if self._client else default_registry
 
     @property
     def is_redelivery(self) -> bool:
@@ -566,7 +563,7 @@ class DelayedQueue:
         if row is None:
             return None
         *common, locked_until = row
-        return StoredMessage(**_common_fields(common), locked_until=locked_until, _serializers=self.serializers)
+        return StoredMessage(**_common_fields(common), locked_until=locked_until, _registry=self.serializers)
 
     def contains(self, key: str) -> bool:
         """True when a message with this key is in the queue (seed 003 containsMessage)."""
