@@ -17,6 +17,7 @@ from .errors import (
 )
 from .migrate import migrate
 from .serializers import SerializerRegistry, registry
+from .worker import Backoff, Worker, WorkerStats
 
 __version__ = "0.1.0"
 
@@ -39,4 +40,7 @@ __all__ = [
     "SerializerRegistry",
     "registry",
     "migrate",
+    "Worker",
+    "Backoff",
+    "WorkerStats",
 ]

@@ -1,4 +1,4 @@
-"""Command line: ``pyqueue migrate | offer | poll | next-due``.
+"""Command line: ``pyqueue migrate | offer | poll | worker | next-due``.
 
 ``pyqueue migrate --dsn DSN`` installs or upgrades the database (same as ``yoyo apply``).
 The DSN defaults to the ``DQ_DSN`` environment variable.
@@ -7,14 +7,18 @@ The DSN defaults to the ``DQ_DSN`` environment variable.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import logging
 import os
 import sys
 from datetime import timedelta
+from typing import Any
 
 from .client import DelayedQueue
 from .errors import PyQueueError
 from .migrate import migrate, pending
+from .worker import Worker
 
 
 def _dsn(args: argparse.Namespace) -> str:
@@ -63,6 +67,37 @@ def _cmd_next_due(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_handler(spec: str) -> Any:
+    """Import ``package.module:function`` from the current directory or PYTHONPATH."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise SystemExit(f"pyqueue worker: handler must be package.module:function, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise SystemExit(f"pyqueue worker: {spec} is not callable")
+    return obj
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=getattr(logging, args.log_level), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    handler = _load_handler(args.handler)
+    with DelayedQueue(_dsn(args), args.queue, pool_size=args.concurrency + 2) as q:
+        Worker(
+            q,
+            handler,
+            concurrency=args.concurrency,
+            batch_size=args.batch_size,
+            lock_timeout=timedelta(seconds=args.lock_timeout),
+            idle_check=timedelta(seconds=args.idle_check),
+            shutdown_grace=timedelta(seconds=args.shutdown_grace),
+        ).run()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyqueue", description="Delayed message queue in PostgreSQL")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -92,6 +127,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", type=float, default=None, help="seconds to wait for a message")
     p.add_argument("--ack", action="store_true", help="acknowledge what was printed")
     p.set_defaults(func=_cmd_poll)
+
+    p = add("worker", "consume a queue with a handler until SIGTERM/SIGINT")
+    p.add_argument("--queue", required=True)
+    p.add_argument("--concurrency", type=int, default=4, help="handler threads (default 4)")
+    p.add_argument("--batch-size", type=int, default=None, help="max messages per poll (default: concurrency)")
+    p.add_argument("--lock-timeout", type=float, default=30.0, help="seconds (default 30); extended while running")
+    p.add_argument("--idle-check", type=float, default=5.0, help="seconds between checks while idle (default 5)")
+    p.add_argument("--shutdown-grace", type=float, default=30.0, help="seconds handlers get on stop (default 30)")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("handler", help="package.module:function, imported from the current directory or PYTHONPATH")
+    p.set_defaults(func=_cmd_worker)
 
     p = add("next-due", "print when the next message becomes visible")
     p.add_argument("--queue", required=True)

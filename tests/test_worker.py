@@ -1,0 +1,155 @@
+"""The worker as real processes (`pyqueue worker …`): delivery, retries with backoff, heartbeats
+for long handlers, graceful SIGTERM, and redelivery after SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pyqueue import Backoff, DelayedQueue, InvalidArgument, OfferRequest, Worker
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def db(dsn: str):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE handled (key text, delivery_count int, phase text, pid int)")
+        yield conn
+
+
+def start_worker(dsn: str, handler: str, *args: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyqueue", "worker", "--dsn", dsn, "--queue", "jobs", *args, handler],
+        cwd=TESTS, env=dict(os.environ, DQ_DSN=dsn), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    return proc
+
+
+def wait_for(conn: psycopg.Connection, query: str, expected: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if conn.execute(query).fetchone()[0] >= expected:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {query} >= {expected}")
+
+
+def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> tuple[int, str]:
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=60)
+    return proc.returncode, out
+
+
+def test_worker_delivers_every_message_once_and_stops_cleanly(dsn: str, db) -> None:
+    with DelayedQueue(dsn, "jobs") as q:
+        q.offer_many([(f"now-{i}", {"i": i}) for i in range(200)])
+        q.offer_many([OfferRequest(f"later-{i}", {"i": i}, delay=1 + i / 20) for i in range(20)])
+    workers = [start_worker(dsn, "workerhandlers:record", "--concurrency", "4", "--idle-check", "1")
+               for _ in range(2)]
+    wait_for(db, "SELECT count(*) FROM handled WHERE phase = 'done'", 220)
+    for proc in workers:
+        code, out = stop(proc)
+        assert code == 0, out
+        assert "worker ready" in out and "worker stopped" in out
+    rows = db.execute("SELECT key, count(*) FROM handled GROUP BY key HAVING count(*) > 1").fetchall()
+    assert rows == []
+    assert db.execute("SELECT count(DISTINCT key) FROM handled").fetchone()[0] == 220
+    assert db.execute("SELECT count(*) FROM dq_messages").fetchone()[0] == 0
+    assert db.execute("SELECT count(DISTINCT pid) FROM handled").fetchone()[0] == 2
+
+
+def test_failed_handler_is_retried_with_backoff(dsn: str, db) -> None:
+    with DelayedQueue(dsn, "jobs") as q:
+        q.offer("flaky", {"x": 1})
+    proc = start_worker(dsn, "workerhandlers:fail_first", "--idle-check", "1")
+    wait_for(db, "SELECT count(*) FROM handled WHERE phase = 'done'", 1)
+    code, out = stop(proc)
+    assert code == 0, out
+    phases = db.execute("SELECT phase, delivery_count FROM handled ORDER BY delivery_count").fetchall()
+    assert phases == [("failed", 1), ("done", 2)]
+    assert "handler failed for key 'flaky'" in out
+    assert db.execute("SELECT count(*) FROM dq_messages").fetchone()[0] == 0
+
+
+def test_long_handler_keeps_its_lock_by_heartbeat(dsn: str, db) -> None:
+    """lock_timeout 1.5 s, handler 4 s: without the heartbeat a second worker would get it."""
+    with DelayedQueue(dsn, "jobs") as q:
+        q.offer("long", {"sleep": 4})
+    workers = [start_worker(dsn, "workerhandlers:slow", "--lock-timeout", "1.5", "--idle-check", "0.5")
+               for _ in range(2)]
+    wait_for(db, "SELECT count(*) FROM handled WHERE phase = 'done'", 1, timeout=40)
+    time.sleep(1)
+    for proc in workers:
+        code, out = stop(proc)
+        assert code == 0, out
+    assert db.execute("SELECT phase, delivery_count FROM handled ORDER BY phase").fetchall() == [
+        ("done", 1), ("started", 1)]
+    assert db.execute("SELECT count(*) FROM dq_messages").fetchone()[0] == 0
+
+
+def test_sigterm_lets_the_running_handler_finish(dsn: str, db) -> None:
+    with DelayedQueue(dsn, "jobs") as q:
+        q.offer("graceful", {"sleep": 2})
+    proc = start_worker(dsn, "workerhandlers:slow", "--lock-timeout", "10")
+    wait_for(db, "SELECT count(*) FROM handled WHERE phase = 'started'", 1)
+    code, out = stop(proc)
+    assert code == 0, out
+    assert db.execute("SELECT count(*) FROM handled WHERE phase = 'done'").fetchone()[0] == 1
+    assert db.execute("SELECT count(*) FROM dq_messages").fetchone()[0] == 0  # acknowledged before exit
+
+
+def test_killed_worker_message_is_redelivered(dsn: str, db) -> None:
+    with DelayedQueue(dsn, "jobs") as q:
+        q.offer("orphan", {"sleep": 30})
+    victim = start_worker(dsn, "workerhandlers:slow", "--lock-timeout", "1")
+    wait_for(db, "SELECT count(*) FROM handled WHERE phase = 'started'", 1)
+    victim.kill()
+    victim.communicate(timeout=30)
+    with DelayedQueue(dsn, "jobs") as q:
+        stored = q.get("orphan")
+        assert stored is not None and stored.delivery_count == 1
+    rescuer = start_worker(dsn, "workerhandlers:record", "--idle-check", "0.5")
+    wait_for(db, "SELECT count(*) FROM handled WHERE phase = 'done'", 1)
+    code, out = stop(rescuer)
+    assert code == 0, out
+    assert db.execute("SELECT delivery_count FROM handled WHERE phase = 'done'").fetchone()[0] == 2
+    assert db.execute("SELECT count(*) FROM dq_messages").fetchone()[0] == 0
+
+
+def test_worker_in_a_thread_stops_on_stop(dsn: str) -> None:
+    import threading
+
+    seen: list[str] = []
+    with DelayedQueue(dsn, "jobs") as q:
+        worker = Worker(q, lambda m: seen.append(m.key), concurrency=2, idle_check=0.5)
+        t = threading.Thread(target=worker.run)
+        t.start()
+        q.offer("threaded", "x")
+        deadline = time.monotonic() + 10
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.02)
+        worker.stop()
+        t.join(timeout=10)
+        assert not t.is_alive()
+        assert seen == ["threaded"]
+        snap = worker.stats.snapshot()
+        assert snap["delivered"] == 1 and snap["acknowledged"] == 1 and snap["failed"] == 0
+        assert sum(snap["lateness_ms"].values()) == 1
+
+
+def test_backoff_and_bad_settings() -> None:
+    b = Backoff(base=__import__("datetime").timedelta(seconds=1), factor=2, jitter=0)
+    assert [b.delay(n).total_seconds() for n in (1, 2, 3)] == [1, 2, 4]
+    assert Backoff(jitter=0).delay(100).total_seconds() == 600  # capped at 10 minutes
+    with pytest.raises(InvalidArgument):
+        Backoff(factor=0.5)
+    with pytest.raises(InvalidArgument):
+        Worker(None, print, concurrency=0)  # type: ignore[arg-type]
