@@ -54,7 +54,9 @@ Q_POLL = (
 )
 Q_ACK = "SELECT dq_ack(%s::uuid)"
 Q_ACK_MANY = "SELECT dq_ack(%s::uuid[])"
-Q_NACK = "SELECT dq_nack(%s::uuid, %s::interval)"
+Q_NACK = "SELECT dq_nack(%s::uuid, %s::interval, %s::text)"
+Q_CONFIGURE = "SELECT max_deliveries, dead_letter_queue FROM dq_configure_queue(%s, %s, %s)"
+Q_REDRIVE = "SELECT dq_redrive(%s, %s)"
 Q_EXTEND = "SELECT dq_extend(%s::uuid, %s::interval)"
 Q_CANCEL = "SELECT dq_cancel(%s, %s)"
 Q_GET = (
@@ -183,9 +185,10 @@ class Message(_MessageBase):
         """Acknowledge (delete) this delivery. False when the lock was lost (stale token)."""
         return self._require_client().ack(self.lock_token, conn=conn)
 
-    def nack(self, delay: Seconds = 0, *, conn: Connection | None = None) -> bool:
-        """Give the message back, visible again after ``delay`` (timedelta or seconds, ≥ 0)."""
-        return self._require_client().nack(self.lock_token, delay, conn=conn)
+    def nack(self, delay: Seconds = 0, *, error: str | None = None, conn: Connection | None = None) -> bool:
+        """Give the message back, visible again after ``delay`` (timedelta or seconds, ≥ 0); ``error``
+        is recorded as its last error (and goes with it to the dead-letter queue)."""
+        return self._require_client().nack(self.lock_token, delay, error=error, conn=conn)
 
     def extend(self, timeout: Seconds, *, conn: Connection | None = None) -> datetime | None:
         """Keep the message invisible for ``timeout`` more from now; None when the lock was lost."""
@@ -535,12 +538,35 @@ class DelayedQueue:
             row = c.execute(Q_ACK_MANY, (tokens,)).fetchone()
         return int(row[0]) if row else 0
 
-    def nack(self, lock_token: UUID, delay: Seconds = 0, *, conn: Connection | None = None) -> bool:
-        """Give the message back, visible after ``delay`` (``dq_nack``; seed 002 reject); False if stale."""
+    def nack(
+        self, lock_token: UUID, delay: Seconds = 0, *, error: str | None = None, conn: Connection | None = None
+    ) -> bool:
+        """Give the message back, visible after ``delay`` (``dq_nack``; seed 002 reject); False if stale.
+
+        :param error: the failure, ≤ 10,000 characters, kept as the message's last_error. At the
+            queue's ``max_deliveries`` the message goes to its dead-letter queue instead.
+        """
         delay_td = _as_timedelta(delay, "delay", allow_zero=True)
         with self._conn(conn) as c:
-            row = c.execute(Q_NACK, (lock_token, delay_td)).fetchone()
+            row = c.execute(Q_NACK, (lock_token, delay_td, error)).fetchone()
         return bool(row and row[0])
+
+    def configure(self, *, max_deliveries: int | None = None, dead_letter_queue: str | None = None) -> None:
+        """Set this queue's delivery limit and dead-letter queue (``dq_configure_queue``).
+
+        :param max_deliveries: deliveries before a message is dead-lettered (≥ 1); None: no limit.
+        :param dead_letter_queue: where such messages go (required with ``max_deliveries``).
+        :raises InvalidArgument: (22023) a limit below 1, no dead-letter queue, or the queue itself.
+        """
+        with self._conn(None) as c:
+            c.execute(Q_CONFIGURE, (self.queue, max_deliveries, dead_letter_queue))
+
+    def redrive(self, max_count: int = 1000) -> int:
+        """Treat this queue as a dead-letter queue: send up to ``max_count`` of its dead letters back to
+        the queues they died in (``dq_redrive``); returns how many moved."""
+        with self._conn(None) as c:
+            row = c.execute(Q_REDRIVE, (self.queue, max_count)).fetchone()
+        return int(row[0]) if row else 0
 
     def extend(self, lock_token: UUID, timeout: Seconds, *, conn: Connection | None = None) -> datetime | None:
         """Heartbeat (``dq_extend``; seed 004): invisible until now + timeout; None if the lock was lost."""

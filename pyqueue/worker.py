@@ -256,7 +256,7 @@ class Worker:
                 self.stats.failed += 1
             if not lost:
                 try:
-                    message.nack(delay)
+                    message.nack(delay, error=f"{type(exc).__name__}: {exc}"[:2000])
                 except PyQueueError as nack_exc:
                     log.warning("nack failed for key %r: %s (the lock will expire)", message.key, nack_exc)
             return

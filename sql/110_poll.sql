@@ -20,8 +20,11 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_now  timestamptz := clock_timestamp();
-    v_ids  bigint[];
-    v_due  timestamptz[];
+    v_ids     bigint[];
+    v_due     timestamptz[];
+    v_counts  integer[];
+    v_max     integer;
+    v_dlq     text;
 BEGIN
     IF dq_poll_many.queue IS NULL OR dq_poll_many.queue = '' OR char_length(dq_poll_many.queue) > 100 THEN
         PERFORM dq__raise_bad_name('dq_poll_many', 'queue', dq_poll_many.queue, 100);
@@ -45,9 +48,10 @@ BEGIN
     -- the due bound and the limit as parameters, a custom plan would be rebuilt on every call
     -- (0.2-0.3 ms of planning, more than the execution), while these generic plans are the ones
     -- wanted at any table size: an index scan on (queue, scheduled_at), then primary-key probes.
-    SELECT array_agg(c.id ORDER BY c.scheduled_at, c.id), array_agg(c.scheduled_at ORDER BY c.scheduled_at, c.id)
-      INTO v_ids, v_due
-      FROM (SELECT d.id, d.scheduled_at
+    SELECT array_agg(c.id ORDER BY c.scheduled_at, c.id), array_agg(c.scheduled_at ORDER BY c.scheduled_at, c.id),
+           array_agg(c.delivery_count ORDER BY c.scheduled_at, c.id)
+      INTO v_ids, v_due, v_counts
+      FROM (SELECT d.id, d.scheduled_at, d.delivery_count
               FROM dq_messages d
              WHERE d.queue = dq_poll_many.queue
                AND d.scheduled_at <= v_now
@@ -56,6 +60,21 @@ BEGIN
                FOR UPDATE SKIP LOCKED) c;
     IF v_ids IS NULL THEN
         RETURN;
+    END IF;
+
+    -- Dead letters (sql/140_dead_letters.sql): a candidate already delivered max_deliveries times
+    -- goes to the dead-letter queue instead of being delivered again; the others are acquired.
+    SELECT q.max_deliveries, q.dead_letter_queue INTO v_max, v_dlq
+      FROM dq_queues q WHERE q.queue = dq_poll_many.queue;
+    IF v_max IS NOT NULL AND EXISTS (SELECT 1 FROM unnest(v_counts) AS n WHERE n >= v_max) THEN
+        PERFORM dq__dead_letter(ARRAY(SELECT u.id FROM unnest(v_ids, v_counts) AS u(id, n) WHERE u.n >= v_max),
+                                v_dlq, v_now);
+        SELECT array_agg(u.id ORDER BY u.o), array_agg(u.due ORDER BY u.o) INTO v_ids, v_due
+          FROM unnest(v_ids, v_due, v_counts) WITH ORDINALITY AS u(id, due, n, o)
+         WHERE u.n < v_max;
+        IF v_ids IS NULL THEN
+            RETURN;
+        END IF;
     END IF;
 
     RETURN QUERY
@@ -77,4 +96,4 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_poll_many(text, integer, interval) IS
-  'dq_poll_many(queue text, max_count integer 1..10000 default 1, lock_timeout interval > 0 default 5 min) -> SETOF (id, queue, key, payload, payload_type, scheduled_at = due time of this delivery, scheduled_at_initially, created_at, delivery_count (>1 = redelivery), lock_token uuid, locked_until timestamptz): acquires up to max_count due messages, earliest first, FOR UPDATE SKIP LOCKED; each gets a fresh lock token and stays invisible until locked_until. Errors: 22004 NULL, 22023 max_count or lock_timeout out of range. Source: seed 003 tryPollMany, seed 000 visibility timeout.';
+  'dq_poll_many(queue text, max_count integer 1..10000 default 1, lock_timeout interval > 0 default 5 min) -> SETOF (id, queue, key, payload, payload_type, scheduled_at = due time of this delivery, scheduled_at_initially, created_at, delivery_count (>1 = redelivery), lock_token uuid, locked_until timestamptz): acquires up to max_count due messages, earliest first, FOR UPDATE SKIP LOCKED; each gets a fresh lock token and stays invisible until locked_until; a due message already delivered max_deliveries times (dq_configure_queue) goes to the dead-letter queue instead. Errors: 22004 NULL, 22023 max_count or lock_timeout out of range. Source: seed 003 tryPollMany, seed 000 visibility timeout.';

@@ -47,15 +47,19 @@ $$;
 COMMENT ON FUNCTION dq_ack(uuid[]) IS
   'dq_ack(lock_tokens uuid[]) -> integer: deletes the messages still held under these tokens and returns how many; stale tokens delete nothing. Errors: 22004 NULL array.';
 
-CREATE OR REPLACE FUNCTION dq_nack(lock_token uuid, delay interval DEFAULT '0')
+CREATE OR REPLACE FUNCTION dq_nack(lock_token uuid, delay interval DEFAULT '0', error text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, public, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_queue text;
-    v_at    timestamptz;
+    v_id     bigint;
+    v_queue  text;
+    v_at     timestamptz;
+    v_count  integer;
+    v_max    integer;
+    v_dlq    text;
 BEGIN
     IF dq_nack.lock_token IS NULL THEN
         PERFORM dq__raise_null('dq_nack', 'lock_token');
@@ -66,13 +70,25 @@ BEGIN
     IF dq_nack.delay < interval '0' THEN
         RAISE EXCEPTION 'dq_nack: delay is %, it must not be negative', dq_nack.delay USING ERRCODE = '22023';
     END IF;
+    IF char_length(dq_nack.error) > 10000 THEN
+        RAISE EXCEPTION 'dq_nack: error is % characters, the limit is 10000', char_length(dq_nack.error)
+            USING ERRCODE = '22001';
+    END IF;
     UPDATE dq_messages m
        SET scheduled_at = clock_timestamp() + dq_nack.delay,
-           lock_token = NULL
+           lock_token = NULL,
+           last_error = coalesce(dq_nack.error, m.last_error),
+           last_error_at = CASE WHEN dq_nack.error IS NOT NULL THEN clock_timestamp() ELSE m.last_error_at END
      WHERE m.lock_token = dq_nack.lock_token
-    RETURNING m.queue, m.scheduled_at INTO v_queue, v_at;
+    RETURNING m.id, m.queue, m.scheduled_at, m.delivery_count INTO v_id, v_queue, v_at, v_count;
     IF NOT FOUND THEN
         RETURN false;
+    END IF;
+    -- At the delivery limit: dead-letter now rather than after the delay (sql/140_dead_letters.sql).
+    SELECT q.max_deliveries, q.dead_letter_queue INTO v_max, v_dlq FROM dq_queues q WHERE q.queue = v_queue;
+    IF v_count >= v_max THEN
+        PERFORM dq__dead_letter(ARRAY[v_id], v_dlq, clock_timestamp());
+        RETURN true;
     END IF;
     IF EXISTS (SELECT 1 FROM dq_waiters w
                 WHERE w.queue = v_queue AND w.wake_at > greatest(v_at, clock_timestamp())) THEN
@@ -81,8 +97,8 @@ BEGIN
     RETURN true;
 END;
 $$;
-COMMENT ON FUNCTION dq_nack(uuid, interval) IS
-  'dq_nack(lock_token uuid, delay interval >= 0 default 0) -> boolean: gives the message back, visible again at now + delay, keeping its delivery_count; false for a stale token. Errors: 22004 NULL, 22023 negative delay. Source: seed 002 reject.';
+COMMENT ON FUNCTION dq_nack(uuid, interval, text) IS
+  'dq_nack(lock_token uuid, delay interval >= 0 default 0, error text <= 10000 chars default NULL) -> boolean: gives the message back, visible again at now + delay, keeping its delivery_count and recording error as last_error; at the queue''s max_deliveries it goes to the dead-letter queue instead. False for a stale token. Errors: 22004 NULL, 22023 negative delay, 22001 error too long. Source: seed 002 reject; seed 001 dead-letter use.';
 
 CREATE OR REPLACE FUNCTION dq_extend(lock_token uuid, lock_timeout interval)
 RETURNS timestamptz

@@ -103,11 +103,21 @@ def test_dump_normalisation_keeps_the_schema_and_drops_yoyo(template_dsn):
     assert "SET " not in dump.splitlines()[0]
 
 
+def schema_steps() -> list[str]:
+    """The numbered schema migrations, in order (everything but the function step 9999_sql)."""
+    return sorted(m.id for m in read_migrations(str(migrations_dir())) if m.id != "9999_sql")
+
+
 def test_fresh_equals_upgraded_step_by_step_with_up_to(template_dsn, new_database):
+    """Each schema step alone, in order (an older release's schema each time), then the installer."""
+    steps = schema_steps()
+    assert len(steps) >= 3
     stepwise = new_database()
-    assert migrate(stepwise, up_to="0001_messages") == ["0001_messages"]
+    assert migrate(stepwise, up_to=steps[0]) == [steps[0]]
     assert not {"dq_waiters", "dq_meta"} & tables(stepwise)
-    assert migrate(stepwise) == ["0002_waiters_and_meta", "9999_sql"]
+    for step in steps[1:-1]:
+        assert migrate(stepwise, up_to=step) == [step]
+    assert migrate(stepwise) == [steps[-1], "9999_sql"]
     assert schema_dump(stepwise) == schema_dump(template_dsn)
     assert checksum(stepwise) == checksum(template_dsn)
 
@@ -125,7 +135,7 @@ def test_fresh_equals_upgraded_step_by_step(template_dsn, new_database):
     assert {"dq_messages"} <= tables(stepwise)
     assert not {"dq_waiters", "dq_meta"} & tables(stepwise)
 
-    assert migrate(stepwise) == ["0002_waiters_and_meta", "9999_sql"]
+    assert migrate(stepwise) == [*schema_steps()[1:], "9999_sql"]
     assert schema_dump(stepwise) == schema_dump(template_dsn)
     assert checksum(stepwise) == checksum(template_dsn)
     assert applied_migrations(stepwise) == applied_migrations(template_dsn)
@@ -142,7 +152,7 @@ def test_migrate_twice_changes_nothing(dsn):
     assert schema_dump(dsn) == dump
     assert functions(dsn) == funcs, "functions were re-created although sql/ did not change"
     assert query(dsn, "SELECT * FROM dq_meta ORDER BY name") == meta
-    assert applied_migrations(dsn) == [("0001_messages",), ("0002_waiters_and_meta",)]
+    assert applied_migrations(dsn) == [(m,) for m in schema_steps()]
     assert pending(dsn) == ["9999_sql"]
 
 
@@ -186,4 +196,4 @@ def test_changed_sql_reaches_an_installed_database_through_yoyo_apply(dsn, tmp_p
     assert checksum(dsn) != sum_before
     # Exactly that function body changed, nothing else.
     assert schema_dump(dsn) == dump_before.replace("SELECT 'dq_' || md5(queue) $$", "SELECT 'dqv2_' || md5(queue) $$")
-    assert applied_migrations(dsn) == [("0001_messages",), ("0002_waiters_and_meta",)]
+    assert applied_migrations(dsn) == [(m,) for m in schema_steps()]

@@ -35,3 +35,8 @@ def slow(message: Message) -> None:
     _record(message, "started")
     time.sleep(float(message.payload["sleep"]))
     _record(message, "done")
+
+
+def always_fail(message: Message) -> None:
+    _record(message, "failed")
+    raise ValueError(f"cannot handle {message.key}")

@@ -1,0 +1,3 @@
+ALTER TABLE dq_messages DROP COLUMN IF EXISTS dead_at, DROP COLUMN IF EXISTS dead_from,
+    DROP COLUMN IF EXISTS last_error_at, DROP COLUMN IF EXISTS last_error;
+DROP TABLE IF EXISTS dq_queues;

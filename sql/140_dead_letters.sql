@@ -1,0 +1,156 @@
+-- Per-queue configuration and dead letters (issue 3).
+--
+-- A queue configured with max_deliveries N and a dead-letter queue D: a message delivered N times
+-- that comes due again (its handler failed and dq_nack gave it back, or its lock expired again
+-- and again because its worker died) is moved to queue D instead of being delivered an (N+1)-th
+-- time. The move keeps key, payload, payload_type, created_at and delivery_count, and records
+-- last_error / last_error_at (dq_nack's error text, or the lock expiry), dead_from (the queue it
+-- died in) and dead_at. D is an ordinary queue: it can be polled, inspected with dq_get, and sent
+-- back with dq_redrive. If D already holds a dead letter with the same key, the newer replaces it.
+
+CREATE OR REPLACE FUNCTION dq_configure_queue(
+    queue              text,
+    max_deliveries     integer DEFAULT NULL,
+    dead_letter_queue  text DEFAULT NULL)
+RETURNS dq_queues
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_row dq_queues;
+BEGIN
+    IF dq_configure_queue.queue IS NULL OR dq_configure_queue.queue = '' OR char_length(dq_configure_queue.queue) > 100 THEN
+        PERFORM dq__raise_bad_name('dq_configure_queue', 'queue', dq_configure_queue.queue, 100);
+    END IF;
+    IF dq_configure_queue.max_deliveries < 1 THEN
+        RAISE EXCEPTION 'dq_configure_queue: max_deliveries is %, it must be at least 1 (or NULL for no limit)',
+            dq_configure_queue.max_deliveries USING ERRCODE = '22023';
+    END IF;
+    IF dq_configure_queue.dead_letter_queue IS NOT NULL AND (dq_configure_queue.dead_letter_queue = ''
+       OR char_length(dq_configure_queue.dead_letter_queue) > 100) THEN
+        PERFORM dq__raise_bad_name('dq_configure_queue', 'dead_letter_queue', dq_configure_queue.dead_letter_queue, 100);
+    END IF;
+    IF dq_configure_queue.dead_letter_queue = dq_configure_queue.queue THEN
+        RAISE EXCEPTION 'dq_configure_queue: dead_letter_queue must differ from queue' USING ERRCODE = '22023';
+    END IF;
+    IF dq_configure_queue.max_deliveries IS NOT NULL AND dq_configure_queue.dead_letter_queue IS NULL THEN
+        RAISE EXCEPTION 'dq_configure_queue: max_deliveries needs a dead_letter_queue' USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO dq_queues AS q (queue, max_deliveries, dead_letter_queue, updated_at)
+    VALUES (dq_configure_queue.queue, dq_configure_queue.max_deliveries, dq_configure_queue.dead_letter_queue, now())
+    ON CONFLICT (queue) DO UPDATE
+       SET max_deliveries = EXCLUDED.max_deliveries,
+           dead_letter_queue = EXCLUDED.dead_letter_queue,
+           updated_at = EXCLUDED.updated_at
+    RETURNING q.* INTO v_row;
+    RETURN v_row;
+END;
+$$;
+COMMENT ON FUNCTION dq_configure_queue(text, integer, text) IS
+  'dq_configure_queue(queue text, max_deliveries integer >= 1 or NULL = unlimited, dead_letter_queue text (required with max_deliveries, not the queue itself)) -> dq_queues: sets the queue''s delivery limit and dead-letter queue (replacing earlier settings). Errors: 22004/22023/22001 queue or dead_letter_queue, 22023 max_deliveries < 1, missing dead_letter_queue, or dead_letter_queue = queue.';
+
+-- Move the given rows (locked by the caller's transaction) to dead_letter_queue. A row still
+-- carrying its lock token died of lock expiry: that is recorded as its last error, at the time the
+-- lock expired (its scheduled_at). Concurrency: the caller holds the rows' locks (poll's FOR UPDATE
+-- SKIP LOCKED, nack's UPDATE); the insert into the dead-letter queue is an INSERT .. ON CONFLICT
+-- DO UPDATE, atomic against a concurrent dead-lettering of the same key.
+CREATE OR REPLACE FUNCTION dq__dead_letter(ids bigint[], dead_letter_queue text, at timestamptz)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_count integer;
+BEGIN
+    WITH dead AS (
+        DELETE FROM dq_messages m WHERE m.id = ANY (dq__dead_letter.ids)
+        RETURNING m.queue, m.key, m.payload, m.payload_type, m.created_at, m.delivery_count, m.lock_token,
+                  m.scheduled_at, m.last_error, m.last_error_at
+    ), moved AS (
+        INSERT INTO dq_messages AS d
+               (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,
+                delivery_count, last_error, last_error_at, dead_from, dead_at)
+        SELECT dq__dead_letter.dead_letter_queue, dead.key, dead.payload, dead.payload_type, dq__dead_letter.at,
+               dq__dead_letter.at, dead.created_at, dead.delivery_count,
+               CASE WHEN dead.lock_token IS NOT NULL
+                    THEN format('lock expired: delivery %s was not acknowledged', dead.delivery_count)
+                    ELSE dead.last_error END,
+               CASE WHEN dead.lock_token IS NOT NULL THEN dead.scheduled_at ELSE dead.last_error_at END,
+               dead.queue, dq__dead_letter.at
+          FROM dead
+         ORDER BY dead.key
+        ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO UPDATE
+           SET payload = EXCLUDED.payload, payload_type = EXCLUDED.payload_type,
+               scheduled_at = EXCLUDED.scheduled_at, scheduled_at_initially = EXCLUDED.scheduled_at_initially,
+               created_at = EXCLUDED.created_at, delivery_count = EXCLUDED.delivery_count, lock_token = NULL,
+               last_error = EXCLUDED.last_error, last_error_at = EXCLUDED.last_error_at,
+               dead_from = EXCLUDED.dead_from, dead_at = EXCLUDED.dead_at
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_count FROM moved;
+    RETURN v_count;
+END;
+$$;
+COMMENT ON FUNCTION dq__dead_letter(bigint[], text, timestamptz) IS
+  'Internal: moves locked rows to a dead-letter queue (see sql/140_dead_letters.sql).';
+
+-- Send dead letters back to the queues they died in, due now, with delivery_count 0 (the error
+-- stays in last_error for the record). Concurrency: candidates are taken FOR UPDATE SKIP LOCKED
+-- (concurrent redrives share the work); a dead letter whose key is live again in its queue stays
+-- where it is (INSERT .. ON CONFLICT DO NOTHING, and only what was inserted is deleted), so
+-- nothing is lost or overwritten.
+CREATE OR REPLACE FUNCTION dq_redrive(dead_letter_queue text, max_count integer DEFAULT 1000)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now   timestamptz := clock_timestamp();
+    v_count integer;
+BEGIN
+    IF dq_redrive.dead_letter_queue IS NULL OR dq_redrive.dead_letter_queue = ''
+       OR char_length(dq_redrive.dead_letter_queue) > 100 THEN
+        PERFORM dq__raise_bad_name('dq_redrive', 'dead_letter_queue', dq_redrive.dead_letter_queue, 100);
+    END IF;
+    IF dq_redrive.max_count IS NULL THEN
+        PERFORM dq__raise_null('dq_redrive', 'max_count');
+    END IF;
+    IF dq_redrive.max_count < 1 OR dq_redrive.max_count > 100000 THEN
+        RAISE EXCEPTION 'dq_redrive: max_count is %, it must be between 1 and 100000', dq_redrive.max_count
+            USING ERRCODE = '22023';
+    END IF;
+    WITH cand AS (
+        SELECT c.id, c.dead_from, c.key, c.payload, c.payload_type, c.created_at, c.last_error, c.last_error_at
+          FROM dq_messages c
+         WHERE c.queue = dq_redrive.dead_letter_queue AND c.dead_from IS NOT NULL
+         ORDER BY c.dead_at, c.id
+         LIMIT dq_redrive.max_count
+           FOR UPDATE SKIP LOCKED
+    ), ins AS (
+        INSERT INTO dq_messages AS m
+               (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,
+                delivery_count, last_error, last_error_at)
+        SELECT cand.dead_from, cand.key, cand.payload, cand.payload_type, v_now, v_now, cand.created_at,
+               0, cand.last_error, cand.last_error_at
+          FROM cand
+         ORDER BY cand.dead_from, cand.key
+        ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO NOTHING
+        RETURNING m.queue, m.key
+    ), gone AS (
+        DELETE FROM dq_messages d
+         USING cand, ins
+         WHERE d.id = cand.id AND ins.queue = cand.dead_from AND ins.key = cand.key
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_count FROM gone;
+    IF v_count > 0 THEN
+        RAISE NOTICE 'dq_redrive: % dead letters of % sent back to their queues', v_count, dq_redrive.dead_letter_queue;
+    END IF;
+    RETURN v_count;
+END;
+$$;
+COMMENT ON FUNCTION dq_redrive(text, integer) IS
+  'dq_redrive(dead_letter_queue text, max_count integer 1..100000 default 1000) -> integer: sends up to max_count dead letters back to the queues they died in (due now, delivery_count 0); one whose key is live again there stays in the dead-letter queue. Errors: 22004/22023/22001 dead_letter_queue, 22004/22023 max_count.';
