@@ -82,7 +82,8 @@ def test_redrive_sends_back_and_never_overwrites_a_live_key(conn) -> None:
     conn.execute("SELECT dq_offer('jobs', 'b', 'a new b')")  # b is live again in jobs
     assert conn.execute("SELECT dq_redrive('jobs.dead')").fetchone()[0] == 1
     assert row(conn, "jobs", "a")[:4] == (0, "boom", True, None)
-    assert conn.execute("SELECT payload FROM dq_messages WHERE queue = 'jobs' AND key = 'b'").fetchone()[0] == b"a new b"
+    live_b = conn.execute("SELECT payload FROM dq_messages WHERE queue = 'jobs' AND key = 'b'").fetchone()[0]
+    assert live_b == b"a new b"
     assert row(conn, "jobs.dead", "b") is not None  # kept, not lost
     assert conn.execute("SELECT dq_redrive('jobs.dead')").fetchone()[0] == 0
 
