@@ -273,11 +273,17 @@ class Worker:
             tokens, self._done = self._done, []
         if not tokens:
             return
-        try:
-            acked = self.queue.ack_many(tokens)
-        except PyQueueError as exc:
-            log.warning("acknowledging %d messages failed (%s); they will be redelivered", len(tokens), exc)
-            return
+        # A connection cut under us (server restart, pg_terminate_backend) fails the first attempt; the
+        # tokens are still valid, so one retry on a fresh pooled connection avoids a redelivery.
+        for attempt in (1, 2):
+            try:
+                acked = self.queue.ack_many(tokens)
+                break
+            except PyQueueError as exc:
+                if attempt == 2:
+                    log.warning("acknowledging %d messages failed (%s); they will be redelivered", len(tokens), exc)
+                    return
+                log.info("acknowledging %d messages failed (%s); retrying", len(tokens), exc)
         with self.stats._lock:
             self.stats.acknowledged += acked
             self.stats.lock_lost += len(tokens) - acked

@@ -153,3 +153,27 @@ def test_backoff_and_bad_settings() -> None:
         Backoff(factor=0.5)
     with pytest.raises(InvalidArgument):
         Worker(None, print, concurrency=0)  # type: ignore[arg-type]
+
+
+def test_worker_survives_its_connections_being_cut(dsn: str, db) -> None:
+    """pg_terminate_backend on every connection of a running worker: it reconnects by itself and
+    handles what comes after; nothing is lost."""
+    with DelayedQueue(dsn, "jobs") as q:
+        q.offer_many([(f"before-{i}", {"i": i}) for i in range(20)])
+        ours = [r[0] for r in db.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()")]
+        proc = start_worker(dsn, "workerhandlers:record", "--idle-check", "1", "--lock-timeout", "3")
+        wait_for(db, "SELECT count(*) FROM handled WHERE key LIKE 'before-%'", 20)
+        time.sleep(0.5)  # idle: waiting on LISTEN
+        killed = db.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> ALL(%s)",
+            (ours,),
+        ).fetchone()[0]
+        assert killed >= 1
+        q.offer_many([(f"after-{i}", {"i": i}) for i in range(20)])
+        wait_for(db, "SELECT count(*) FROM handled WHERE key LIKE 'after-%'", 20, timeout=40)
+    code, out = stop(proc)
+    assert code == 0, out
+    assert db.execute("SELECT count(DISTINCT key) FROM handled").fetchone()[0] == 40
+    assert db.execute("SELECT count(*) FROM dq_messages").fetchone()[0] == 0
