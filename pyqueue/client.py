@@ -65,8 +65,11 @@ Q_GET = (
 )
 Q_NEXT_DUE = "SELECT dq_next_due(%s)"
 Q_CHANNEL = "SELECT dq_channel(%s)"
-Q_WAIT = "SELECT extract(epoch FROM dq_wait(%s, %s::interval))::float8"
-Q_WAIT_DONE = "SELECT dq_wait_done(%s)"
+Q_POLL_OR_WAIT = (
+    "SELECT id, %(queue)s::text, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, "
+    "delivery_count, lock_token, locked_until, extract(epoch FROM wake_in)::float8 "
+    "FROM dq_poll_or_wait(%(queue)s, %(max_count)s, %(lock_timeout)s, %(max_wait)s)"
+)
 
 
 def _common_fields(row: Sequence[Any]) -> dict[str, Any]:
@@ -471,35 +474,31 @@ class DelayedQueue:
         raise AssertionError("unreachable")
 
     def _poll_waiting(self, max_count: int, lock_td: timedelta, deadline: float, check_s: float) -> list[Message]:
+        """One ``dq_poll_or_wait`` per cycle: it ends the previous wait, polls, and when nothing came
+        registers the wait and says how long to sleep; then sleep on LISTEN until a notification or
+        that time. An idle consumer thus costs one statement per wake-up. The registration is left
+        in place on return: it expires by itself (at most ``idle_check`` later) and the next call
+        replaces it."""
         with self._listener() as c:
-            registered = False
-            try:
-                while True:
-                    if registered:
-                        # Woken: stop being a waiter (offers stop notifying for us) and poll, in one round trip.
-                        with c.pipeline():
-                            c.execute(Q_WAIT_DONE, (self.queue,))
-                            cur = c.execute(
-                                Q_POLL,
-                                {"queue": self.queue, "max_count": max_count, "lock_timeout": lock_td},
-                            )
-                        registered = False
-                        messages = [self._row_to_message(r) for r in cur.fetchall()]
-                    else:
-                        messages = self._poll_once(c, max_count, lock_td)
-                    remaining = deadline - time.monotonic()
-                    if messages or remaining <= 0:
-                        return messages
-                    max_wait = timedelta(seconds=min(remaining, check_s))
-                    row = c.execute(Q_WAIT, (self.queue, max_wait)).fetchone()
-                    registered = True
-                    sleep_s = float(row[0]) if row else 0.0
-                    if sleep_s > 0:
-                        for _ in c.notifies(timeout=sleep_s, stop_after=1):
-                            pass
-            finally:
-                if registered and not c.closed:
-                    c.execute(Q_WAIT_DONE, (self.queue,))
+            first = True
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 and not first:
+                    return []
+                first = False
+                max_wait = timedelta(seconds=min(max(remaining, 0.001), check_s))
+                rows = c.execute(
+                    Q_POLL_OR_WAIT,
+                    {"queue": self.queue, "max_count": max_count, "lock_timeout": lock_td, "max_wait": max_wait},
+                ).fetchall()
+                if rows and rows[0][0] is not None:
+                    return [self._row_to_message(r[:11]) for r in rows]
+                if remaining <= 0:
+                    return []
+                sleep_s = min(float(rows[0][11]), remaining) if rows else 0.0
+                if sleep_s > 0:
+                    for _ in c.notifies(timeout=sleep_s, stop_after=1):
+                        pass
 
     @contextmanager
     def transaction(

@@ -251,12 +251,12 @@ def test_poll_wait_reuses_its_listening_connection_and_survives_its_loss(q: Dela
     assert q.poll(1, wait=0.1) == []
     pids = [r[0] for r in conn.execute(
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
-        "AND query LIKE '%dq_poll_many%'")]
+        "AND query LIKE '%dq_poll_or_wait%'")]
     assert len(pids) == 1
     assert q.poll(1, wait=0.1) == []
     again = [r[0] for r in conn.execute(
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
-        "AND query LIKE '%dq_poll_many%'")]
+        "AND query LIKE '%dq_poll_or_wait%'")]
     assert again == pids  # the same session served the second wait
 
     conn.execute("SELECT pg_terminate_backend(%s)", (pids[0],))

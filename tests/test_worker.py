@@ -177,3 +177,25 @@ def test_worker_survives_its_connections_being_cut(dsn: str, db) -> None:
     assert code == 0, out
     assert db.execute("SELECT count(DISTINCT key) FROM handled").fetchone()[0] == 40
     assert db.execute("SELECT count(*) FROM dq_messages").fetchone()[0] == 0
+
+
+def test_idle_worker_stays_within_its_query_budget(dsn: str) -> None:
+    """An idle worker over 10 s with idle_check 5 s: counted on the server (track_functions on the
+    worker's own sessions, reported when they end), it calls dq_poll_or_wait about once per
+    idle_check and nothing else but its start-up dq_channel."""
+    worker_dsn = dsn + " options='-c track_functions=all'"
+    proc = start_worker(worker_dsn, "workerhandlers:record", "--idle-check", "5")
+    time.sleep(10)
+    code, out = stop(proc)
+    assert code == 0, out
+    time.sleep(1.5)  # the sessions' statistics are reported as they close
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        calls = dict(conn.execute(
+            "SELECT funcname, calls FROM pg_stat_user_functions WHERE funcname LIKE 'dq%'").fetchall())
+    assert calls.get("dq_channel") == 1, calls
+    assert 2 <= calls.get("dq_poll_or_wait", 0) <= 3, calls  # at 0 s and 5 s (and at 10 s if the timer won)
+    top_level = {"dq_ack", "dq_nack", "dq_extend", "dq_offer", "dq_get", "dq_next_due", "dq_wait_done"}
+    assert not top_level & set(calls), calls
+    # nested calls only: every dq_poll_many / dq_wait came from a dq_poll_or_wait
+    assert calls.get("dq_poll_many", 0) == calls["dq_poll_or_wait"], calls

@@ -1,0 +1,47 @@
+-- dq_poll_or_wait: the waiting consumer's whole cycle in one statement (issue 3's idle budget).
+--
+-- It ends the caller's previous wait (its dq_waiters row), polls like dq_poll_many, and when
+-- nothing was acquired registers the caller as waiting (like dq_wait) and returns one row whose id
+-- is NULL and whose wake_in says how long to sleep on LISTEN before calling again. So an idle
+-- consumer costs one statement per wake-up (its own timer, at most max_wait apart, or a
+-- notification), not three. Concurrency: as dq_poll_many and dq_wait (same statements).
+CREATE OR REPLACE FUNCTION dq_poll_or_wait(
+    queue         text,
+    max_count     integer DEFAULT 1,
+    lock_timeout  interval DEFAULT '5 minutes',
+    max_wait      interval DEFAULT '5 seconds')
+RETURNS TABLE (
+    id                      bigint,
+    key                     text,
+    payload                 bytea,
+    payload_type            text,
+    scheduled_at            timestamptz,
+    scheduled_at_initially  timestamptz,
+    created_at              timestamptz,
+    delivery_count          integer,
+    lock_token              uuid,
+    locked_until            timestamptz,
+    wake_in                 interval)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    v_count integer;
+    v_q     text := $1;
+BEGIN
+    DELETE FROM dq_waiters w WHERE w.queue = v_q AND w.pid = pg_backend_pid();
+    RETURN QUERY
+    SELECT d.id, d.key, d.payload, d.payload_type, d.scheduled_at, d.scheduled_at_initially, d.created_at,
+           d.delivery_count, d.lock_token, d.locked_until, NULL::interval
+      FROM dq_poll_many(v_q, $2, $3) AS d;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count = 0 THEN
+        RETURN QUERY
+        SELECT NULL::bigint, NULL::text, NULL::bytea, NULL::text, NULL::timestamptz, NULL::timestamptz,
+               NULL::timestamptz, NULL::integer, NULL::uuid, NULL::timestamptz, dq_wait(v_q, $4);
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION dq_poll_or_wait(text, integer, interval, interval) IS
+  'dq_poll_or_wait(queue text, max_count integer, lock_timeout interval, max_wait interval default 5 s) -> the rows of dq_poll_many (wake_in NULL), or, when nothing was acquired, one row with id NULL and wake_in = how long to sleep on LISTEN dq_channel(queue) (the caller is registered as waiting, as by dq_wait). One statement per idle cycle. Errors: those of dq_poll_many and dq_wait.';
