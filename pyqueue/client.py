@@ -392,10 +392,10 @@ class DelayedQueue:
         ).fetchall()
         return [self._row_to_message(r) for r in rows]
 
-    def channel(self) -> str:
-        """The LISTEN channel of this queue (``dq_channel``)."""
+    def channel(self, *, conn: Connection | None = None) -> str:
+        """The LISTEN channel of this queue (``dq_channel``), looked up once (on ``conn`` if given)."""
         if self._channel is None:
-            with self._conn(None) as c:
+            with self._conn(conn) as c:
                 row = c.execute(Q_CHANNEL, (self.queue,)).fetchone()
             assert row is not None
             self._channel = str(row[0])
@@ -416,9 +416,7 @@ class DelayedQueue:
             kwargs = {k: v for k, v in (pool_kwargs or {}).items() if k != "autocommit"}
             conn = psycopg.connect(conninfo, autocommit=True, **kwargs)
             try:
-                row = conn.execute(Q_CHANNEL, (self.queue,)).fetchone()
-                assert row is not None
-                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(str(row[0]))))
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel(conn=conn))))
             except BaseException:
                 conn.close()
                 raise

@@ -202,7 +202,7 @@ class Worker:
             if in_main:
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
-            done, pending = wait(futures, timeout=self.shutdown_grace)
+            _, pending = wait(futures, timeout=self.shutdown_grace)
             if pending:
                 log.warning("%d handlers still running after the grace period; their messages will be "
                             "redelivered when their locks expire", len(pending))
