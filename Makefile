@@ -58,5 +58,5 @@ lint: venv
 
 clean:
 	-scripts/localpg.sh destroy
-	-DQ_PGDATA=$(CURDIR)/.pgdata-test DQ_PGPORT=55433 scripts/localpg.sh destroy
+	-DQ_PGDATA=$(CURDIR)/.pgdata-test DQ_PGPORT=$${DQ_TEST_PGPORT:-55433} scripts/localpg.sh destroy
 	rm -rf $(VENV)

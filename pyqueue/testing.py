@@ -2,7 +2,8 @@
 
 * :func:`server_dsn` finds or starts a server: ``DQ_TEST_DSN`` if set; else a testcontainers
   PostgreSQL with pg_cron (the image of ``docker/Dockerfile``) when a Docker engine answers;
-  else the private local server of ``scripts/localpg.sh`` (data in ``.pgdata-test``, port 55433).
+  else the private local server of ``scripts/localpg.sh`` (data in ``.pgdata-test``, port 55433,
+  or ``DQ_TEST_PGPORT``: two checkouts testing at once each need their own port).
 * :func:`create_template` builds a database with the real installer (:func:`pyqueue.migrate.migrate`).
 * :func:`clone_database` / :func:`drop_database` give each test its own copy
   (``CREATE DATABASE … TEMPLATE``), so tests with several sessions (NOTIFY, SKIP LOCKED, workers)
@@ -82,7 +83,8 @@ def server_dsn() -> str:
         host = _container.get_container_host_ip()
         port = _container.get_exposed_port(5432)
         return f"postgresql://postgres:postgres@{host}:{port}/dq"
-    env_vars = dict(os.environ, DQ_PGDATA=str(PROJECT / ".pgdata-test"), DQ_PGPORT="55433", DQ_PGDB="dq")
+    port = os.environ.get("DQ_TEST_PGPORT", "55433")
+    env_vars = dict(os.environ, DQ_PGDATA=str(PROJECT / ".pgdata-test"), DQ_PGPORT=port, DQ_PGDB="dq")
     out = subprocess.run(
         [str(PROJECT / "scripts" / "localpg.sh"), "up"], env=env_vars, check=True, capture_output=True, text=True
     )
