@@ -7,15 +7,13 @@ function, all times come from the database clock, and errors are the typed excep
 
 from __future__ import annotations
 
-import dataclasses
-import enum
+import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import cached_property
 from typing import Any
 from uuid import UUID
 
@@ -24,6 +22,33 @@ from psycopg import sql
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
+from . import _core
+from ._core import (
+    LISTEN_PROBE_TIMEOUT_S,
+    LISTEN_UNAVAILABLE,
+    Q_ACK,
+    Q_ACK_MANY,
+    Q_BACKEND_PID,
+    Q_CANCEL,
+    Q_CHANNEL,
+    Q_CONFIGURE,
+    Q_EXTEND,
+    Q_GET,
+    Q_NACK,
+    Q_NEXT_DUE,
+    Q_NOTIFY,
+    Q_OFFER,
+    Q_POLL,
+    Q_POLL_OR_WAIT,
+    Q_REDRIVE,
+    Q_UNLISTEN_ALL,
+    MessageBase,
+    OfferOutcome,
+    OfferRequest,
+    Seconds,
+    as_timedelta,
+    common_fields,
+)
 from .errors import InvalidArgument, translate, translating
 from .serializers import SerializerRegistry
 from .serializers import registry as default_registry
@@ -32,122 +57,24 @@ __all__ = ["DelayedQueue", "Message", "StoredMessage", "OfferOutcome", "OfferReq
 
 Connection = psycopg.Connection[TupleRow]
 
-# Named queries (never built from runtime data).
-Q_OFFER = (
-    "SELECT dq_offer(%(queue)s, %(key)s, %(payload)s::bytea, "
-    "coalesce(%(at)s::timestamptz, now() + coalesce(%(delay)s::interval, interval '0')), "
-    "%(can_update)s, %(payload_type)s)"
-)
-Q_OFFER_MANY = (
-    "SELECT key, outcome FROM dq_offer_many(%(queue)s, %(keys)s::text[], %(payloads)s::bytea[], "
-    "(SELECT array_agg(coalesce(u.at, now() + coalesce(u.delay, interval '0')) ORDER BY u.i) "
-    "   FROM unnest(%(ats)s::timestamptz[], %(delays)s::interval[]) WITH ORDINALITY AS u(at, delay, i)), "
-    "%(can_update)s, %(payload_types)s::text[])"
-)
-Q_OFFER_MANY_NOW = (
-    "SELECT key, outcome FROM dq_offer_many(%(queue)s, %(keys)s::text[], %(payloads)s::bytea[], NULL, "
-    "%(can_update)s, %(payload_types)s::text[])"
-)
-Q_POLL = (
-    "SELECT id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, "
-    "delivery_count, lock_token, locked_until FROM dq_poll_many(%(queue)s, %(max_count)s, %(lock_timeout)s)"
-)
-Q_ACK = "SELECT dq_ack(%s::uuid)"
-Q_ACK_MANY = "SELECT dq_ack(%s::uuid[])"
-Q_NACK = "SELECT dq_nack(%s::uuid, %s::interval, %s::text)"
-Q_CONFIGURE = "SELECT max_deliveries, dead_letter_queue FROM dq_configure_queue(%s, %s, %s)"
-Q_REDRIVE = "SELECT dq_redrive(%s, %s)"
-Q_EXTEND = "SELECT dq_extend(%s::uuid, %s::interval)"
-Q_CANCEL = "SELECT dq_cancel(%s, %s)"
-Q_GET = (
-    "SELECT id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, "
-    "delivery_count, locked_until FROM dq_get(%s, %s)"
-)
-Q_NEXT_DUE = "SELECT dq_next_due(%s)"
-Q_CHANNEL = "SELECT dq_channel(%s)"
-Q_POLL_OR_WAIT = (
-    "SELECT id, %(queue)s::text, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, "
-    "delivery_count, lock_token, locked_until, extract(epoch FROM wake_in)::float8 "
-    "FROM dq_poll_or_wait(%(queue)s, %(max_count)s, %(lock_timeout)s, %(max_wait)s)"
-)
+log = logging.getLogger("pyqueue.client")
 
 
-def _common_fields(row: Sequence[Any]) -> dict[str, Any]:
-    """The leading columns shared by dq_delivery and dq_message rows (id … delivery_count)."""
-    fields = dict(zip((f.name for f in dataclasses.fields(_MessageBase)), row, strict=True))
-    fields["raw_payload"] = bytes(fields["raw_payload"])
-    return fields
+def _behind_pooler(conn: Connection) -> bool:
+    """True when a connection pooler (PgBouncer…) sits between us and the server: the backend pid
+    libpq was given at connect (the pooler's own cancel key) is not the server process's."""
+    row = conn.execute(Q_BACKEND_PID).fetchone()
+    return row is not None and row[0] != conn.info.backend_pid
 
 
-class OfferOutcome(enum.Enum):
-    """Result of an offer (seed 003): a new key, a replaced message, or nothing changed."""
-
-    CREATED = "created"
-    UPDATED = "updated"
-    IGNORED = "ignored"
-
-
-Seconds = float | int | timedelta
-
-
-def _as_timedelta(value: Seconds, name: str, *, allow_zero: bool = False) -> timedelta:
-    td = value if isinstance(value, timedelta) else timedelta(seconds=float(value))
-    if td < timedelta(0) or (td == timedelta(0) and not allow_zero):
-        raise InvalidArgument(f"{name} is {td}, it must be {'non-negative' if allow_zero else 'positive'}")
-    return td
-
-
-def _check_at(at: datetime | None, delay: Seconds | None) -> tuple[datetime | None, timedelta | None]:
-    if at is not None and delay is not None:
-        raise InvalidArgument("pass either at or delay, not both")
-    if at is not None and at.tzinfo is None:
-        raise InvalidArgument("at must be timezone-aware (a naive datetime has no defined instant)")
-    return at, (None if delay is None else _as_timedelta(delay, "delay", allow_zero=True))
-
+def _configure(conn: Connection) -> None:
+    """Pool hook for new connections: behind a pooler, psycopg's client-side prepared statements
+    would be created on one server connection and used on another, so they are turned off."""
+    if _behind_pooler(conn):
+        conn.prepare_threshold = None
 
 @dataclass(frozen=True)
-class OfferRequest:
-    """One message for :meth:`DelayedQueue.offer_many`.
-
-    :param key: de-duplication key, 1–200 characters.
-    :param payload: bytes, str, or any object the payload_type's encoder takes (JSON by default).
-    :param at: delivery time (timezone-aware); ``None`` with ``delay=None`` means now (database clock).
-    :param delay: delivery after this long from now on the database clock (timedelta or seconds).
-    :param payload_type: type tag; inferred from the payload when ``None`` (bytes/text/json).
-    """
-
-    key: str
-    payload: Any
-    at: datetime | None = None
-    delay: timedelta | float | None = None
-    payload_type: str | None = None
-
-
-@dataclass(frozen=True)
-class _MessageBase:
-    """The columns shared by ``dq_message`` (dq_get) and ``dq_delivery`` (dq_poll_many) rows."""
-
-    id: int
-    queue: str
-    key: str
-    raw_payload: bytes
-    payload_type: str
-    scheduled_at: datetime
-    scheduled_at_initially: datetime
-    created_at: datetime
-    delivery_count: int
-
-    def _serializers(self) -> SerializerRegistry:
-        return default_registry
-
-    @cached_property
-    def payload(self) -> Any:
-        """The payload decoded by its payload_type; raises :class:`pyqueue.UnknownPayloadType`."""
-        return self._serializers().decode(self.raw_payload, self.payload_type)
-
-
-@dataclass(frozen=True)
-class StoredMessage(_MessageBase):
+class StoredMessage(MessageBase):
     """A message as stored (``dq_get``): no lock token, so it cannot be acknowledged."""
 
     locked_until: datetime | None
@@ -158,7 +85,7 @@ class StoredMessage(_MessageBase):
 
 
 @dataclass(frozen=True)
-class Message(_MessageBase):
+class Message(MessageBase):
     """One delivery of a message, held under its own ``lock_token`` until ``locked_until``.
 
     ``payload`` is decoded on first access by the decoder of ``payload_type`` (so a message of an
@@ -233,9 +160,7 @@ class DelayedQueue:
         serializers: SerializerRegistry | None = None,
         pool_size: int = 4,
     ) -> None:
-        if not isinstance(queue, str) or not 1 <= len(queue) <= 100:
-            raise InvalidArgument("queue must be a str of 1 to 100 characters")
-        self.queue = queue
+        self.queue = _core.check_queue_name(queue)
         self.serializers = serializers or default_registry
         if isinstance(conninfo_or_pool, ConnectionPool):
             self._pool = conninfo_or_pool
@@ -246,6 +171,7 @@ class DelayedQueue:
                 min_size=1,
                 max_size=pool_size,
                 kwargs={"autocommit": True},
+                configure=_configure,
                 open=True,
                 name=f"pyqueue:{queue}",
             )
@@ -255,6 +181,10 @@ class DelayedQueue:
         # UNLISTEN per wait would cost two round trips); one per concurrently waiting thread.
         self._listeners: list[Connection] = []
         self._listeners_lock = threading.Lock()
+        # Whether notifications reach a LISTENing connection: None until a probe told (only
+        # behind a pooler is there anything to probe), False for the life of this object after
+        # a failed probe (waits become timed polls).
+        self.listen_available: bool | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -315,17 +245,7 @@ class DelayedQueue:
         :returns: :class:`OfferOutcome`.
         :raises InvalidArgument: (22023/22004/22001) bad key, payload, time or type.
         """
-        at, delay_td = _check_at(at, delay)
-        data, ptype = self.serializers.encode(payload, payload_type)
-        params = {
-            "queue": self.queue,
-            "key": key,
-            "payload": data,
-            "at": at,
-            "delay": delay_td,
-            "can_update": can_update,
-            "payload_type": ptype,
-        }
+        params = _core.offer_params(self.serializers, self.queue, key, payload, at, delay, can_update, payload_type)
         with self._conn(conn) as c:
             row = c.execute(Q_OFFER, params).fetchone()
         assert row is not None
@@ -347,35 +267,10 @@ class DelayedQueue:
         :returns: ``{key: OfferOutcome}`` in input order.
         :raises InvalidArgument: a repeated key (22023), a bad element, or over 100,000 items (54000).
         """
-        keys: list[str] = []
-        payloads: list[bytes] = []
-        types: list[str] = []
-        ats: list[datetime | None] = []
-        delays: list[timedelta | None] = []
-        for item in items:
-            req = item if isinstance(item, OfferRequest) else OfferRequest(item[0], item[1])
-            at, delay_td = _check_at(req.at, req.delay)
-            data, ptype = self.serializers.encode(req.payload, req.payload_type)
-            keys.append(req.key)
-            payloads.append(data)
-            types.append(ptype)
-            ats.append(at)
-            delays.append(delay_td)
-        if not keys:
+        prepared = _core.offer_many_query(self.serializers, self.queue, items, can_update)
+        if prepared is None:
             return {}
-        params: dict[str, Any] = {
-            "queue": self.queue,
-            "keys": keys,
-            "payloads": payloads,
-            "can_update": can_update,
-            "payload_types": types,
-        }
-        if all(a is None for a in ats) and all(d is None for d in delays):
-            query = Q_OFFER_MANY_NOW
-        else:
-            query = Q_OFFER_MANY
-            params["ats"] = ats
-            params["delays"] = delays
+        query, params = prepared
         with self._conn(conn) as c:
             rows = c.execute(query, params).fetchall()
         return {k: OfferOutcome(o) for k, o in rows}
@@ -383,13 +278,11 @@ class DelayedQueue:
     # -- poll ----------------------------------------------------------------------------------
     def _row_to_message(self, row: Sequence[Any]) -> Message:
         """A ``dq_delivery`` row (the columns of Q_POLL, in order) as a Message."""
-        *common, lock_token, locked_until = row
-        return Message(**_common_fields(common), lock_token=lock_token, locked_until=locked_until, _client=self)
+        fields, lock_token, locked_until = _core.split_delivery(row)
+        return Message(**fields, lock_token=lock_token, locked_until=locked_until, _client=self)
 
     def _poll_once(self, c: Connection, max_count: int, lock_timeout: timedelta) -> list[Message]:
-        rows = c.execute(
-            Q_POLL, {"queue": self.queue, "max_count": max_count, "lock_timeout": lock_timeout}
-        ).fetchall()
+        rows = c.execute(Q_POLL, _core.poll_params(self.queue, max_count, lock_timeout)).fetchall()
         return [self._row_to_message(r) for r in rows]
 
     def channel(self, *, conn: Connection | None = None) -> str:
@@ -416,7 +309,7 @@ class DelayedQueue:
             kwargs = {k: v for k, v in (pool_kwargs or {}).items() if k != "autocommit"}
             conn = psycopg.connect(conninfo, autocommit=True, **kwargs)
             try:
-                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel(conn=conn))))
+                self._start_listening(conn)
             except BaseException:
                 conn.close()
                 raise
@@ -430,6 +323,32 @@ class DelayedQueue:
                     self._listeners.append(conn)
             else:
                 conn.close()
+
+    def _start_listening(self, conn: Connection) -> None:
+        """LISTEN on this queue's channel; behind a pooler, first check that a notification sent
+        from another connection arrives (a transaction-pooling PgBouncer hands the session to
+        other clients between transactions, so it would not). Without notifications the waits
+        fall back to timed polls (:attr:`listen_available` False), logged once."""
+        pooled = _behind_pooler(conn)
+        if pooled:
+            conn.prepare_threshold = None
+        if self.listen_available is False:
+            return
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel(conn=conn))))
+        if not pooled or self.listen_available:
+            return
+        probe = _core.probe_channel()
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(probe)))
+        with self._pool.connection() as other:
+            other.execute(Q_NOTIFY, (probe,))
+        arrived = any(True for _ in conn.notifies(timeout=LISTEN_PROBE_TIMEOUT_S, stop_after=1))
+        if arrived:
+            conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(probe)))
+            self.listen_available = True
+        else:
+            self.listen_available = False
+            conn.execute(Q_UNLISTEN_ALL)
+            log.warning(LISTEN_UNAVAILABLE, self.queue)
 
     def poll(
         self,
@@ -452,12 +371,12 @@ class DelayedQueue:
         :returns: the acquired messages (possibly empty).
         :raises InvalidArgument: max_count or lock_timeout out of range.
         """
-        lock_td = _as_timedelta(lock_timeout, "lock_timeout")
+        lock_td = as_timedelta(lock_timeout, "lock_timeout")
         if wait is None:
             with self._conn(None) as c:
                 return self._poll_once(c, max_count, lock_td)
-        deadline = time.monotonic() + _as_timedelta(wait, "wait", allow_zero=True).total_seconds()
-        check_s = _as_timedelta(idle_check, "idle_check").total_seconds()
+        deadline = time.monotonic() + as_timedelta(wait, "wait", allow_zero=True).total_seconds()
+        check_s = as_timedelta(idle_check, "idle_check").total_seconds()
         # A kept-open waiting connection may have been closed by the server meanwhile (restart,
         # pg_terminate_backend, idle timeout): retry once on a fresh one. A poll whose result was lost
         # with the connection only delays those messages until their lock expires (at-least-once).
@@ -494,7 +413,9 @@ class DelayedQueue:
                 if remaining <= 0:
                     return []
                 sleep_s = min(float(rows[0][11]), remaining) if rows else 0.0
-                if sleep_s > 0:
+                if sleep_s > 0 and self.listen_available is False:
+                    time.sleep(sleep_s)
+                elif sleep_s > 0:
                     for _ in c.notifies(timeout=sleep_s, stop_after=1):
                         pass
 
@@ -511,7 +432,7 @@ class DelayedQueue:
         the message stays in the queue, not even its delivery_count changes. The rows stay locked
         (FOR UPDATE) for the life of the transaction, so keep the handler short.
         """
-        lock_td = _as_timedelta(lock_timeout, "lock_timeout")
+        lock_td = as_timedelta(lock_timeout, "lock_timeout")
         with self._conn(None) as c:
             with c.transaction():
                 messages = self._poll_once(c, max_count, lock_td)
@@ -543,7 +464,7 @@ class DelayedQueue:
         :param error: the failure, ≤ 10,000 characters, kept as the message's last_error. At the
             queue's ``max_deliveries`` the message goes to its dead-letter queue instead.
         """
-        delay_td = _as_timedelta(delay, "delay", allow_zero=True)
+        delay_td = as_timedelta(delay, "delay", allow_zero=True)
         with self._conn(conn) as c:
             row = c.execute(Q_NACK, (lock_token, delay_td, error)).fetchone()
         return bool(row and row[0])
@@ -567,7 +488,7 @@ class DelayedQueue:
 
     def extend(self, lock_token: UUID, timeout: Seconds, *, conn: Connection | None = None) -> datetime | None:
         """Heartbeat (``dq_extend``; seed 004): invisible until now + timeout; None if the lock was lost."""
-        timeout_td = _as_timedelta(timeout, "timeout")
+        timeout_td = as_timedelta(timeout, "timeout")
         with self._conn(conn) as c:
             row = c.execute(Q_EXTEND, (lock_token, timeout_td)).fetchone()
         return row[0] if row else None
@@ -586,7 +507,7 @@ class DelayedQueue:
         if row is None:
             return None
         *common, locked_until = row
-        return StoredMessage(**_common_fields(common), locked_until=locked_until, _registry=self.serializers)
+        return StoredMessage(**common_fields(common), locked_until=locked_until, _registry=self.serializers)
 
     def contains(self, key: str) -> bool:
         """True when a message with this key is in the queue (seed 003 containsMessage)."""

@@ -103,7 +103,129 @@ class _Shutdown(KeyboardInterrupt):
     """Raised by the signal handler to end an idle wait at once (psycopg cancels like on Ctrl-C)."""
 
 
-class Worker:
+#: Waits after consecutive failed polls (the database unreachable): 0.5 s doubling up to 30 s.
+RECONNECT_BASE_S = 0.5
+RECONNECT_CAP_S = 30.0
+
+
+class _WorkerCore:
+    """Settings, counters and the bookkeeping of deliveries, shared by :class:`Worker` and
+    :class:`pyqueue.aio.AsyncWorker` (which differ only in how they wait and run handlers)."""
+
+    def __init__(
+        self,
+        handler: Callable[[Any], Any],
+        *,
+        concurrency: int,
+        batch_size: int | None,
+        lock_timeout: float | timedelta,
+        idle_check: float | timedelta,
+        backoff: Backoff | None,
+        shutdown_grace: float | timedelta,
+    ) -> None:
+        if concurrency < 1:
+            raise InvalidArgument(f"concurrency is {concurrency}, it must be at least 1")
+        if batch_size is not None and not 1 <= batch_size <= 10000:
+            raise InvalidArgument(f"batch_size is {batch_size}, it must be between 1 and 10000")
+        self.handler = handler
+        self.concurrency = concurrency
+        self.batch_size = batch_size or concurrency
+        self.lock_timeout = timedelta(seconds=_seconds(lock_timeout, "lock_timeout"))
+        self.idle_check = timedelta(seconds=_seconds(idle_check, "idle_check"))
+        self.backoff = backoff or Backoff()
+        self.shutdown_grace = _seconds(shutdown_grace, "shutdown_grace")
+        self.stats = WorkerStats()
+        self._signals = 0
+        self._poll_failures = 0
+        self._running: dict[UUID, Any] = {}  # lock token -> message, while its handler runs
+        self._lost: set[UUID] = set()
+        self._done: list[UUID] = []  # finished, to acknowledge in the next batch
+        self._lock = threading.Lock()
+
+    def _ready_line(self, queue: str) -> None:
+        log.info(
+            "worker ready: queue %r, concurrency %d, batch %d, lock_timeout %s",
+            queue, self.concurrency, self.batch_size, self.lock_timeout,
+        )
+
+    def _poll_failed(self, exc: Exception) -> float:
+        """Log a failed poll; returns how long to wait before the next (growing, with jitter)."""
+        self._poll_failures += 1
+        delay = min(RECONNECT_BASE_S * 2.0 ** (self._poll_failures - 1), RECONNECT_CAP_S) * random.uniform(0.8, 1.2)
+        log.warning("poll failed (attempt %d: %s); retrying in %.1f s", self._poll_failures, exc, delay)
+        return delay
+
+    def _poll_succeeded(self) -> None:
+        if self._poll_failures:
+            log.info("database reachable again after %d failed polls", self._poll_failures)
+            self._poll_failures = 0
+
+    def _received(self, message: Any) -> None:
+        claim_to_due = message.locked_until - self.lock_timeout - message.scheduled_at
+        lateness_ms = max(claim_to_due.total_seconds() * 1000, 0.0)
+        bucket = next(i for i, b in enumerate(LATENESS_BUCKETS_MS) if lateness_ms <= b)
+        with self.stats._lock:
+            self.stats.delivered += 1
+            self.stats.lateness_ms[bucket] += 1
+        with self._lock:
+            self._running[message.lock_token] = message
+
+    def _failed(self, message: Any, exc: BaseException) -> tuple[timedelta, str] | None:
+        """Bookkeeping of a raising handler: the nack delay and error text, or None when the lock
+        was lost meanwhile (nothing to nack)."""
+        delay = self.backoff.delay(message.delivery_count)
+        log.warning("handler failed for key %r (delivery %d): %r; retry in %.1f s",
+                    message.key, message.delivery_count, exc, delay.total_seconds())
+        with self._lock:
+            self._running.pop(message.lock_token, None)
+            lost = message.lock_token in self._lost
+            self._lost.discard(message.lock_token)
+        with self.stats._lock:
+            self.stats.failed += 1
+        return None if lost else (delay, f"{type(exc).__name__}: {exc}"[:2000])
+
+    def _succeeded(self, message: Any) -> None:
+        with self._lock:
+            self._running.pop(message.lock_token, None)
+            if message.lock_token in self._lost:
+                self._lost.discard(message.lock_token)
+                log.warning("key %r finished after its lock was lost: not acknowledged", message.key)
+            else:
+                self._done.append(message.lock_token)
+
+    def _take_done(self) -> list[UUID]:
+        with self._lock:
+            tokens, self._done = self._done, []
+        return tokens
+
+    def _acked(self, tokens: list[UUID], acked: int) -> None:
+        with self.stats._lock:
+            self.stats.acknowledged += acked
+            self.stats.lock_lost += len(tokens) - acked
+
+    def _running_now(self) -> list[Any]:
+        with self._lock:
+            return list(self._running.values())
+
+    def _lock_lost(self, message: Any) -> None:
+        log.warning("lock of key %r was lost; its result will not be acknowledged", message.key)
+        with self._lock:
+            self._lost.add(message.lock_token)
+        with self.stats._lock:
+            self.stats.lock_lost += 1
+
+    def _second_signal(self, signum: int) -> bool:
+        """Count a signal; on the second, exit at once (running messages are redelivered when
+        their locks expire). Returns True for the first."""
+        self._signals += 1
+        if self._signals > 1:
+            log.warning("second signal %s: exiting now; locks of running messages will expire", signum)
+            os._exit(1)
+        log.info("signal %s: stopping (grace %.0f s)", signum, self.shutdown_grace)
+        return True
+
+
+class Worker(_WorkerCore):
     """Consume ``queue`` with ``handler`` until stopped.
 
     :param queue: the :class:`DelayedQueue` to consume (its pool should allow ``concurrency + 2``
@@ -116,7 +238,11 @@ class Worker:
         extends it every third of it while the handler runs.
     :param idle_check: while idle, re-check the queue at least this often (timedelta or seconds).
     :param backoff: retry delays after a failure.
-    :param shutdown_grace: on stop, how long running handlers may finish (seconds).
+    :param shutdown_grace: on stop, how long running handlers may finish (timedelta or seconds).
+
+    When the database is unreachable, polls are retried after 0.5 s, 1 s, 2 s … up to 30 s; the
+    connections are re-opened by the pool. When LISTEN/NOTIFY does not work on the connection (a
+    transaction-pooling PgBouncer), the queue falls back to timed polls and logs it once.
     """
 
     def __init__(
@@ -131,27 +257,14 @@ class Worker:
         backoff: Backoff | None = None,
         shutdown_grace: float | timedelta = timedelta(seconds=30),
     ) -> None:
-        if concurrency < 1:
-            raise InvalidArgument(f"concurrency is {concurrency}, it must be at least 1")
-        if batch_size is not None and not 1 <= batch_size <= 10000:
-            raise InvalidArgument(f"batch_size is {batch_size}, it must be between 1 and 10000")
+        super().__init__(
+            handler, concurrency=concurrency, batch_size=batch_size, lock_timeout=lock_timeout,
+            idle_check=idle_check, backoff=backoff, shutdown_grace=shutdown_grace,
+        )
         self.queue = queue
-        self.handler = handler
-        self.concurrency = concurrency
-        self.batch_size = batch_size or concurrency
-        self.lock_timeout = timedelta(seconds=_seconds(lock_timeout, "lock_timeout"))
-        self.idle_check = timedelta(seconds=_seconds(idle_check, "idle_check"))
-        self.backoff = backoff or Backoff()
-        self.shutdown_grace = _seconds(shutdown_grace, "shutdown_grace")
-        self.stats = WorkerStats()
         self._stop = threading.Event()
         self._finished = threading.Event()  # set once no handler runs any more: ends the heartbeat
         self._idle_waiting = False
-        self._signals = 0
-        self._running: dict[UUID, Message] = {}  # lock token -> message, while its handler runs
-        self._lost: set[UUID] = set()
-        self._done: list[UUID] = []  # finished, to acknowledge in the next batch
-        self._lock = threading.Lock()
 
     # -- control -------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -159,18 +272,15 @@ class Worker:
         self._stop.set()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self._signals += 1
-        if self._signals > 1:
-            log.warning("second signal %s: exiting now; locks of running messages will expire", signum)
-            os._exit(1)
-        log.info("signal %s: stopping (grace %.0f s)", signum, self.shutdown_grace)
+        self._second_signal(signum)
         self._stop.set()
         if self._idle_waiting:
             raise _Shutdown
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> None:
-        """Run until :meth:`stop` or SIGTERM/SIGINT (handled when called from the main thread)."""
+        """Run until :meth:`stop` or SIGTERM/SIGINT (handled when called from the main thread;
+        a second signal, also during the grace period, exits the process at once)."""
         in_main = threading.current_thread() is threading.main_thread()
         previous = {}
         if in_main:
@@ -180,10 +290,7 @@ class Worker:
         heartbeat.start()
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="pyqueue-handler")
         futures: set[Future[None]] = set()
-        log.info(
-            "worker ready: queue %r, concurrency %d, batch %d, lock_timeout %s",
-            self.queue.queue, self.concurrency, self.batch_size, self.lock_timeout,
-        )
+        self._ready_line(self.queue.queue)
         try:
             while not self._stop.is_set():
                 self._flush_acks()
@@ -199,78 +306,58 @@ class Worker:
                 if not messages and futures:
                     wait(futures, timeout=0.5, return_when=FIRST_COMPLETED)
         finally:
-            if in_main:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
-            _, pending = wait(futures, timeout=self.shutdown_grace)
-            if pending:
-                log.warning("%d handlers still running after the grace period; their messages will be "
-                            "redelivered when their locks expire", len(pending))
-            self._stop.set()
-            self._finished.set()
-            self._flush_acks()
-            pool.shutdown(wait=False, cancel_futures=True)
-            log.info("worker stopped: %s", self.stats.snapshot())
+            try:
+                _, pending = wait(futures, timeout=self.shutdown_grace)
+                if pending:
+                    log.warning("%d handlers still running after the grace period; their messages will be "
+                                "redelivered when their locks expire", len(pending))
+                self._stop.set()
+                self._finished.set()
+                self._flush_acks()
+                pool.shutdown(wait=False, cancel_futures=True)
+                log.info("worker stopped: %s", self.stats.snapshot())
+            finally:
+                if in_main:  # only now: a second signal during the grace period must still exit at once
+                    for sig, handler in previous.items():
+                        signal.signal(sig, handler)
 
     def _poll(self, max_count: int, *, idle: bool) -> list[Message]:
         try:
             if not idle:
-                return self.queue.poll(max_count, lock_timeout=self.lock_timeout)
-            self._idle_waiting = True
-            try:
-                if self._stop.is_set():
-                    return []
-                return self.queue.poll(
-                    max_count, lock_timeout=self.lock_timeout, wait=self.idle_check, idle_check=self.idle_check
-                )
-            finally:
-                self._idle_waiting = False
+                messages = self.queue.poll(max_count, lock_timeout=self.lock_timeout)
+            else:
+                self._idle_waiting = True
+                try:
+                    if self._stop.is_set():
+                        return []
+                    messages = self.queue.poll(
+                        max_count, lock_timeout=self.lock_timeout, wait=self.idle_check, idle_check=self.idle_check
+                    )
+                finally:
+                    self._idle_waiting = False
         except _Shutdown:
             return []
         except PyQueueError as exc:
-            log.warning("poll failed (%s); retrying in 1 s", exc)
-            self._stop.wait(1.0)
+            self._stop.wait(self._poll_failed(exc))
             return []
-
-    def _received(self, message: Message) -> None:
-        claim_to_due = message.locked_until - self.lock_timeout - message.scheduled_at
-        lateness_ms = max(claim_to_due.total_seconds() * 1000, 0.0)
-        bucket = next(i for i, b in enumerate(LATENESS_BUCKETS_MS) if lateness_ms <= b)
-        with self.stats._lock:
-            self.stats.delivered += 1
-            self.stats.lateness_ms[bucket] += 1
-        with self._lock:
-            self._running[message.lock_token] = message
+        self._poll_succeeded()
+        return messages
 
     def _handle(self, message: Message) -> None:
         try:
             self.handler(message)
         except Exception as exc:  # the handler's failure: nack with backoff
-            delay = self.backoff.delay(message.delivery_count)
-            log.warning("handler failed for key %r (delivery %d): %r; retry in %.1f s",
-                        message.key, message.delivery_count, exc, delay.total_seconds())
-            with self._lock:
-                self._running.pop(message.lock_token, None)
-                lost = message.lock_token in self._lost
-            with self.stats._lock:
-                self.stats.failed += 1
-            if not lost:
+            nack = self._failed(message, exc)
+            if nack is not None:
                 try:
-                    message.nack(delay, error=f"{type(exc).__name__}: {exc}"[:2000])
+                    message.nack(nack[0], error=nack[1])
                 except PyQueueError as nack_exc:
                     log.warning("nack failed for key %r: %s (the lock will expire)", message.key, nack_exc)
             return
-        with self._lock:
-            self._running.pop(message.lock_token, None)
-            if message.lock_token in self._lost:
-                self._lost.discard(message.lock_token)
-                log.warning("key %r finished after its lock was lost: not acknowledged", message.key)
-            else:
-                self._done.append(message.lock_token)
+        self._succeeded(message)
 
     def _flush_acks(self) -> None:
-        with self._lock:
-            tokens, self._done = self._done, []
+        tokens = self._take_done()
         if not tokens:
             return
         # A connection cut under us (server restart, pg_terminate_backend) fails the first attempt; the
@@ -284,25 +371,17 @@ class Worker:
                     log.warning("acknowledging %d messages failed (%s); they will be redelivered", len(tokens), exc)
                     return
                 log.info("acknowledging %d messages failed (%s); retrying", len(tokens), exc)
-        with self.stats._lock:
-            self.stats.acknowledged += acked
-            self.stats.lock_lost += len(tokens) - acked
+        self._acked(tokens, acked)
 
     def _heartbeat(self) -> None:
         """Every lock_timeout / 3, extend the lock of every message whose handler still runs."""
         period = self.lock_timeout.total_seconds() / 3
         while not self._finished.wait(period):
-            with self._lock:
-                running = list(self._running.values())
-            for message in running:
+            for message in self._running_now():
                 try:
                     until = message.extend(self.lock_timeout)
                 except PyQueueError as exc:
                     log.warning("extending the lock of key %r failed: %s", message.key, exc)
                     continue
                 if until is None:
-                    log.warning("lock of key %r was lost; its result will not be acknowledged", message.key)
-                    with self._lock:
-                        self._lost.add(message.lock_token)
-                    with self.stats._lock:
-                        self.stats.lock_lost += 1
+                    self._lock_lost(message)
