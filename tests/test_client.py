@@ -1,5 +1,7 @@
 """The Python binding against a real server: outcomes, payload types, waiting, outbox,
-exactly-once, typed errors."""
+exactly-once, typed errors. Every test taking ``q`` runs twice: against the sync
+:class:`DelayedQueue` and against :class:`pyqueue.aio.AsyncDelayedQueue` (through the blocking
+view of ``tests/blocking.py``, on an event loop in its own thread)."""
 
 from __future__ import annotations
 
@@ -9,14 +11,31 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
+from blocking import Blocking, EventLoopThread
 
 import pyqueue
 from pyqueue import DelayedQueue, OfferOutcome, OfferRequest
+from pyqueue.aio import AsyncDelayedQueue
 from pyqueue.serializers import SerializerRegistry
 
 
+@pytest.fixture(params=["sync", "async"])
+def q(request, dsn: str):
+    if request.param == "sync":
+        with DelayedQueue(dsn, "emails") as queue:
+            yield queue
+        return
+    runner = EventLoopThread()
+    try:
+        with Blocking(AsyncDelayedQueue(dsn, "emails"), runner) as queue:
+            yield queue
+    finally:
+        runner.close()
+
+
 @pytest.fixture
-def q(dsn: str):
+def sq(dsn: str):
+    """The sync queue only: for tests passing a sync connection of the caller's (outbox)."""
     with DelayedQueue(dsn, "emails") as queue:
         yield queue
 
@@ -108,6 +127,8 @@ def test_bad_input_raises_typed_error_and_writes_nothing(q, conn, call, exc, sql
 def test_queue_name_checked_by_constructor(dsn: str) -> None:
     with pytest.raises(pyqueue.InvalidArgument):
         DelayedQueue(dsn, "q" * 101)
+    with pytest.raises(pyqueue.InvalidArgument):
+        AsyncDelayedQueue(dsn, "q" * 101)
 
 
 def test_message_ack_nack_extend(q: DelayedQueue, conn) -> None:
@@ -124,7 +145,8 @@ def test_message_ack_nack_extend(q: DelayedQueue, conn) -> None:
     assert count(conn) == 0
 
 
-def test_outbox_rollback_leaves_no_message(dsn: str, q: DelayedQueue, conn) -> None:
+def test_outbox_rollback_leaves_no_message(dsn: str, sq: DelayedQueue, conn) -> None:
+    q = sq
     with psycopg.connect(dsn) as app:
         app.execute("CREATE TABLE orders (id int)")
         app.commit()

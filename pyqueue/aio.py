@@ -1,0 +1,616 @@
+"""The asyncio binding: :class:`AsyncDelayedQueue`, :class:`AsyncMessage` and :class:`AsyncWorker`.
+
+The same API as :mod:`pyqueue.client` and :mod:`pyqueue.worker` on psycopg's async connections
+(``psycopg.AsyncConnection``, ``psycopg_pool.AsyncConnectionPool``), for asyncio applications
+(FastAPI and the like). The queries, argument checks, payload encoding and row shapes come from
+:mod:`pyqueue._core`, and the worker's settings and bookkeeping from ``pyqueue.worker._WorkerCore``:
+only the waiting and the running of handlers differ. Errors are the same typed exceptions.
+
+Example::
+
+    async with AsyncDelayedQueue(dsn, "emails") as q:
+        await q.offer("welcome/42", {"to": "a@example.com"}, delay=60)
+        for message in await q.poll(10, lock_timeout=30, wait=5):
+            ...
+            await message.ack()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import signal
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import TupleRow
+from psycopg_pool import AsyncConnectionPool
+
+from . import _core
+from ._core import (
+    LISTEN_PROBE_TIMEOUT_S,
+    LISTEN_UNAVAILABLE,
+    Q_ACK,
+    Q_ACK_MANY,
+    Q_BACKEND_PID,
+    Q_CANCEL,
+    Q_CHANNEL,
+    Q_CONFIGURE,
+    Q_EXTEND,
+    Q_GET,
+    Q_NACK,
+    Q_NEXT_DUE,
+    Q_NOTIFY,
+    Q_OFFER,
+    Q_POLL,
+    Q_POLL_OR_WAIT,
+    Q_REDRIVE,
+    Q_UNLISTEN_ALL,
+    MessageBase,
+    OfferOutcome,
+    OfferRequest,
+    Seconds,
+    as_timedelta,
+    common_fields,
+)
+from .client import StoredMessage
+from .errors import InvalidArgument, PyQueueError, translate, translating
+from .serializers import SerializerRegistry
+from .serializers import registry as default_registry
+from .worker import Backoff, _WorkerCore
+
+__all__ = ["AsyncDelayedQueue", "AsyncMessage", "AsyncTransactionalBatch", "AsyncWorker"]
+
+AsyncConnection = psycopg.AsyncConnection[TupleRow]
+
+log = logging.getLogger("pyqueue.aio")
+
+
+async def _behind_pooler(conn: AsyncConnection) -> bool:
+    """As :func:`pyqueue.client._behind_pooler`: the pid given at connect is not the server's."""
+    row = await (await conn.execute(Q_BACKEND_PID)).fetchone()
+    return row is not None and row[0] != conn.info.backend_pid
+
+
+async def _resolve(value: Any) -> Any:
+    """The pool's conninfo / kwargs: a value, or (psycopg_pool >= 3.3) a function or coroutine function."""
+    if callable(value):
+        value = value()
+    if inspect.isawaitable(value):
+        value = await value
+    return value
+
+
+async def _configure(conn: AsyncConnection) -> None:
+    if await _behind_pooler(conn):
+        conn.prepare_threshold = None
+
+
+@dataclass(frozen=True)
+class AsyncMessage(MessageBase):
+    """One delivery, as :class:`pyqueue.Message`, with coroutine ``ack``/``nack``/``extend``."""
+
+    lock_token: UUID
+    locked_until: datetime
+    _client: AsyncDelayedQueue | None = field(default=None, repr=False, compare=False)
+
+    def _serializers(self) -> SerializerRegistry:
+        return self._client.serializers if self._client else default_registry
+
+    @property
+    def is_redelivery(self) -> bool:
+        """True when this message was delivered before (``delivery_count > 1``; seed 003)."""
+        return self.delivery_count > 1
+
+    def _require_client(self) -> AsyncDelayedQueue:
+        if self._client is None:
+            raise InvalidArgument("this AsyncMessage is not bound to an AsyncDelayedQueue")
+        return self._client
+
+    async def ack(self, *, conn: AsyncConnection | None = None) -> bool:
+        """Acknowledge (delete) this delivery. False when the lock was lost (stale token)."""
+        return await self._require_client().ack(self.lock_token, conn=conn)
+
+    async def nack(self, delay: Seconds = 0, *, error: str | None = None, conn: AsyncConnection | None = None) -> bool:
+        """Give the message back, visible again after ``delay`` (timedelta or seconds ≥ 0)."""
+        return await self._require_client().nack(self.lock_token, delay, error=error, conn=conn)
+
+    async def extend(self, timeout: Seconds, *, conn: AsyncConnection | None = None) -> datetime | None:
+        """Keep the message invisible for ``timeout`` more from now; None when the lock was lost."""
+        return await self._require_client().extend(self.lock_token, timeout, conn=conn)
+
+
+@dataclass
+class AsyncTransactionalBatch:
+    """What :meth:`AsyncDelayedQueue.transaction` yields (see :class:`pyqueue.TransactionalBatch`)."""
+
+    messages: list[AsyncMessage]
+    connection: AsyncConnection
+
+    @property
+    def message(self) -> AsyncMessage | None:
+        return self.messages[0] if self.messages else None
+
+
+class AsyncDelayedQueue:
+    """One queue over an async connection pool; the asyncio twin of :class:`pyqueue.DelayedQueue`.
+
+    :param conninfo_or_pool: a libpq connection string/URL (an owned pool is opened on first use or
+        ``async with``), or an :class:`psycopg_pool.AsyncConnectionPool` you own (autocommit or idle
+        connections between uses).
+    :param queue: the queue name, 1–100 characters.
+    :param serializers: payload encoders/decoders by payload_type.
+    :param pool_size: max connections of the owned pool.
+    """
+
+    def __init__(
+        self,
+        conninfo_or_pool: str | AsyncConnectionPool[Any],
+        queue: str,
+        *,
+        serializers: SerializerRegistry | None = None,
+        pool_size: int = 4,
+    ) -> None:
+        self.queue = _core.check_queue_name(queue)
+        self.serializers = serializers or default_registry
+        if isinstance(conninfo_or_pool, AsyncConnectionPool):
+            self._pool = conninfo_or_pool
+            self._owns_pool = False
+        else:
+            self._pool = AsyncConnectionPool(
+                conninfo_or_pool,
+                min_size=1,
+                max_size=pool_size,
+                kwargs={"autocommit": True},
+                configure=_configure,
+                open=False,
+                name=f"pyqueue-aio:{queue}",
+            )
+            self._owns_pool = True
+        self._opened = False
+        self._channel: str | None = None
+        self._listeners: list[AsyncConnection] = []
+        self.listen_available: bool | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def open(self) -> None:
+        """Open the owned pool (done by ``async with`` and on first use)."""
+        if self._owns_pool and not self._opened:
+            await self._pool.open()
+        self._opened = True
+
+    async def close(self) -> None:
+        """Close the waiting connections, and the pool if this queue created it."""
+        listeners, self._listeners = self._listeners, []
+        for conn in listeners:
+            await conn.close()
+        if self._owns_pool and self._opened:
+            await self._pool.close()
+        self._opened = False
+
+    async def __aenter__(self) -> AsyncDelayedQueue:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def pool(self) -> AsyncConnectionPool[Any]:
+        return self._pool
+
+    @asynccontextmanager
+    async def _conn(self, conn: AsyncConnection | None) -> AsyncIterator[AsyncConnection]:
+        with translating():
+            if conn is not None:
+                yield conn
+            else:
+                await self.open()
+                async with self._pool.connection() as c:
+                    yield c
+
+    async def _one(self, query: str, params: Sequence[Any] | dict[str, Any], conn: AsyncConnection | None) -> Any:
+        async with self._conn(conn) as c:
+            row = await (await c.execute(query, params)).fetchone()
+        return row[0] if row else None
+
+    # -- offer ---------------------------------------------------------------------------------
+    async def offer(
+        self,
+        key: str,
+        payload: Any,
+        at: datetime | None = None,
+        delay: Seconds | None = None,
+        can_update: bool = True,
+        *,
+        payload_type: str | None = None,
+        conn: AsyncConnection | None = None,
+    ) -> OfferOutcome:
+        """Offer one message (``dq_offer``); parameters, result and errors as :meth:`pyqueue.DelayedQueue.offer`."""
+        params = _core.offer_params(self.serializers, self.queue, key, payload, at, delay, can_update, payload_type)
+        return OfferOutcome(await self._one(Q_OFFER, params, conn))
+
+    async def offer_many(
+        self,
+        items: Iterable[OfferRequest | tuple[str, Any]],
+        can_update: bool = True,
+        *,
+        conn: AsyncConnection | None = None,
+    ) -> dict[str, OfferOutcome]:
+        """Offer many in one statement (``dq_offer_many``); as :meth:`pyqueue.DelayedQueue.offer_many`."""
+        prepared = _core.offer_many_query(self.serializers, self.queue, items, can_update)
+        if prepared is None:
+            return {}
+        query, params = prepared
+        async with self._conn(conn) as c:
+            rows = await (await c.execute(query, params)).fetchall()
+        return {k: OfferOutcome(o) for k, o in rows}
+
+    # -- poll ----------------------------------------------------------------------------------
+    def _row_to_message(self, row: Sequence[Any]) -> AsyncMessage:
+        fields, lock_token, locked_until = _core.split_delivery(row)
+        return AsyncMessage(**fields, lock_token=lock_token, locked_until=locked_until, _client=self)
+
+    async def _poll_once(self, c: AsyncConnection, max_count: int, lock_timeout: timedelta) -> list[AsyncMessage]:
+        cur = await c.execute(Q_POLL, _core.poll_params(self.queue, max_count, lock_timeout))
+        return [self._row_to_message(r) for r in await cur.fetchall()]
+
+    async def channel(self, *, conn: AsyncConnection | None = None) -> str:
+        """The LISTEN channel of this queue (``dq_channel``), looked up once."""
+        if self._channel is None:
+            self._channel = str(await self._one(Q_CHANNEL, (self.queue,), conn))
+        return self._channel
+
+    async def _new_listener(self) -> AsyncConnection:
+        conninfo = await _resolve(self._pool.conninfo)
+        pool_kwargs = await _resolve(self._pool.kwargs)
+        kwargs = {k: v for k, v in (pool_kwargs or {}).items() if k != "autocommit"}
+        conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **kwargs)
+        try:
+            pooled = await _behind_pooler(conn)
+            if pooled:
+                conn.prepare_threshold = None
+            if self.listen_available is False:
+                return conn
+            channel = await self.channel(conn=conn)
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            if not pooled or self.listen_available:
+                return conn
+            # The probe of pyqueue.client.DelayedQueue._start_listening.
+            probe = _core.probe_channel()
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(probe)))
+            async with self._conn(None) as other:
+                await other.execute(Q_NOTIFY, (probe,))
+            arrived = False
+            async for _ in conn.notifies(timeout=LISTEN_PROBE_TIMEOUT_S, stop_after=1):
+                arrived = True
+            if arrived:
+                await conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(probe)))
+                self.listen_available = True
+            else:
+                self.listen_available = False
+                await conn.execute(Q_UNLISTEN_ALL)
+                log.warning(LISTEN_UNAVAILABLE, self.queue)
+            return conn
+        except BaseException:
+            await conn.close()
+            raise
+
+    @asynccontextmanager
+    async def _listener(self) -> AsyncIterator[AsyncConnection]:
+        """A dedicated connection LISTENing on this queue's channel, kept between waits; closed
+        instead of kept when the caller did not finish cleanly (cancelled, failed)."""
+        conn = self._listeners.pop() if self._listeners else None
+        if conn is None or conn.closed:
+            await self.open()
+            conn = await self._new_listener()
+        clean = False
+        try:
+            yield conn
+            clean = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        finally:
+            if clean and not conn.closed:
+                self._listeners.append(conn)
+            else:
+                await conn.close()
+
+    async def poll(
+        self,
+        max_count: int = 1,
+        lock_timeout: Seconds = timedelta(minutes=5),
+        wait: Seconds | None = None,
+        *,
+        idle_check: Seconds = timedelta(seconds=5),
+    ) -> list[AsyncMessage]:
+        """Acquire up to ``max_count`` due messages (``dq_poll_many``); with ``wait``, sleep on
+        LISTEN/NOTIFY up to that long for one to become due. As :meth:`pyqueue.DelayedQueue.poll`;
+        cancelling the task ends the wait (the waiting connection is then closed, not reused)."""
+        lock_td = as_timedelta(lock_timeout, "lock_timeout")
+        if wait is None:
+            async with self._conn(None) as c:
+                return await self._poll_once(c, max_count, lock_td)
+        deadline = time.monotonic() + as_timedelta(wait, "wait", allow_zero=True).total_seconds()
+        check_s = as_timedelta(idle_check, "idle_check").total_seconds()
+        for attempt in (1, 2):
+            try:
+                return await self._poll_waiting(max_count, lock_td, deadline, check_s)
+            except psycopg.OperationalError as exc:
+                if attempt == 2 or time.monotonic() >= deadline:
+                    raise translate(exc) from exc
+            except psycopg.Error as exc:
+                raise translate(exc) from exc
+        raise AssertionError("unreachable")
+
+    async def _poll_waiting(
+        self, max_count: int, lock_td: timedelta, deadline: float, check_s: float
+    ) -> list[AsyncMessage]:
+        """The cycle of :meth:`pyqueue.DelayedQueue._poll_waiting` (one ``dq_poll_or_wait`` per wake-up)."""
+        async with self._listener() as c:
+            first = True
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 and not first:
+                    return []
+                first = False
+                max_wait = timedelta(seconds=min(max(remaining, 0.001), check_s))
+                cur = await c.execute(
+                    Q_POLL_OR_WAIT,
+                    {"queue": self.queue, "max_count": max_count, "lock_timeout": lock_td, "max_wait": max_wait},
+                )
+                rows = await cur.fetchall()
+                if rows and rows[0][0] is not None:
+                    return [self._row_to_message(r[:11]) for r in rows]
+                if remaining <= 0:
+                    return []
+                sleep_s = min(float(rows[0][11]), remaining) if rows else 0.0
+                if sleep_s > 0 and self.listen_available is False:
+                    await asyncio.sleep(sleep_s)
+                elif sleep_s > 0:
+                    async for _ in c.notifies(timeout=sleep_s, stop_after=1):
+                        pass
+
+    @asynccontextmanager
+    async def transaction(
+        self, max_count: int = 1, lock_timeout: Seconds = timedelta(minutes=5)
+    ) -> AsyncIterator[AsyncTransactionalBatch]:
+        """Exactly-once processing for database side effects, as :meth:`pyqueue.DelayedQueue.transaction`."""
+        lock_td = as_timedelta(lock_timeout, "lock_timeout")
+        async with self._conn(None) as c:
+            async with c.transaction():
+                messages = await self._poll_once(c, max_count, lock_td)
+                yield AsyncTransactionalBatch(messages, c)
+                if messages:
+                    await c.execute(Q_ACK_MANY, ([m.lock_token for m in messages],))
+
+    # -- finish a delivery ---------------------------------------------------------------------
+    async def ack(self, lock_token: UUID, *, conn: AsyncConnection | None = None) -> bool:
+        """Acknowledge the delivery held under ``lock_token`` (``dq_ack``); False if stale."""
+        return bool(await self._one(Q_ACK, (lock_token,), conn))
+
+    async def ack_many(self, messages: Iterable[AsyncMessage | UUID], *, conn: AsyncConnection | None = None) -> int:
+        """Acknowledge many deliveries in one statement (``dq_ack(uuid[])``); returns how many held."""
+        tokens = [m.lock_token if isinstance(m, AsyncMessage) else m for m in messages]
+        if not tokens:
+            return 0
+        return int(await self._one(Q_ACK_MANY, (tokens,), conn) or 0)
+
+    async def nack(
+        self, lock_token: UUID, delay: Seconds = 0, *, error: str | None = None, conn: AsyncConnection | None = None
+    ) -> bool:
+        """Give the message back, visible after ``delay`` (``dq_nack``); False if stale."""
+        delay_td = as_timedelta(delay, "delay", allow_zero=True)
+        return bool(await self._one(Q_NACK, (lock_token, delay_td, error), conn))
+
+    async def extend(
+        self, lock_token: UUID, timeout: Seconds, *, conn: AsyncConnection | None = None
+    ) -> datetime | None:
+        """Heartbeat (``dq_extend``): invisible until now + timeout; None if the lock was lost."""
+        timeout_td = as_timedelta(timeout, "timeout")
+        result: datetime | None = await self._one(Q_EXTEND, (lock_token, timeout_td), conn)
+        return result
+
+    async def configure(self, *, max_deliveries: int | None = None, dead_letter_queue: str | None = None) -> None:
+        """Set the delivery limit and dead-letter queue (``dq_configure_queue``)."""
+        async with self._conn(None) as c:
+            await c.execute(Q_CONFIGURE, (self.queue, max_deliveries, dead_letter_queue))
+
+    async def redrive(self, max_count: int = 1000) -> int:
+        """Send up to ``max_count`` dead letters of this queue back (``dq_redrive``)."""
+        return int(await self._one(Q_REDRIVE, (self.queue, max_count), None) or 0)
+
+    # -- read ----------------------------------------------------------------------------------
+    async def cancel(self, key: str, *, conn: AsyncConnection | None = None) -> bool:
+        """Delete the message with this key (``dq_cancel``); False when absent."""
+        return bool(await self._one(Q_CANCEL, (self.queue, key), conn))
+
+    async def get(self, key: str, *, conn: AsyncConnection | None = None) -> StoredMessage | None:
+        """Read the message with this key without locking it (``dq_get``), or None."""
+        async with self._conn(conn) as c:
+            row = await (await c.execute(Q_GET, (self.queue, key))).fetchone()
+        if row is None:
+            return None
+        *common, locked_until = row
+        return StoredMessage(**common_fields(common), locked_until=locked_until, _registry=self.serializers)
+
+    async def contains(self, key: str) -> bool:
+        """True when a message with this key is in the queue."""
+        return await self.get(key) is not None
+
+    async def next_due(self) -> datetime | None:
+        """When the next message becomes visible (``dq_next_due``), None when empty."""
+        result: datetime | None = await self._one(Q_NEXT_DUE, (self.queue,), None)
+        return result
+
+
+AsyncHandler = Callable[[AsyncMessage], Awaitable[Any] | Any]
+
+
+class AsyncWorker(_WorkerCore):
+    """Consume ``queue`` with ``handler`` in an asyncio event loop; the twin of :class:`pyqueue.Worker`
+    (same parameters, defaults and delivery guarantees).
+
+    :param handler: a coroutine function (awaited in the loop, at most ``concurrency`` at once) or
+        a plain function (run in a thread with :func:`asyncio.to_thread`) taking an :class:`AsyncMessage`.
+
+    :meth:`run` returns after :meth:`stop`, or SIGTERM/SIGINT when ``install_signal_handlers`` is
+    true (a second signal exits the process at once).
+    """
+
+    def __init__(
+        self,
+        queue: AsyncDelayedQueue,
+        handler: AsyncHandler,
+        *,
+        concurrency: int = 4,
+        batch_size: int | None = None,
+        lock_timeout: float | timedelta = timedelta(seconds=30),
+        idle_check: float | timedelta = timedelta(seconds=5),
+        backoff: Backoff | None = None,
+        shutdown_grace: float | timedelta = timedelta(seconds=30),
+    ) -> None:
+        super().__init__(
+            handler, concurrency=concurrency, batch_size=batch_size, lock_timeout=lock_timeout,
+            idle_check=idle_check, backoff=backoff, shutdown_grace=shutdown_grace,
+        )
+        self.queue = queue
+        self._stop: asyncio.Event | None = None
+        self._is_coroutine = inspect.iscoroutinefunction(handler)
+
+    def stop(self) -> None:
+        """Stop polling; running handlers get ``shutdown_grace`` to finish. Call from the loop's thread."""
+        if self._stop is not None:
+            self._stop.set()
+
+    def _on_signal(self, signum: int) -> None:
+        self._second_signal(signum)
+        self.stop()
+
+    async def run(self, *, install_signal_handlers: bool = True) -> None:
+        """Run until :meth:`stop` (or a signal, see the class)."""
+        self._stop = asyncio.Event()
+        stop = self._stop
+        loop = asyncio.get_running_loop()
+        installed: list[signal.Signals] = []
+        if install_signal_handlers:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                try:
+                    loop.add_signal_handler(sig, self._on_signal, sig)
+                    installed.append(sig)
+                except (NotImplementedError, RuntimeError):  # not the main thread, or no signals here
+                    break
+        tasks: set[asyncio.Task[None]] = set()
+        heartbeat = asyncio.create_task(self._heartbeat(stop), name="pyqueue-heartbeat")
+        stopping = asyncio.create_task(stop.wait())
+        self._ready_line(self.queue.queue)
+        try:
+            while not stop.is_set():
+                await self._flush_acks()
+                tasks = {t for t in tasks if not t.done()}
+                free = self.concurrency - len(tasks)
+                if free == 0:
+                    await asyncio.wait({*tasks, stopping}, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                messages = await self._poll(min(free, self.batch_size), idle=not tasks, stopping=stopping)
+                for message in messages:
+                    self._received(message)
+                    tasks.add(asyncio.create_task(self._handle(message)))
+                if not messages and tasks:
+                    await asyncio.wait({*tasks, stopping}, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            try:
+                if tasks:
+                    _, pending = await asyncio.wait(tasks, timeout=self.shutdown_grace)
+                    if pending:
+                        log.warning("%d handlers still running after the grace period; their messages will be "
+                                    "redelivered when their locks expire", len(pending))
+                        for task in pending:
+                            task.cancel()
+                stop.set()
+                heartbeat.cancel()
+                stopping.cancel()
+                await self._flush_acks()
+                log.info("worker stopped: %s", self.stats.snapshot())
+            finally:
+                for sig in installed:
+                    loop.remove_signal_handler(sig)
+
+    async def _poll(self, max_count: int, *, idle: bool, stopping: asyncio.Task[Any]) -> list[AsyncMessage]:
+        try:
+            if not idle:
+                messages = await self.queue.poll(max_count, lock_timeout=self.lock_timeout)
+            else:
+                # Wait for messages or for the stop, whichever first; a stop cancels the wait.
+                polling = asyncio.create_task(self.queue.poll(
+                    max_count, lock_timeout=self.lock_timeout, wait=self.idle_check, idle_check=self.idle_check))
+                await asyncio.wait({polling, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if not polling.done():
+                    polling.cancel()
+                    try:
+                        await polling
+                    except (asyncio.CancelledError, PyQueueError, psycopg.Error):
+                        pass
+                    return []
+                messages = polling.result()
+        except PyQueueError as exc:
+            try:
+                await asyncio.wait({stopping}, timeout=self._poll_failed(exc))
+            except asyncio.CancelledError:
+                pass
+            return []
+        self._poll_succeeded()
+        return messages
+
+    async def _handle(self, message: AsyncMessage) -> None:
+        try:
+            if self._is_coroutine:
+                await self.handler(message)
+            else:
+                await asyncio.to_thread(self.handler, message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the handler's failure: nack with backoff
+            nack = self._failed(message, exc)
+            if nack is not None:
+                try:
+                    await message.nack(nack[0], error=nack[1])
+                except PyQueueError as nack_exc:
+                    log.warning("nack failed for key %r: %s (the lock will expire)", message.key, nack_exc)
+            return
+        self._succeeded(message)
+
+    async def _flush_acks(self) -> None:
+        tokens = self._take_done()
+        if not tokens:
+            return
+        for attempt in (1, 2):  # one retry on a fresh connection, as the sync worker
+            try:
+                acked = await self.queue.ack_many(tokens)
+                break
+            except PyQueueError as exc:
+                if attempt == 2:
+                    log.warning("acknowledging %d messages failed (%s); they will be redelivered", len(tokens), exc)
+                    return
+                log.info("acknowledging %d messages failed (%s); retrying", len(tokens), exc)
+        self._acked(tokens, acked)
+
+    async def _heartbeat(self, stop: asyncio.Event) -> None:
+        """Every lock_timeout / 3, extend the lock of every message whose handler still runs."""
+        period = self.lock_timeout.total_seconds() / 3
+        while True:
+            await asyncio.sleep(period)
+            for message in self._running_now():
+                try:
+                    until = await message.extend(self.lock_timeout)
+                except PyQueueError as exc:
+                    log.warning("extending the lock of key %r failed: %s", message.key, exc)
+                    continue
+                if until is None:
+                    self._lock_lost(message)
