@@ -7,6 +7,7 @@ The DSN defaults to the ``DQ_DSN`` environment variable.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
 import json
 import logging
@@ -85,6 +86,8 @@ def _load_handler(spec: str) -> Any:
 def _cmd_worker(args: argparse.Namespace) -> int:
     logging.basicConfig(level=getattr(logging, args.log_level), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     handler = _load_handler(args.handler)
+    if args.use_async:
+        return _run_async_worker(args, handler)
     with DelayedQueue(_dsn(args), args.queue, pool_size=args.concurrency + 2) as q:
         Worker(
             q,
@@ -95,6 +98,25 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             idle_check=timedelta(seconds=args.idle_check),
             shutdown_grace=timedelta(seconds=args.shutdown_grace),
         ).run()
+    return 0
+
+
+def _run_async_worker(args: argparse.Namespace, handler: Any) -> int:
+    from .aio import AsyncDelayedQueue, AsyncWorker
+
+    async def main() -> None:
+        async with AsyncDelayedQueue(_dsn(args), args.queue, pool_size=args.concurrency + 2) as q:
+            await AsyncWorker(
+                q,
+                handler,
+                concurrency=args.concurrency,
+                batch_size=args.batch_size,
+                lock_timeout=timedelta(seconds=args.lock_timeout),
+                idle_check=timedelta(seconds=args.idle_check),
+                shutdown_grace=timedelta(seconds=args.shutdown_grace),
+            ).run()
+
+    asyncio.run(main())
     return 0
 
 
@@ -136,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--idle-check", type=float, default=5.0, help="seconds between checks while idle (default 5)")
     p.add_argument("--shutdown-grace", type=float, default=30.0, help="seconds handlers get on stop (default 30)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--async", dest="use_async", action="store_true",
+                   help="run the asyncio worker (a coroutine handler is awaited, a plain one runs in a thread)")
     p.add_argument("handler", help="package.module:function, imported from the current directory or PYTHONPATH")
     p.set_defaults(func=_cmd_worker)
 

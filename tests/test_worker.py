@@ -1,12 +1,16 @@
 """The worker as real processes (`pyqueue worker …`): delivery, retries with backoff, heartbeats
-for long handlers, graceful SIGTERM, and redelivery after SIGKILL."""
+for long handlers, graceful SIGTERM, and redelivery after SIGKILL. Every test runs twice: with
+the thread-pool :class:`pyqueue.Worker` and with the asyncio :class:`pyqueue.aio.AsyncWorker`
+(`pyqueue worker --async`)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,8 +18,17 @@ import psycopg
 import pytest
 
 from pyqueue import Backoff, DelayedQueue, InvalidArgument, OfferRequest, Worker
+from pyqueue.aio import AsyncDelayedQueue, AsyncMessage, AsyncWorker
 
 TESTS = Path(__file__).resolve().parent
+WORKER_ARGS: list[str] = []
+
+
+@pytest.fixture(autouse=True, params=["sync", "async"])
+def worker_mode(request) -> str:
+    """Which worker `start_worker` runs for this test."""
+    WORKER_ARGS[:] = ["--async"] if request.param == "async" else []
+    return str(request.param)
 
 
 @pytest.fixture
@@ -27,7 +40,7 @@ def db(dsn: str):
 
 def start_worker(dsn: str, handler: str, *args: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pyqueue", "worker", "--dsn", dsn, "--queue", "jobs", *args, handler],
+        [sys.executable, "-m", "pyqueue", "worker", "--dsn", dsn, "--queue", "jobs", *WORKER_ARGS, *args, handler],
         cwd=TESTS, env=dict(os.environ, DQ_DSN=dsn), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     return proc
@@ -48,12 +61,12 @@ def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> tuple[int, s
     return proc.returncode, out
 
 
-def test_worker_delivers_every_message_once_and_stops_cleanly(dsn: str, db) -> None:
+def test_worker_delivers_every_message_once_and_stops_cleanly(dsn: str, db, worker_mode: str) -> None:
     with DelayedQueue(dsn, "jobs") as q:
         q.offer_many([(f"now-{i}", {"i": i}) for i in range(200)])
         q.offer_many([OfferRequest(f"later-{i}", {"i": i}, delay=1 + i / 20) for i in range(20)])
-    workers = [start_worker(dsn, "workerhandlers:record", "--concurrency", "4", "--idle-check", "1")
-               for _ in range(2)]
+    handler = "workerhandlers:record_async" if worker_mode == "async" else "workerhandlers:record"
+    workers = [start_worker(dsn, handler, "--concurrency", "4", "--idle-check", "1") for _ in range(2)]
     wait_for(db, "SELECT count(*) FROM handled WHERE phase = 'done'", 220)
     for proc in workers:
         code, out = stop(proc)
@@ -124,25 +137,48 @@ def test_killed_worker_message_is_redelivered(dsn: str, db) -> None:
     assert db.execute("SELECT count(*) FROM dq_messages").fetchone()[0] == 0
 
 
-def test_worker_in_a_thread_stops_on_stop(dsn: str) -> None:
-    import threading
-
+def test_worker_in_process_stops_on_stop(dsn: str, worker_mode: str) -> None:
+    """Embedded in an application: Worker in a thread, AsyncWorker as a task with a coroutine
+    handler; stop() ends an idle wait and run() returns, with the counters filled in."""
     seen: list[str] = []
-    with DelayedQueue(dsn, "jobs") as q:
-        worker = Worker(q, lambda m: seen.append(m.key), concurrency=2, idle_check=0.5)
-        t = threading.Thread(target=worker.run)
-        t.start()
-        q.offer("threaded", "x")
-        deadline = time.monotonic() + 10
-        while not seen and time.monotonic() < deadline:
-            time.sleep(0.02)
-        worker.stop()
-        t.join(timeout=10)
-        assert not t.is_alive()
-        assert seen == ["threaded"]
-        snap = worker.stats.snapshot()
-        assert snap["delivered"] == 1 and snap["acknowledged"] == 1 and snap["failed"] == 0
-        assert sum(snap["lateness_ms"].values()) == 1
+    if worker_mode == "sync":
+        with DelayedQueue(dsn, "jobs") as q:
+            worker = Worker(q, lambda m: seen.append(m.key), concurrency=2, idle_check=0.5)
+            t = threading.Thread(target=worker.run)
+            t.start()
+            q.offer("threaded", "x")
+            deadline = time.monotonic() + 10
+            while not seen and time.monotonic() < deadline:
+                time.sleep(0.02)
+            worker.stop()
+            t.join(timeout=10)
+            assert not t.is_alive()
+            snap = worker.stats.snapshot()
+    else:
+        async def handler(message: AsyncMessage) -> None:
+            await asyncio.sleep(0.01)
+            seen.append(message.key)
+
+        async def main() -> dict:
+            async with AsyncDelayedQueue(dsn, "jobs") as q:
+                worker = AsyncWorker(q, handler, concurrency=2, idle_check=30)
+                task = asyncio.create_task(worker.run(install_signal_handlers=False))
+                await asyncio.sleep(0.3)  # idle, waiting on LISTEN (idle_check 30 s)
+                await q.offer("threaded", "x")
+                deadline = time.monotonic() + 10
+                while not seen and time.monotonic() < deadline:
+                    await asyncio.sleep(0.02)
+                await asyncio.sleep(0.3)  # idle again
+                started = time.monotonic()
+                worker.stop()
+                await asyncio.wait_for(task, 10)
+                assert time.monotonic() - started < 5  # the stop ended the 30 s wait
+                return worker.stats.snapshot()
+
+        snap = asyncio.run(main())
+    assert seen == ["threaded"]
+    assert snap["delivered"] == 1 and snap["acknowledged"] == 1 and snap["failed"] == 0
+    assert sum(snap["lateness_ms"].values()) == 1
 
 
 def test_backoff_and_bad_settings() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import psycopg
 
@@ -22,6 +23,15 @@ def _record(message: Message, phase: str) -> None:
 
 def record(message: Message) -> None:
     _record(message, "done")
+
+
+async def record_async(message: Any) -> None:
+    """A coroutine handler (for `pyqueue worker --async`): records on an async connection."""
+    async with await psycopg.AsyncConnection.connect(os.environ["DQ_DSN"], autocommit=True) as conn:
+        await conn.execute(
+            "INSERT INTO handled (key, delivery_count, phase, pid) VALUES (%s, %s, %s, %s)",
+            (message.key, message.delivery_count, "done", os.getpid()),
+        )
 
 
 def fail_first(message: Message) -> None:
