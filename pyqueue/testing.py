@@ -9,14 +9,22 @@
   (``CREATE DATABASE … TEMPLATE``), so tests with several sessions (NOTIFY, SKIP LOCKED, workers)
   do not see each other.
 * :func:`offered` lists what a queue holds, to assert on what code under test offered.
+* :func:`pgbouncer` runs a real PgBouncer in front of a test server (session or transaction
+  pooling), to test code the way it runs behind one in production.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pwd
 import shutil
+import socket
 import subprocess
+import tempfile
+import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +42,7 @@ __all__ = [
     "drop_database",
     "offered",
     "docker_available",
+    "pgbouncer",
 ]
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -132,3 +141,67 @@ def offered(conn_or_dsn: psycopg.Connection[Any] | str, queue: str) -> dict[str,
         r[0]: {"payload": bytes(r[1]), "payload_type": r[2], "scheduled_at": r[3], "delivery_count": r[4]}
         for r in rows
     }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def pgbouncer(dsn: str, pool_mode: str = "transaction") -> Iterator[str]:
+    """Run PgBouncer (``/usr/sbin/pgbouncer``) in front of the server of ``dsn`` and yield ``dsn``
+    rewritten to go through it. PgBouncer refuses to run as root: as root it runs as the
+    ``postgres`` user. The server's password comes from ``dsn``.
+
+    :param pool_mode: ``transaction`` (a server connection per transaction: LISTEN/NOTIFY and
+        session state do not work) or ``session``.
+    """
+    binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+    params = conninfo_to_dict(dsn)
+    user = str(params.get("user", "postgres"))
+    password = str(params.get("password", ""))
+    port = _free_port()
+    workdir = Path(tempfile.mkdtemp(prefix="dq-pgbouncer-"))
+    (workdir / "userlist.txt").write_text(f'"{user}" "{password}"\n')
+    (workdir / "pgbouncer.ini").write_text(
+        "[databases]\n"
+        f"* = host={params.get('host', '127.0.0.1')} port={params.get('port', 5432)}\n"
+        "[pgbouncer]\n"
+        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
+        f"auth_type = trust\nauth_file = {workdir}/userlist.txt\n"
+        f"pool_mode = {pool_mode}\nmax_client_conn = 200\ndefault_pool_size = 20\n"
+        "ignore_startup_parameters = extra_float_digits,options\n"
+        f"logfile = {workdir}/pgbouncer.log\n"
+    )
+    command = [binary, str(workdir / "pgbouncer.ini")]
+    if os.geteuid() == 0:
+        pw = pwd.getpwnam("postgres")
+        for path in (workdir, *workdir.iterdir()):
+            os.chown(path, pw.pw_uid, pw.pw_gid)
+        command = ["runuser", "-u", "postgres", "--", *command]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    through = make_conninfo(dsn, host="127.0.0.1", port=str(port))
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                with psycopg.connect(through, autocommit=True, connect_timeout=2) as conn:
+                    conn.execute("SELECT 1")
+                break
+            except psycopg.OperationalError as exc:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log = (workdir / "pgbouncer.log").read_text() if (workdir / "pgbouncer.log").exists() else ""
+                    raise RuntimeError(
+                        f"pgbouncer did not start (exit {proc.poll()}): {log}"
+                    ) from exc
+                time.sleep(0.1)
+        yield through
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the OS packages this project needs (Debian/Ubuntu): the PostgreSQL server and client,
-# and pg_cron for the installed major version. Does nothing when everything is present.
+# pg_cron for the installed major version, and PgBouncer (tests). Does nothing when everything is present.
 set -euo pipefail
 
 need=()
@@ -15,6 +15,8 @@ fi
 command -v psql >/dev/null || need+=("postgresql-client-$major")
 [ -f "/usr/lib/postgresql/$major/lib/pg_cron.so" ] || need+=("postgresql-$major-cron")
 command -v runuser >/dev/null || need+=(util-linux)
+# PgBouncer: the tests run the worker behind it (transaction pooling: no LISTEN/NOTIFY).
+[ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null || need+=(pgbouncer)
 
 if [ ${#need[@]} -eq 0 ]; then
     exit 0

@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pyqueue import Backoff, DelayedQueue, InvalidArgument, OfferRequest, Worker
+from pyqueue import Backoff, DelayedQueue, InvalidArgument, OfferRequest, Worker, testing
 from pyqueue.aio import AsyncDelayedQueue, AsyncMessage, AsyncWorker
 
 TESTS = Path(__file__).resolve().parent
@@ -235,3 +235,30 @@ def test_idle_worker_stays_within_its_query_budget(dsn: str) -> None:
     assert not top_level & set(calls), calls
     # nested calls only: every dq_poll_many / dq_wait came from a dq_poll_or_wait
     assert calls.get("dq_poll_many", 0) == calls["dq_poll_or_wait"], calls
+
+
+@pytest.mark.parametrize("pool_mode", ["transaction", "session"])
+def test_worker_behind_pgbouncer(dsn: str, db, pool_mode: str) -> None:
+    """Behind a real PgBouncer. Transaction pooling: notifications cannot reach the worker; it says
+    so once and falls back to timed polls (every idle_check), and still handles everything. Session
+    pooling: LISTEN works, so a message offered while the worker sleeps (idle_check 30 s) is
+    handled at once, and nothing is logged about it."""
+    idle_check = "1" if pool_mode == "transaction" else "30"
+    with testing.pgbouncer(dsn, pool_mode) as through:
+        proc = start_worker(through, "workerhandlers:record", "--idle-check", idle_check, "--lock-timeout", "5")
+        try:
+            with DelayedQueue(through, "jobs") as q:  # the producer goes through PgBouncer too
+                q.offer_many([(f"first-{i}", {"i": i}) for i in range(10)])
+                wait_for(db, "SELECT count(*) FROM handled", 10)
+                time.sleep(1.5)  # idle: waiting
+                q.offer_many([(f"second-{i}", {"i": i}) for i in range(10)])
+                wait_for(db, "SELECT count(*) FROM handled", 20, timeout=15 if pool_mode == "session" else 30)
+        finally:
+            code, out = stop(proc)
+    assert code == 0, out
+    fallback = "notifications do not reach this connection" in out
+    assert fallback is (pool_mode == "transaction"), out
+    assert out.count("notifications do not reach") <= 1
+    assert "prepared statement" not in out, out
+    assert db.execute("SELECT count(DISTINCT key), count(*) FROM handled").fetchone() == (20, 20)
+    assert db.execute("SELECT count(*) FROM dq_messages").fetchone()[0] == 0
