@@ -7,7 +7,7 @@ PYTHON ?= python3
 DSN ?= postgresql://postgres:postgres@127.0.0.1:55432/dq
 DOCKER_ENGINE := $(shell docker info >/dev/null 2>&1 && echo yes)
 
-.PHONY: venv up down psql migrate demo test bench bench-quick lint clean
+.PHONY: venv up down psql migrate demo test bench bench-quick lint clean release-snapshot
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,12 @@ bench-quick: venv up
 lint: venv
 	$(VENV)/bin/ruff check pyqueue tests bench
 	$(VENV)/bin/mypy
+
+# After tagging release vX.Y.Z: keep its migrations/ and sql/ for the upgrade test of the next release.
+release-snapshot:
+	@test -n "$(VERSION)" || { echo "usage: make release-snapshot VERSION=X.Y.Z (tag vX.Y.Z must exist)"; exit 2; }
+	rm -f tests/upgrade/pgdelayq-*-db.tar.gz
+	git archive --format=tar.gz -o tests/upgrade/pgdelayq-$(VERSION)-db.tar.gz v$(VERSION) migrations sql
 
 clean:
 	-scripts/localpg.sh destroy

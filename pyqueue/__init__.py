@@ -19,7 +19,7 @@ from .migrate import migrate
 from .serializers import SerializerRegistry, registry
 from .worker import Backoff, Worker, WorkerStats
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 __all__ = [
     "DelayedQueue",
