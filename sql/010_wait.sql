@@ -36,9 +36,13 @@ BEGIN
 
     SELECT min(m.scheduled_at) INTO v_next FROM dq_messages m WHERE m.queue = dq_wait.queue;
     v_wake := least(v_now + max_wait, v_next);
-    INSERT INTO dq_waiters AS w (queue, pid, wake_at)
-    VALUES (dq_wait.queue, pg_backend_pid(), v_wake)
-    ON CONFLICT (queue, pid) DO UPDATE SET wake_at = EXCLUDED.wake_at;
+    -- A queue configured with notify => false is never notified: its waiters do not register, so
+    -- offers find nobody to wake and the waiters sleep until their own timer.
+    IF NOT EXISTS (SELECT 1 FROM dq_queues q WHERE q.queue = dq_wait.queue AND NOT q.notify) THEN
+        INSERT INTO dq_waiters AS w (queue, pid, wake_at)
+        VALUES (dq_wait.queue, pg_backend_pid(), v_wake)
+        ON CONFLICT (queue, pid) DO UPDATE SET wake_at = EXCLUDED.wake_at;
+    END IF;
     RETURN greatest(v_wake - v_now, interval '0');
 END;
 $$;

@@ -9,6 +9,8 @@
 -- as in seed 000, where the delete matches as long as the row is still the one that was locked.
 -- Concurrency: a concurrent poll or offer that changed the row makes our statement re-check
 -- `lock_token = $1` on the new row version (EvalPlanQual), which then fails.
+-- Archive (seed 002): in a queue configured with archive => true, the acknowledged row goes to
+-- dq_archive (outcome 'acked') in the same statement as its delete, so both or neither happen.
 
 CREATE OR REPLACE FUNCTION dq_ack(lock_token uuid)
 RETURNS boolean
@@ -16,16 +18,27 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, public, pg_temp
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_count integer;
 BEGIN
     IF dq_ack.lock_token IS NULL THEN
         PERFORM dq__raise_null('dq_ack', 'lock_token');
     END IF;
-    DELETE FROM dq_messages m WHERE m.lock_token = dq_ack.lock_token;
-    RETURN FOUND;
+    WITH gone AS (
+        DELETE FROM dq_messages m WHERE m.lock_token = dq_ack.lock_token RETURNING m.*
+    ), archived AS (
+        INSERT INTO dq_archive (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, delivery_count, outcome, acked_at, last_error)
+        SELECT g.id, g.queue, g.key, g.payload, g.payload_type, g.scheduled_at, g.scheduled_at_initially,
+               g.created_at, g.delivery_count, 'acked', clock_timestamp(), g.last_error
+          FROM gone g
+         WHERE EXISTS (SELECT 1 FROM dq_queues q WHERE q.queue = g.queue AND q.archive)
+    )
+    SELECT count(*) INTO v_count FROM gone;
+    RETURN v_count > 0;
 END;
 $$;
 COMMENT ON FUNCTION dq_ack(uuid) IS
-  'dq_ack(lock_token uuid) -> boolean: deletes the message still held under this token; false for a stale token (nothing deleted). Errors: 22004 NULL. Source: seed 000 race-safe acknowledge.';
+  'dq_ack(lock_token uuid) -> boolean: deletes the message still held under this token (archived with outcome acked when its queue archives); false for a stale token (nothing deleted). Errors: 22004 NULL. Source: seed 000 race-safe acknowledge.';
 
 CREATE OR REPLACE FUNCTION dq_ack(lock_tokens uuid[])
 RETURNS integer
@@ -39,8 +52,16 @@ BEGIN
     IF dq_ack.lock_tokens IS NULL THEN
         PERFORM dq__raise_null('dq_ack', 'lock_tokens');
     END IF;
-    DELETE FROM dq_messages m WHERE m.lock_token = ANY (dq_ack.lock_tokens);
-    GET DIAGNOSTICS v_count = ROW_COUNT;
+    WITH gone AS (
+        DELETE FROM dq_messages m WHERE m.lock_token = ANY (dq_ack.lock_tokens) RETURNING m.*
+    ), archived AS (
+        INSERT INTO dq_archive (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, delivery_count, outcome, acked_at, last_error)
+        SELECT g.id, g.queue, g.key, g.payload, g.payload_type, g.scheduled_at, g.scheduled_at_initially,
+               g.created_at, g.delivery_count, 'acked', clock_timestamp(), g.last_error
+          FROM gone g
+         WHERE EXISTS (SELECT 1 FROM dq_queues q WHERE q.queue = g.queue AND q.archive)
+    )
+    SELECT count(*) INTO v_count FROM gone;
     RETURN v_count;
 END;
 $$;

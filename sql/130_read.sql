@@ -9,6 +9,8 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, public, pg_temp
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_count integer;
 BEGIN
     IF dq_cancel.queue IS NULL OR dq_cancel.queue = '' OR char_length(dq_cancel.queue) > 100 THEN
         PERFORM dq__raise_bad_name('dq_cancel', 'queue', dq_cancel.queue, 100);
@@ -16,12 +18,21 @@ BEGIN
     IF dq_cancel.key IS NULL OR dq_cancel.key = '' OR char_length(dq_cancel.key) > 200 THEN
         PERFORM dq__raise_bad_name('dq_cancel', 'key', dq_cancel.key, 200);
     END IF;
-    DELETE FROM dq_messages m WHERE m.queue = dq_cancel.queue AND m.key = dq_cancel.key;
-    RETURN FOUND;
+    WITH gone AS (
+        DELETE FROM dq_messages m WHERE m.queue = dq_cancel.queue AND m.key = dq_cancel.key RETURNING m.*
+    ), archived AS (
+        INSERT INTO dq_archive (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, delivery_count, outcome, acked_at, last_error)
+        SELECT g.id, g.queue, g.key, g.payload, g.payload_type, g.scheduled_at, g.scheduled_at_initially,
+               g.created_at, g.delivery_count, 'cancelled', clock_timestamp(), g.last_error
+          FROM gone g
+         WHERE EXISTS (SELECT 1 FROM dq_queues q WHERE q.queue = g.queue AND q.archive)
+    )
+    SELECT count(*) INTO v_count FROM gone;
+    RETURN v_count > 0;
 END;
 $$;
 COMMENT ON FUNCTION dq_cancel(text, text) IS
-  'dq_cancel(queue text, key text) -> boolean: deletes the message with this key, in flight or not; false when absent. Errors: 22004/22023/22001 queue or key.';
+  'dq_cancel(queue text, key text) -> boolean: deletes the message with this key, in flight or not (archived with outcome cancelled when the queue archives); false when absent. Errors: 22004/22023/22001 queue or key.';
 
 CREATE OR REPLACE FUNCTION dq_get(queue text, key text)
 RETURNS SETOF dq_message

@@ -8,48 +8,6 @@
 -- died in) and dead_at. D is an ordinary queue: it can be polled, inspected with dq_get, and sent
 -- back with dq_redrive. If D already holds a dead letter with the same key, the newer replaces it.
 
-CREATE OR REPLACE FUNCTION dq_configure_queue(
-    queue              text,
-    max_deliveries     integer DEFAULT NULL,
-    dead_letter_queue  text DEFAULT NULL)
-RETURNS dq_queues
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    v_row dq_queues;
-BEGIN
-    IF dq_configure_queue.queue IS NULL OR dq_configure_queue.queue = '' OR char_length(dq_configure_queue.queue) > 100 THEN
-        PERFORM dq__raise_bad_name('dq_configure_queue', 'queue', dq_configure_queue.queue, 100);
-    END IF;
-    IF dq_configure_queue.max_deliveries < 1 THEN
-        RAISE EXCEPTION 'dq_configure_queue: max_deliveries is %, it must be at least 1 (or NULL for no limit)',
-            dq_configure_queue.max_deliveries USING ERRCODE = '22023';
-    END IF;
-    IF dq_configure_queue.dead_letter_queue IS NOT NULL AND (dq_configure_queue.dead_letter_queue = ''
-       OR char_length(dq_configure_queue.dead_letter_queue) > 100) THEN
-        PERFORM dq__raise_bad_name('dq_configure_queue', 'dead_letter_queue', dq_configure_queue.dead_letter_queue, 100);
-    END IF;
-    IF dq_configure_queue.dead_letter_queue = dq_configure_queue.queue THEN
-        RAISE EXCEPTION 'dq_configure_queue: dead_letter_queue must differ from queue' USING ERRCODE = '22023';
-    END IF;
-    IF dq_configure_queue.max_deliveries IS NOT NULL AND dq_configure_queue.dead_letter_queue IS NULL THEN
-        RAISE EXCEPTION 'dq_configure_queue: max_deliveries needs a dead_letter_queue' USING ERRCODE = '22023';
-    END IF;
-    INSERT INTO dq_queues AS q (queue, max_deliveries, dead_letter_queue, updated_at)
-    VALUES (dq_configure_queue.queue, dq_configure_queue.max_deliveries, dq_configure_queue.dead_letter_queue, now())
-    ON CONFLICT (queue) DO UPDATE
-       SET max_deliveries = EXCLUDED.max_deliveries,
-           dead_letter_queue = EXCLUDED.dead_letter_queue,
-           updated_at = EXCLUDED.updated_at
-    RETURNING q.* INTO v_row;
-    RETURN v_row;
-END;
-$$;
-COMMENT ON FUNCTION dq_configure_queue(text, integer, text) IS
-  'dq_configure_queue(queue text, max_deliveries integer >= 1 or NULL = unlimited, dead_letter_queue text (required with max_deliveries, not the queue itself)) -> dq_queues: sets the queue''s delivery limit and dead-letter queue (replacing earlier settings). Errors: 22004/22023/22001 queue or dead_letter_queue, 22023 max_deliveries < 1, missing dead_letter_queue, or dead_letter_queue = queue.';
-
 -- Move the given rows (locked by the caller's transaction) to dead_letter_queue. A row still
 -- carrying its lock token died of lock expiry: that is recorded as its last error, at the time the
 -- lock expired (its scheduled_at). Concurrency: the caller holds the rows' locks (poll's FOR UPDATE
@@ -66,8 +24,16 @@ DECLARE
 BEGIN
     WITH dead AS (
         DELETE FROM dq_messages m WHERE m.id = ANY (dq__dead_letter.ids)
-        RETURNING m.queue, m.key, m.payload, m.payload_type, m.created_at, m.delivery_count, m.lock_token,
-                  m.scheduled_at, m.last_error, m.last_error_at
+        RETURNING m.*
+    ), archived AS (
+        INSERT INTO dq_archive (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, delivery_count, outcome, acked_at, last_error)
+        SELECT g.id, g.queue, g.key, g.payload, g.payload_type, g.scheduled_at, g.scheduled_at_initially,
+               g.created_at, g.delivery_count, 'dead', dq__dead_letter.at,
+               CASE WHEN g.lock_token IS NOT NULL
+                    THEN format('lock expired: delivery %s was not acknowledged', g.delivery_count)
+                    ELSE g.last_error END
+          FROM dead g
+         WHERE EXISTS (SELECT 1 FROM dq_queues q WHERE q.queue = g.queue AND q.archive)
     ), moved AS (
         INSERT INTO dq_messages AS d
                (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,

@@ -1,0 +1,338 @@
+-- Operations (issue 5): per-queue configuration, purge, releasing locks, archive retention, stats.
+-- Every operator function says what it changed with a NOTICE.
+
+-- dq_configure_queue gained archive, retention and notify in 0.2: the 0.1 signature is dropped
+-- and the new one created in this same transaction (the installer's 9999_sql step), so there is
+-- no moment without a dq_configure_queue, and 0.1 calls (queue, max_deliveries, dead_letter_queue)
+-- resolve to the new function unchanged.
+DROP FUNCTION IF EXISTS dq_configure_queue(text, integer, text);
+
+CREATE OR REPLACE FUNCTION dq_configure_queue(
+    queue              text,
+    max_deliveries     integer DEFAULT NULL,
+    dead_letter_queue  text DEFAULT NULL,
+    archive            boolean DEFAULT NULL,
+    retention          interval DEFAULT NULL,
+    notify             boolean DEFAULT NULL)
+RETURNS dq_queues
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_row dq_queues;
+BEGIN
+    IF dq_configure_queue.queue IS NULL OR dq_configure_queue.queue = '' OR char_length(dq_configure_queue.queue) > 100 THEN
+        PERFORM dq__raise_bad_name('dq_configure_queue', 'queue', dq_configure_queue.queue, 100);
+    END IF;
+    IF dq_configure_queue.max_deliveries < 1 THEN
+        RAISE EXCEPTION 'dq_configure_queue: max_deliveries is %, it must be at least 1 (or NULL for no limit)',
+            dq_configure_queue.max_deliveries USING ERRCODE = '22023';
+    END IF;
+    IF dq_configure_queue.dead_letter_queue IS NOT NULL AND (dq_configure_queue.dead_letter_queue = ''
+       OR char_length(dq_configure_queue.dead_letter_queue) > 100) THEN
+        PERFORM dq__raise_bad_name('dq_configure_queue', 'dead_letter_queue', dq_configure_queue.dead_letter_queue, 100);
+    END IF;
+    IF dq_configure_queue.dead_letter_queue = dq_configure_queue.queue THEN
+        RAISE EXCEPTION 'dq_configure_queue: dead_letter_queue must differ from queue' USING ERRCODE = '22023';
+    END IF;
+    IF dq_configure_queue.max_deliveries IS NOT NULL AND dq_configure_queue.dead_letter_queue IS NULL THEN
+        RAISE EXCEPTION 'dq_configure_queue: max_deliveries needs a dead_letter_queue' USING ERRCODE = '22023';
+    END IF;
+    IF dq_configure_queue.retention <= interval '0' THEN
+        RAISE EXCEPTION 'dq_configure_queue: retention is %, it must be positive (or NULL to keep archive rows forever)',
+            dq_configure_queue.retention USING ERRCODE = '22023';
+    END IF;
+    -- max_deliveries and dead_letter_queue are set together (NULL, NULL clears the limit); archive,
+    -- retention and notify keep their current value when passed NULL.
+    INSERT INTO dq_queues AS q (queue, max_deliveries, dead_letter_queue, archive, retention, notify, updated_at)
+    VALUES (dq_configure_queue.queue, dq_configure_queue.max_deliveries, dq_configure_queue.dead_letter_queue,
+            coalesce(dq_configure_queue.archive, false), dq_configure_queue.retention,
+            coalesce(dq_configure_queue.notify, true), now())
+    ON CONFLICT (queue) DO UPDATE
+       SET max_deliveries = EXCLUDED.max_deliveries,
+           dead_letter_queue = EXCLUDED.dead_letter_queue,
+           archive = coalesce(dq_configure_queue.archive, q.archive),
+           retention = coalesce(dq_configure_queue.retention, q.retention),
+           notify = coalesce(dq_configure_queue.notify, q.notify),
+           updated_at = EXCLUDED.updated_at
+    RETURNING q.* INTO v_row;
+    RETURN v_row;
+END;
+$$;
+COMMENT ON FUNCTION dq_configure_queue(text, integer, text, boolean, interval, boolean) IS
+  'dq_configure_queue(queue text, max_deliveries integer >= 1 or NULL = unlimited, dead_letter_queue text (required with max_deliveries, not the queue itself), archive boolean (NULL: unchanged, default off), retention interval > 0 (NULL: unchanged; archive rows kept forever when never set), notify boolean (NULL: unchanged, default on)) -> dq_queues: sets the queue''s configuration; an unconfigured queue has no limit, no archive and notifications on. Errors: 22004/22023/22001 queue or dead_letter_queue, 22023 max_deliveries < 1, missing dead_letter_queue, dead_letter_queue = queue, retention <= 0. Concurrency: one INSERT .. ON CONFLICT DO UPDATE on the queue''s row.';
+
+-- Delete every message of a queue (the reference library's dropAllMessages(confirm)). Not
+-- archived: a purge is not an outcome of the messages. In-flight messages are deleted too (their
+-- holders' acks then return false). Concurrency: one DELETE; rows locked by a poll in progress
+-- are deleted once that transaction ends.
+CREATE OR REPLACE FUNCTION dq_purge(queue text, confirm boolean DEFAULT false)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_count bigint;
+BEGIN
+    IF dq_purge.queue IS NULL OR dq_purge.queue = '' OR char_length(dq_purge.queue) > 100 THEN
+        PERFORM dq__raise_bad_name('dq_purge', 'queue', dq_purge.queue, 100);
+    END IF;
+    IF dq_purge.confirm IS DISTINCT FROM true THEN
+        RAISE EXCEPTION 'dq_purge: confirm must be true to delete every message of queue %', dq_purge.queue
+            USING ERRCODE = '22023', HINT = 'SELECT dq_purge(''' || dq_purge.queue || ''', confirm => true)';
+    END IF;
+    DELETE FROM dq_messages m WHERE m.queue = dq_purge.queue;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RAISE NOTICE 'dq_purge: deleted % messages of queue %', v_count, dq_purge.queue;
+    RETURN v_count;
+END;
+$$;
+COMMENT ON FUNCTION dq_purge(text, boolean) IS
+  'dq_purge(queue text, confirm boolean default false) -> bigint: deletes every message of the queue, in flight or not, without archiving, and returns how many (NOTICE). Errors: 22004/22023/22001 queue; 22023 unless confirm => true (nothing deleted). Source: seed 003 dropAllMessages(confirm).';
+
+-- After a known crash of every consumer: make the queue's in-flight messages due now instead of
+-- waiting for their locks to expire. delivery_count is kept (the crashed deliveries count).
+-- Concurrency: rows locked by a poll or an ack in progress are skipped (SKIP LOCKED): they are
+-- not stranded; a holder that is still alive loses its lock (its ack returns false).
+CREATE OR REPLACE FUNCTION dq_release_locks(queue text)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_count integer;
+BEGIN
+    IF dq_release_locks.queue IS NULL OR dq_release_locks.queue = '' OR char_length(dq_release_locks.queue) > 100 THEN
+        PERFORM dq__raise_bad_name('dq_release_locks', 'queue', dq_release_locks.queue, 100);
+    END IF;
+    WITH held AS (
+        SELECT m.id FROM dq_messages m
+         WHERE m.lock_token IS NOT NULL AND m.queue = dq_release_locks.queue
+         ORDER BY m.id
+           FOR UPDATE SKIP LOCKED
+    )
+    UPDATE dq_messages m SET lock_token = NULL, scheduled_at = clock_timestamp()
+      FROM held WHERE m.id = held.id;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RAISE NOTICE 'dq_release_locks: released % locks of queue % (due now)', v_count, dq_release_locks.queue;
+    RETURN v_count;
+END;
+$$;
+COMMENT ON FUNCTION dq_release_locks(text) IS
+  'dq_release_locks(queue text) -> integer: makes every in-flight message of the queue due now (lock tokens cleared, delivery_count kept) and returns how many (NOTICE); for use after a known crash of the consumers. Errors: 22004/22023/22001 queue.';
+
+-- Retention (seed 002): archive rows older than their queue's retention, oldest first, at most
+-- batch_size per call (one short transaction; the index (queue, acked_at) finds them).
+CREATE OR REPLACE FUNCTION dq_prune_archive(batch_size integer DEFAULT 10000)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_count integer;
+BEGIN
+    IF dq_prune_archive.batch_size IS NULL THEN
+        PERFORM dq__raise_null('dq_prune_archive', 'batch_size');
+    END IF;
+    IF dq_prune_archive.batch_size < 1 OR dq_prune_archive.batch_size > 1000000 THEN
+        RAISE EXCEPTION 'dq_prune_archive: batch_size is %, it must be between 1 and 1000000',
+            dq_prune_archive.batch_size USING ERRCODE = '22023';
+    END IF;
+    DELETE FROM dq_archive a
+     WHERE a.archive_id IN (
+        SELECT old.archive_id
+          FROM dq_queues q
+         CROSS JOIN LATERAL (
+            SELECT x.archive_id FROM dq_archive x
+             WHERE x.queue = q.queue AND x.acked_at < now() - q.retention
+             ORDER BY x.acked_at
+             LIMIT dq_prune_archive.batch_size) old
+         WHERE q.retention IS NOT NULL
+         LIMIT dq_prune_archive.batch_size);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+COMMENT ON FUNCTION dq_prune_archive(integer) IS
+  'dq_prune_archive(batch_size integer 1..1000000 default 10000) -> integer: deletes up to batch_size archive rows older than their queue''s retention, in one transaction, and returns how many. Errors: 22004/22023 batch_size. See dq_prune_archive_all for the pg_cron job.';
+
+-- The retention job (pg_cron 'dq-archive-prune'): batches of batch_size, each committed on its
+-- own, so no lock or transaction is held long, until nothing is left or max_batches is reached.
+CREATE OR REPLACE PROCEDURE dq_prune_archive_all(batch_size integer DEFAULT 10000, max_batches integer DEFAULT 100)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+DECLARE
+    v_deleted integer;
+    v_total   bigint := 0;
+BEGIN
+    FOR i IN 1 .. coalesce(max_batches, 100) LOOP
+        v_deleted := dq_prune_archive(batch_size);
+        v_total := v_total + v_deleted;
+        COMMIT;
+        EXIT WHEN v_deleted < batch_size;
+    END LOOP;
+    IF v_total > 0 THEN
+        RAISE NOTICE 'dq_prune_archive_all: deleted % archive rows past their retention', v_total;
+    END IF;
+END;
+$$;
+COMMENT ON PROCEDURE dq_prune_archive_all(integer, integer) IS
+  'CALL dq_prune_archive_all(batch_size integer default 10000, max_batches integer default 100): prunes the archive by retention in batches, committing after each (run by the pg_cron job dq-archive-prune; call it on its own, not inside a transaction block).';
+
+-- Stats. Counting a million index entries takes hundreds of milliseconds, so each count is exact
+-- up to dq__stats_exact_limit() rows and estimated beyond it (the column approximate says so):
+--  * a live count past the limit comes from the planner's statistics of dq_messages (rows of the
+--    queue from pg_stats' most common values times reltuples, minus the other, exact, figures;
+--    split by the scheduled_at histogram when both ready and scheduled are past the limit);
+--  * an archive count past the limit is extrapolated from the time the limit-th newest row was
+--    acknowledged.
+CREATE OR REPLACE FUNCTION dq__stats_exact_limit() RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$ SELECT 20000 $$;
+COMMENT ON FUNCTION dq__stats_exact_limit() IS 'Internal: counts of dq_queue_stats are exact up to this many rows.';
+
+-- Rows of one queue according to the planner's statistics (NULL when there are none yet).
+CREATE OR REPLACE FUNCTION dq__estimated_rows(queue text, due_fraction_of boolean)
+RETURNS double precision
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+DECLARE
+    v_tuples  double precision;
+    v_vals    text[];
+    v_freqs   real[];
+    v_ndist   real;
+    v_bounds  timestamptz[];
+    v_pos     integer;
+    v_share   double precision;
+BEGIN
+    SELECT greatest(c.reltuples, 0) INTO v_tuples FROM pg_class c WHERE c.oid = 'dq_messages'::regclass;
+    SELECT s.most_common_vals::text::text[], s.most_common_freqs, s.n_distinct INTO v_vals, v_freqs, v_ndist
+      FROM pg_stats s WHERE s.schemaname = 'public' AND s.tablename = 'dq_messages' AND s.attname = 'queue';
+    IF NOT FOUND OR v_tuples IS NULL THEN
+        RETURN NULL;
+    END IF;
+    v_pos := array_position(v_vals, dq__estimated_rows.queue);
+    IF v_pos IS NOT NULL THEN
+        v_share := v_freqs[v_pos];
+    ELSE
+        v_share := (1 - coalesce((SELECT sum(f) FROM unnest(v_freqs) f), 0))
+                 / greatest(CASE WHEN v_ndist < 0 THEN -v_ndist * v_tuples ELSE v_ndist END
+                            - coalesce(array_length(v_vals, 1), 0), 1);
+    END IF;
+    IF NOT due_fraction_of THEN
+        RETURN v_tuples * v_share;
+    END IF;
+    SELECT s.histogram_bounds::text::timestamptz[] INTO v_bounds
+      FROM pg_stats s WHERE s.schemaname = 'public' AND s.tablename = 'dq_messages' AND s.attname = 'scheduled_at';
+    IF v_bounds IS NULL OR array_length(v_bounds, 1) < 2 THEN
+        RETURN v_tuples * v_share / 2;
+    END IF;
+    RETURN v_tuples * v_share
+         * (width_bucket(now(), v_bounds) - 0.5) / (array_length(v_bounds, 1) - 1)::double precision;
+END;
+$$;
+COMMENT ON FUNCTION dq__estimated_rows(text, boolean) IS
+  'Internal: planner-statistics estimate of a queue''s rows (all, or the due share), for dq_queue_stats past its exact limit.';
+
+CREATE OR REPLACE FUNCTION dq_queue_stats(queue text)
+RETURNS dq_stats_row
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_q        text := dq_queue_stats.queue;
+    v_limit    integer := dq__stats_exact_limit();
+    v_now      timestamptz := clock_timestamp();
+    v_due      bigint;   -- due now: ready, including expired locks (they are redelivered)
+    v_future   bigint;   -- not due: scheduled and in flight
+    v_approx   boolean := false;
+    v_archive  boolean;
+    v_est      double precision;
+    v_tenth    timestamptz;
+    r          dq_stats_row;
+BEGIN
+    IF v_q IS NULL OR v_q = '' OR char_length(v_q) > 100 THEN
+        PERFORM dq__raise_bad_name('dq_queue_stats', 'queue', v_q, 100);
+    END IF;
+    r.queue := v_q;
+    SELECT count(*) INTO v_due FROM (
+        SELECT 1 FROM dq_messages m WHERE m.queue = v_q AND m.scheduled_at <= v_now LIMIT v_limit + 1) s;
+    SELECT count(*) INTO v_future FROM (
+        SELECT 1 FROM dq_messages m WHERE m.queue = v_q AND m.scheduled_at > v_now LIMIT v_limit + 1) s;
+    -- In flight: held under a lock that has not expired (the partial index on lock_token).
+    SELECT count(*), count(*) FILTER (WHERE m.delivery_count > 1) INTO r.in_flight, r.redelivered
+      FROM dq_messages m WHERE m.lock_token IS NOT NULL AND m.queue = v_q AND m.scheduled_at > v_now;
+    SELECT count(*) INTO r.dead FROM (
+        SELECT 1 FROM dq_messages m WHERE m.dead_from = v_q LIMIT v_limit + 1) s;
+    IF r.dead > v_limit THEN
+        v_approx := true;  -- dead letters of one origin: no estimate finer than "more than the limit"
+    END IF;
+    IF v_due > v_limit OR v_future > v_limit THEN
+        v_approx := true;
+        IF v_due > v_limit AND v_future > v_limit THEN
+            v_est := dq__estimated_rows(v_q, true);
+            v_due := greatest(v_limit + 1, coalesce(v_est, 0)::bigint);
+            v_future := greatest(v_limit + 1, (coalesce(dq__estimated_rows(v_q, false), 0) - v_due)::bigint);
+        ELSIF v_due > v_limit THEN
+            v_due := greatest(v_limit + 1, (coalesce(dq__estimated_rows(v_q, false), 0) - v_future)::bigint);
+        ELSE
+            v_future := greatest(v_limit + 1, (coalesce(dq__estimated_rows(v_q, false), 0) - v_due)::bigint);
+        END IF;
+    END IF;
+    r.ready := v_due;
+    r.scheduled := greatest(v_future - r.in_flight, 0);
+    SELECT v_now - min(m.scheduled_at) INTO r.oldest_ready_age
+      FROM dq_messages m WHERE m.queue = v_q AND m.scheduled_at <= v_now;
+    SELECT min(m.scheduled_at) INTO r.next_due
+      FROM dq_messages m WHERE m.queue = v_q AND m.scheduled_at > v_now AND m.lock_token IS NULL;
+    SELECT q.archive INTO v_archive FROM dq_queues q WHERE q.queue = v_q;
+    IF coalesce(v_archive, false) THEN
+        SELECT count(*) INTO r.acked_last_minute FROM (
+            SELECT 1 FROM dq_archive a WHERE a.queue = v_q AND a.acked_at > v_now - interval '1 minute'
+               AND a.outcome = 'acked' LIMIT v_limit + 1) s;
+        SELECT count(*) INTO r.acked_last_hour FROM (
+            SELECT 1 FROM dq_archive a WHERE a.queue = v_q AND a.acked_at > v_now - interval '1 hour'
+               AND a.outcome = 'acked' LIMIT v_limit + 1) s;
+        IF r.acked_last_hour > v_limit THEN
+            -- Extrapolate from how long the newest v_limit acknowledgements took.
+            v_approx := true;
+            SELECT a.acked_at INTO v_tenth FROM dq_archive a
+             WHERE a.queue = v_q AND a.outcome = 'acked' ORDER BY a.acked_at DESC OFFSET v_limit - 1 LIMIT 1;
+            IF r.acked_last_minute > v_limit THEN
+                r.acked_last_minute := (v_limit * 60 / greatest(extract(epoch FROM v_now - v_tenth), 0.001))::bigint;
+            END IF;
+            r.acked_last_hour := (v_limit * 3600 / greatest(extract(epoch FROM v_now - v_tenth), 0.001))::bigint;
+        END IF;
+    END IF;
+    r.approximate := v_approx;
+    RETURN r;
+END;
+$$;
+COMMENT ON FUNCTION dq_queue_stats(text) IS
+  'dq_queue_stats(queue text) -> one row: ready (due now, expired locks included), scheduled (future, unlocked), in_flight (locked, lock not expired), redelivered (in flight with delivery_count > 1), dead (dead letters that died in this queue), oldest_ready_age interval, next_due timestamptz, acked_last_minute / acked_last_hour (from the archive; NULL when the queue does not archive), approximate (true when a count passed the exact limit of 20000 rows and was estimated). Errors: 22004/22023/22001 queue. Source: seed 004 monitoring questions.';
+
+-- One row per queue: every queue with messages (found by a skip scan of the (queue, scheduled_at)
+-- index, one probe per queue, not a scan of the table) and every configured queue.
+CREATE OR REPLACE VIEW dq_stats AS
+WITH RECURSIVE live AS (
+    SELECT (SELECT m.queue FROM dq_messages m ORDER BY m.queue LIMIT 1) AS queue
+    UNION ALL
+    SELECT (SELECT m.queue FROM dq_messages m WHERE m.queue > live.queue ORDER BY m.queue LIMIT 1)
+      FROM live WHERE live.queue IS NOT NULL
+), names AS (
+    SELECT live.queue FROM live WHERE live.queue IS NOT NULL
+    UNION
+    SELECT q.queue FROM dq_queues q
+)
+SELECT s.*
+  FROM names
+ CROSS JOIN LATERAL dq_queue_stats(names.queue) s
+ ORDER BY s.queue;
+COMMENT ON VIEW dq_stats IS
+  'One row per queue (dq_queue_stats): ready, scheduled, in_flight, redelivered, dead, oldest_ready_age, next_due, acked_last_minute, acked_last_hour, approximate.';
