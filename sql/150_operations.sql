@@ -162,16 +162,18 @@ COMMENT ON FUNCTION dq_prune_archive(integer) IS
 
 -- The retention job (pg_cron 'dq-archive-prune'): batches of batch_size, each committed on its
 -- own, so no lock or transaction is held long, until nothing is left or max_batches is reached.
+-- A procedure that COMMITs can have neither SET clauses nor SECURITY DEFINER (PostgreSQL: "Transaction
+-- control" in CREATE PROCEDURE): it runs with its caller's rights and calls the qualified
+-- public.dq_prune_archive, which is the SECURITY DEFINER part.
 CREATE OR REPLACE PROCEDURE dq_prune_archive_all(batch_size integer DEFAULT 10000, max_batches integer DEFAULT 100)
 LANGUAGE plpgsql
-SET search_path = pg_catalog, public, pg_temp
 AS $$
 DECLARE
     v_deleted integer;
     v_total   bigint := 0;
 BEGIN
     FOR i IN 1 .. coalesce(max_batches, 100) LOOP
-        v_deleted := dq_prune_archive(batch_size);
+        v_deleted := public.dq_prune_archive(batch_size);
         v_total := v_total + v_deleted;
         COMMIT;
         EXIT WHEN v_deleted < batch_size;

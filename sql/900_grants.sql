@@ -28,8 +28,9 @@ BEGIN
         EXECUTE format('REVOKE ALL ON %s %s FROM PUBLIC',
                        CASE v_fn.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END, v_fn.sig);
         CONTINUE WHEN v_fn.proname LIKE 'dq\_\_%';
-        EXECUTE format('ALTER %s %s SECURITY DEFINER',
-                       CASE v_fn.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END, v_fn.sig);
+        IF v_fn.prokind = 'f' THEN  -- a procedure that commits cannot be SECURITY DEFINER
+            EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER', v_fn.sig);
+        END IF;
         IF v_fn.proname = ANY (v_producer) THEN
             EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO dq_producer', v_fn.sig);
         ELSIF v_fn.proname = ANY (v_consumer) THEN
