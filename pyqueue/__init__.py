@@ -3,7 +3,16 @@
 The queue is the ``dq_*`` PL/pgSQL API (docs/api.md); this package is a thin binding over it.
 """
 
-from .client import DelayedQueue, Message, OfferOutcome, OfferRequest, StoredMessage, TransactionalBatch
+from .client import (
+    DelayedQueue,
+    Message,
+    OfferOutcome,
+    OfferRequest,
+    QueueStats,
+    StoredMessage,
+    TransactionalBatch,
+    all_stats,
+)
 from .errors import (
     DatabaseError,
     InsufficientPrivilege,
@@ -27,6 +36,8 @@ __all__ = [
     "OfferOutcome",
     "OfferRequest",
     "StoredMessage",
+    "QueueStats",
+    "all_stats",
     "TransactionalBatch",
     "PyQueueError",
     "InvalidArgument",

@@ -42,7 +42,14 @@ Q_POLL = (
 Q_ACK = "SELECT dq_ack(%s::uuid)"
 Q_ACK_MANY = "SELECT dq_ack(%s::uuid[])"
 Q_NACK = "SELECT dq_nack(%s::uuid, %s::interval, %s::text)"
-Q_CONFIGURE = "SELECT max_deliveries, dead_letter_queue FROM dq_configure_queue(%s, %s, %s)"
+Q_CONFIGURE = (
+    "SELECT max_deliveries, dead_letter_queue FROM dq_configure_queue(%(queue)s, %(max_deliveries)s, "
+    "%(dead_letter_queue)s, %(archive)s, %(retention)s, %(notify)s)"
+)
+Q_STATS = "SELECT * FROM dq_queue_stats(%s)"
+Q_STATS_ALL = "SELECT * FROM dq_stats"
+Q_PURGE = "SELECT dq_purge(%s, %s)"
+Q_RELEASE_LOCKS = "SELECT dq_release_locks(%s)"
 Q_REDRIVE = "SELECT dq_redrive(%s, %s)"
 Q_EXTEND = "SELECT dq_extend(%s::uuid, %s::interval)"
 Q_CANCEL = "SELECT dq_cancel(%s, %s)"
@@ -204,6 +211,41 @@ def offer_many_query(
     params["ats"] = ats
     params["delays"] = delays
     return Q_OFFER_MANY, params
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """One row of ``dq_stats`` / ``dq_queue_stats`` (counts are exact unless ``approximate``)."""
+
+    queue: str
+    ready: int
+    scheduled: int
+    in_flight: int
+    redelivered: int
+    dead: int
+    oldest_ready_age: timedelta | None
+    next_due: datetime | None
+    acked_last_minute: int | None
+    acked_last_hour: int | None
+    approximate: bool
+
+
+def configure_params(
+    queue: str,
+    max_deliveries: int | None,
+    dead_letter_queue: str | None,
+    archive: bool | None,
+    retention: Seconds | None,
+    notify: bool | None,
+) -> dict[str, Any]:
+    return {
+        "queue": queue,
+        "max_deliveries": max_deliveries,
+        "dead_letter_queue": dead_letter_queue,
+        "archive": archive,
+        "retention": None if retention is None else as_timedelta(retention, "retention"),
+        "notify": notify,
+    }
 
 
 def poll_params(queue: str, max_count: int, lock_timeout: timedelta) -> dict[str, Any]:

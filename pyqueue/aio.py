@@ -52,11 +52,15 @@ from ._core import (
     Q_OFFER,
     Q_POLL,
     Q_POLL_OR_WAIT,
+    Q_PURGE,
     Q_REDRIVE,
+    Q_RELEASE_LOCKS,
+    Q_STATS,
     Q_UNLISTEN_ALL,
     MessageBase,
     OfferOutcome,
     OfferRequest,
+    QueueStats,
     Seconds,
     as_timedelta,
     common_fields,
@@ -417,10 +421,34 @@ class AsyncDelayedQueue:
         result: datetime | None = await self._one(Q_EXTEND, (lock_token, timeout_td), conn)
         return result
 
-    async def configure(self, *, max_deliveries: int | None = None, dead_letter_queue: str | None = None) -> None:
-        """Set the delivery limit and dead-letter queue (``dq_configure_queue``)."""
+    async def configure(
+        self,
+        *,
+        max_deliveries: int | None = None,
+        dead_letter_queue: str | None = None,
+        archive: bool | None = None,
+        retention: Seconds | None = None,
+        notify: bool | None = None,
+    ) -> None:
+        """Configure this queue (``dq_configure_queue``); as :meth:`pyqueue.DelayedQueue.configure`."""
+        params = _core.configure_params(self.queue, max_deliveries, dead_letter_queue, archive, retention, notify)
         async with self._conn(None) as c:
-            await c.execute(Q_CONFIGURE, (self.queue, max_deliveries, dead_letter_queue))
+            await c.execute(Q_CONFIGURE, params)
+
+    async def stats(self) -> QueueStats:
+        """This queue's figures (``dq_queue_stats``)."""
+        async with self._conn(None) as c:
+            row = await (await c.execute(Q_STATS, (self.queue,))).fetchone()
+        assert row is not None
+        return QueueStats(*row)
+
+    async def purge(self, *, confirm: bool = False) -> int:
+        """Delete every message of this queue (``dq_purge``); ``confirm=True`` is required."""
+        return int(await self._one(Q_PURGE, (self.queue, confirm), None) or 0)
+
+    async def release_locks(self) -> int:
+        """Make every in-flight message due now (``dq_release_locks``)."""
+        return int(await self._one(Q_RELEASE_LOCKS, (self.queue,), None) or 0)
 
     async def redrive(self, max_count: int = 1000) -> int:
         """Send up to ``max_count`` dead letters of this queue back (``dq_redrive``)."""

@@ -13,7 +13,8 @@ import json
 import logging
 import os
 import sys
-from datetime import timedelta
+import time
+from datetime import datetime, timedelta
 from typing import Any
 
 from .client import DelayedQueue
@@ -120,6 +121,53 @@ def _run_async_worker(args: argparse.Namespace, handler: Any) -> int:
     return 0
 
 
+def _stats_table(rows: list[Any], title: str) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for name in ("queue", "ready", "scheduled", "in flight", "redelivered", "dead", "oldest ready",
+                 "next due", "acked/min", "acked/h"):
+        table.add_column(name, justify="left" if name == "queue" else "right")
+    for r in rows:
+        mark = "~" if r.approximate else ""
+        table.add_row(
+            r.queue, f"{mark}{r.ready:,}", f"{mark}{r.scheduled:,}", f"{r.in_flight:,}", f"{r.redelivered:,}",
+            f"{r.dead:,}", str(r.oldest_ready_age).split(".")[0] if r.oldest_ready_age is not None else "-",
+            r.next_due.isoformat(timespec="seconds") if r.next_due else "-",
+            "-" if r.acked_last_minute is None else f"{r.acked_last_minute:,}",
+            "-" if r.acked_last_hour is None else f"{r.acked_last_hour:,}",
+        )
+    return table
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    """The dq_stats view as a table; with --watch, refreshed in place until Ctrl-C."""
+    import psycopg
+    from rich.console import Console
+    from rich.live import Live
+
+    from .client import all_stats
+    from .errors import translating
+
+    console = Console()
+    with translating(), psycopg.connect(_dsn(args), autocommit=True) as conn:
+        def render() -> Any:
+            rows = [r for r in all_stats(conn) if args.queue is None or r.queue == args.queue]
+            title = f"dq_stats at {datetime.now().astimezone().isoformat(timespec='seconds')} (~ estimated)"
+            return _stats_table(rows, title)
+
+        if not args.watch:
+            console.print(render())
+            return 0
+        try:
+            with Live(render(), console=console, auto_refresh=False) as live:
+                while True:
+                    time.sleep(args.interval)
+                    live.update(render(), refresh=True)
+        except KeyboardInterrupt:
+            return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyqueue", description="Delayed message queue in PostgreSQL")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -162,6 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the asyncio worker (a coroutine handler is awaited, a plain one runs in a thread)")
     p.add_argument("handler", help="package.module:function, imported from the current directory or PYTHONPATH")
     p.set_defaults(func=_cmd_worker)
+
+    p = add("stats", "show the dq_stats view (one row per queue) as a table")
+    p.add_argument("--queue", default=None, help="only this queue")
+    p.add_argument("--watch", action="store_true", help="refresh in place until Ctrl-C")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes (default 2)")
+    p.set_defaults(func=_cmd_stats)
 
     p = add("next-due", "print when the next message becomes visible")
     p.add_argument("--queue", required=True)

@@ -40,11 +40,16 @@ from ._core import (
     Q_OFFER,
     Q_POLL,
     Q_POLL_OR_WAIT,
+    Q_PURGE,
     Q_REDRIVE,
+    Q_RELEASE_LOCKS,
+    Q_STATS,
+    Q_STATS_ALL,
     Q_UNLISTEN_ALL,
     MessageBase,
     OfferOutcome,
     OfferRequest,
+    QueueStats,
     Seconds,
     as_timedelta,
     common_fields,
@@ -53,7 +58,10 @@ from .errors import InvalidArgument, translate, translating
 from .serializers import SerializerRegistry
 from .serializers import registry as default_registry
 
-__all__ = ["DelayedQueue", "Message", "StoredMessage", "OfferOutcome", "OfferRequest", "TransactionalBatch"]
+__all__ = [
+    "DelayedQueue", "Message", "StoredMessage", "OfferOutcome", "OfferRequest", "QueueStats", "TransactionalBatch",
+    "all_stats",
+]
 
 Connection = psycopg.Connection[TupleRow]
 
@@ -469,15 +477,50 @@ class DelayedQueue:
             row = c.execute(Q_NACK, (lock_token, delay_td, error)).fetchone()
         return bool(row and row[0])
 
-    def configure(self, *, max_deliveries: int | None = None, dead_letter_queue: str | None = None) -> None:
-        """Set this queue's delivery limit and dead-letter queue (``dq_configure_queue``).
+    def configure(
+        self,
+        *,
+        max_deliveries: int | None = None,
+        dead_letter_queue: str | None = None,
+        archive: bool | None = None,
+        retention: Seconds | None = None,
+        notify: bool | None = None,
+    ) -> None:
+        """Configure this queue (``dq_configure_queue``; needs role dq_admin).
 
         :param max_deliveries: deliveries before a message is dead-lettered (≥ 1); None: no limit.
+            Set together with ``dead_letter_queue`` (both None clears the limit).
         :param dead_letter_queue: where such messages go (required with ``max_deliveries``).
-        :raises InvalidArgument: (22023) a limit below 1, no dead-letter queue, or the queue itself.
+        :param archive: keep acknowledged, dead and cancelled messages in ``dq_archive``; None: unchanged.
+        :param retention: how long archive rows are kept (timedelta or seconds > 0); None: unchanged.
+        :param notify: wake idle consumers by NOTIFY (default on); off, they poll every idle_check.
+        :raises InvalidArgument: (22023) a limit below 1, no dead-letter queue, the queue itself, retention ≤ 0.
+        """
+        params = _core.configure_params(self.queue, max_deliveries, dead_letter_queue, archive, retention, notify)
+        with self._conn(None) as c:
+            c.execute(Q_CONFIGURE, params)
+
+    def stats(self) -> QueueStats:
+        """This queue's figures (``dq_queue_stats``): ready, scheduled, in flight, redelivered, dead…"""
+        with self._conn(None) as c:
+            row = c.execute(Q_STATS, (self.queue,)).fetchone()
+        assert row is not None
+        return QueueStats(*row)
+
+    def purge(self, *, confirm: bool = False) -> int:
+        """Delete every message of this queue (``dq_purge``; dq_admin); ``confirm=True`` is required.
+
+        :raises InvalidArgument: (22023) without ``confirm=True``; nothing is deleted.
         """
         with self._conn(None) as c:
-            c.execute(Q_CONFIGURE, (self.queue, max_deliveries, dead_letter_queue))
+            row = c.execute(Q_PURGE, (self.queue, confirm)).fetchone()
+        return int(row[0]) if row else 0
+
+    def release_locks(self) -> int:
+        """Make every in-flight message due now (``dq_release_locks``; after a known consumer crash)."""
+        with self._conn(None) as c:
+            row = c.execute(Q_RELEASE_LOCKS, (self.queue,)).fetchone()
+        return int(row[0]) if row else 0
 
     def redrive(self, max_count: int = 1000) -> int:
         """Treat this queue as a dead-letter queue: send up to ``max_count`` of its dead letters back to
@@ -518,3 +561,9 @@ class DelayedQueue:
         with self._conn(None) as c:
             row = c.execute(Q_NEXT_DUE, (self.queue,)).fetchone()
         return row[0] if row else None
+
+
+def all_stats(conn: Connection) -> list[QueueStats]:
+    """Every queue's figures (the ``dq_stats`` view), on the caller's connection."""
+    with translating():
+        return [QueueStats(*row) for row in conn.execute(Q_STATS_ALL).fetchall()]

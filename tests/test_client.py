@@ -291,3 +291,27 @@ def test_poll_wait_bad_argument_is_typed(q: DelayedQueue) -> None:
     with pytest.raises(pyqueue.InvalidArgument) as info:
         q.poll(0, wait=1)
     assert info.value.sqlstate == "22023"
+
+
+def test_configure_stats_purge_and_release(q: DelayedQueue, conn) -> None:
+    q.configure(archive=True, retention=timedelta(days=7), notify=False)
+    assert conn.execute("SELECT archive, retention, notify FROM dq_queues WHERE queue = 'emails'").fetchone() == (
+        True, timedelta(days=7), False)
+    q.offer_many([("a", 1), ("b", 2)])
+    q.offer("c", 3, delay=3600)
+    (m,) = q.poll(1)
+    stats = q.stats()
+    assert (stats.queue, stats.ready, stats.scheduled, stats.in_flight, stats.approximate) == (
+        "emails", 1, 1, 1, False)
+    assert m.ack() is True
+    assert q.stats().acked_last_minute == 1
+    assert conn.execute("SELECT outcome FROM dq_archive").fetchall() == [("acked",)]
+    q.poll(1)
+    assert q.release_locks() == 1
+    with pytest.raises(pyqueue.InvalidArgument) as info:
+        q.purge()
+    assert info.value.sqlstate == "22023" and count(conn) == 2
+    assert q.purge(confirm=True) == 2 and count(conn) == 0
+    with pytest.raises(pyqueue.InvalidArgument):
+        q.configure(retention=timedelta(seconds=-1))
+    assert [s.queue for s in pyqueue.all_stats(conn)] == ["emails"]

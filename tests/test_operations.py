@@ -245,3 +245,24 @@ def test_a_function_planted_in_the_callers_search_path_is_not_used(login_roles, 
     assert str(token) != planted
     assert until.year > 2000
     assert one(conn, "SELECT lock_token FROM dq_messages WHERE key = 'k'")[0] == token
+
+
+def test_cli_stats_prints_every_queue_and_watch_stops_on_sigint(dsn: str, conn) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    conn.execute("SELECT dq_offer('mail', 'k', 'x')")
+    conn.execute("SELECT dq_configure_queue('audit', archive => true)")
+    out = subprocess.run([sys.executable, "-m", "pyqueue", "stats", "--dsn", dsn], capture_output=True, text=True,
+                         timeout=60, env={"COLUMNS": "160", "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert "mail" in out.stdout and "audit" in out.stdout and "ready" in out.stdout
+    proc = subprocess.Popen([sys.executable, "-m", "pyqueue", "stats", "--dsn", dsn, "--watch", "--interval", "0.2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    assert "mail" in stdout
