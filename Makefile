@@ -7,7 +7,7 @@ PYTHON ?= python3
 DSN ?= postgresql://postgres:postgres@127.0.0.1:55432/dq
 DOCKER_ENGINE := $(shell docker info >/dev/null 2>&1 && echo yes)
 
-.PHONY: venv up down psql migrate demo test bench bench-quick lint clean release-snapshot
+.PHONY: venv up down psql migrate demo test bench bench-quick bench-latency lint clean release-snapshot
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,11 @@ test: venv
 
 bench: venv up
 	$(PY) -m bench.core --dsn "$(DSN)"
+	$(PY) -m bench.latency --dsn "$(DSN)"
+
+# Real `pyqueue worker` processes: lateness, idle query rate, throughput beside the plain-SQL baseline
+bench-latency: venv up
+	$(PY) -m bench.latency --dsn "$(DSN)"
 
 bench-quick: venv up
 	$(PY) -m bench.core --dsn "$(DSN)" --quick
