@@ -47,17 +47,23 @@ CASES = [
          "dq_install_tick:", "payloads"),
     case("it-lengths", rf"SELECT dq_install_tick('q', 'keep', 'h', {T2}, ARRAY['\x01']::bytea[])", "22023",
          "dq_install_tick:", "payloads has 1", "scheduled_ats has 2"),
-    case("it-time-element-null", f"SELECT dq_install_tick('q', 'keep', 'h', ARRAY['2100-01-01Z', NULL]::timestamptz[], {P2})",
+    case("it-time-element-null", "SELECT dq_install_tick('q', 'keep', 'h', ARRAY['2100-01-01Z',"
+                                 f" NULL]::timestamptz[], {P2})",
          "22004", "dq_install_tick:", "scheduled_ats[2]"),
     case("it-payload-element-null", f"SELECT dq_install_tick('q', 'keep', 'h', {T2}, ARRAY['\\x01', NULL]::bytea[])",
          "22004", "dq_install_tick:", "payloads[2]"),
-    case("it-infinite", f"SELECT dq_install_tick('q', 'keep', 'h', ARRAY['2100-01-01Z', 'infinity']::timestamptz[], {P2})",
+    case("it-infinite", "SELECT dq_install_tick('q', 'keep', 'h', ARRAY['2100-01-01Z', 'infinity']::timestamptz[],"
+                        f" {P2})",
          "22023", "dq_install_tick:", "scheduled_ats[2]", "finite"),
-    case("it-same-ms", f"SELECT dq_install_tick('q', 'keep', 'h', ARRAY['2100-01-01 00:00:00.0001Z', '2100-01-01 00:00:00.0002Z']::timestamptz[], {P2})",
+    case("it-same-ms", "SELECT dq_install_tick('q', 'keep', 'h', ARRAY['2100-01-01 00:00:00.0001Z', '2100-01-01"
+                       f" 00:00:00.0002Z']::timestamptz[], {P2})",
          "22023", "dq_install_tick:", "scheduled_ats[2]", "millisecond"),
-    case("it-2d", "SELECT dq_install_tick('q', 'keep', 'h', ARRAY[['2100-01-01Z']]::timestamptz[], ARRAY[['\\x01']]::bytea[])",
+    case("it-2d", "SELECT dq_install_tick('q', 'keep', 'h', ARRAY[['2100-01-01Z']]::timestamptz[],"
+                  " ARRAY[['\\x01']]::bytea[])",
          "22023", "dq_install_tick:", "one-dimensional"),
-    case("it-over-limit", "SELECT dq_install_tick('q', 'keep', 'h', ARRAY(SELECT timestamptz '2100-01-01Z' + g * interval '1 s' FROM generate_series(1, 100001) g), array_fill('\\x01'::bytea, ARRAY[100001]))",
+    case("it-over-limit", "SELECT dq_install_tick('q', 'keep', 'h', ARRAY(SELECT timestamptz '2100-01-01Z' + g *"
+                          " interval '1 s' FROM generate_series(1, 100001) g),"
+                          " array_fill('\\x01'::bytea, ARRAY[100001]))",
          "54000", "dq_install_tick:", "limit is 100000"),
     case("it-type-empty", f"SELECT dq_install_tick('q', 'keep', 'h', {T2}, {P2}, '')", "22023",
          "dq_install_tick:", "payload_type", "empty"),
@@ -66,14 +72,16 @@ CASES = [
     # ---- dq_uninstall_tick
     case("ut-queue-null", "SELECT dq_uninstall_tick(NULL, 'keep')", "22004", "dq_uninstall_tick:", "queue"),
     case("ut-prefix-null", "SELECT dq_uninstall_tick('q', NULL)", "22004", "dq_uninstall_tick:", "key_prefix"),
-    case("ut-prefix-long", "SELECT dq_uninstall_tick('q', repeat('p', 101))", "22001", "dq_uninstall_tick:", "key_prefix"),
+    case("ut-prefix-long", "SELECT dq_uninstall_tick('q', repeat('p',"
+                           " 101))", "22001", "dq_uninstall_tick:", "key_prefix"),
     case("ut-hash-empty", "SELECT dq_uninstall_tick('q', 'keep', '')", "22023", "dq_uninstall_tick:", "config_hash"),
     # ---- dq_cron_install: names, payload, zone, lookahead
     case("ci-name-null", "SELECT dq_cron_install(NULL, 'q', '@daily', 'x'::text)", "22004", "dq_cron_install:", "name"),
     case("ci-name-empty", "SELECT dq_cron_install('', 'q', '@daily', 'x'::text)", "22023", "dq_cron_install:", "name"),
     case("ci-name-long", "SELECT dq_cron_install(repeat('n', 101), 'q', '@daily', 'x'::text)", "22001",
          "dq_cron_install:", "name", "limit is 100"),
-    case("ci-queue-null", "SELECT dq_cron_install('keep', NULL, '@daily', 'x'::text)", "22004", "dq_cron_install:", "queue"),
+    case("ci-queue-null", "SELECT dq_cron_install('keep', NULL, '@daily',"
+                          " 'x'::text)", "22004", "dq_cron_install:", "queue"),
     case("ci-queue-long", "SELECT dq_cron_install('keep', repeat('q', 101), '@daily', 'x'::text)", "22001",
          "dq_cron_install:", "queue"),
     case("ci-payload-null-bytea", "SELECT dq_cron_install('keep', 'q', '@daily', NULL::bytea)", "22004",
@@ -89,7 +97,8 @@ CASES = [
     case("ci-zone-posix", inst("'@daily'", ", 'UTC+3'"), "22023", "dq_cron_install:", "timezone"),
     case("ci-zone-abbrev", inst("'@daily'", ", 'PST'"), "22023", "dq_cron_install:", "timezone"),
     case("ci-lookahead-null", inst("'@daily'", ", 'UTC', NULL, NULL"), "22004", "dq_cron_install:", "lookahead"),
-    case("ci-lookahead-zero", inst("'@daily'", ", 'UTC', NULL, interval '0'"), "22023", "dq_cron_install:", "lookahead"),
+    case("ci-lookahead-zero", inst("'@daily'", ", 'UTC', NULL, interval '0'"), "22023",
+         "dq_cron_install:", "lookahead"),
     case("ci-lookahead-huge", inst("'@daily'", ", 'UTC', NULL, interval '400 days'"), "22023",
          "dq_cron_install:", "lookahead", "366 days"),
     # ---- dq_cron_install: schedule syntax
@@ -144,7 +153,8 @@ def snapshot(conn: psycopg.Connection[Any]) -> tuple[Any, Any]:
 def test_bad_input(conn, sql, sqlstate, contains):
     conn.execute("DELETE FROM dq_cron")
     conn.execute("SELECT dq_cron_install('keep', 'q', '*/10 * * * *', 'x'::text)")
-    conn.execute(r"SELECT dq_install_tick('q', 'other', 'h0', ARRAY['2100-01-01Z']::timestamptz[], ARRAY['\x00']::bytea[])")
+    conn.execute(r"SELECT dq_install_tick('q', 'other', 'h0', ARRAY['2100-01-01Z']::timestamptz[],"
+                 r" ARRAY['\x00']::bytea[])")
     before = snapshot(conn)
     with pytest.raises(psycopg.Error) as info:
         conn.execute(sql)
