@@ -18,3 +18,6 @@ END;
 $$;
 DROP TABLE IF EXISTS dq_cron;
 DROP TYPE IF EXISTS dq_cron_spec;
+-- The functions of sql/200_cron.sql were dropped above: forget the checksum of sql/, so that the
+-- next migrate re-applies sql/ (9999_sql) even if the list of applied steps ends up the same.
+DELETE FROM dq_meta WHERE name = 'sql_checksum';

@@ -6,7 +6,10 @@ that the job ``dq-cron-tick`` is registered as every minute, installs a schedule
 covers only the next occurrence, and waits (pg_cron 1.4, Debian bookworm's package, has no
 seconds schedules, so up to about two minutes) until a later occurrence appears that only a
 tick could have installed, and ``cron.job_run_details`` shows a succeeded run of the job.
-It removes its schedule and messages afterwards, and unregisters the job if it registered it.
+It removes its schedule and messages afterwards. When the job was not registered before the test,
+the test applies migration 0005 itself (rolling back a stale 0005 first) and rolls it back at the
+end with its rollback script, which unregisters the job: the database is left as it was found,
+and the rollback is exercised too.
 """
 
 from __future__ import annotations
@@ -15,12 +18,23 @@ import time
 
 import psycopg
 import pytest
+from yoyo import get_backend, read_migrations
 
-from pyqueue.migrate import migrate
+from pyqueue.migrate import migrate, migrations_dir, yoyo_uri
 
 pytestmark = [pytest.mark.cron, pytest.mark.slow]
 
 NAME = "dq-test-pg-cron"
+
+
+def rollback_0005(dsn: str) -> None:
+    backend = get_backend(yoyo_uri(dsn))
+    try:
+        migrations = read_migrations(str(migrations_dir())).filter(lambda m: m.id == "0005_cron")
+        with backend.lock():
+            backend.rollback_migrations(backend.to_rollback(migrations))
+    finally:
+        backend.connection.close()
 
 
 def test_the_pg_cron_job_fires_and_installs_occurrences(admin_dsn):
@@ -28,6 +42,8 @@ def test_the_pg_cron_job_fires_and_installs_occurrences(admin_dsn):
         if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_cron'").fetchone() is None:
             pytest.fail("pg_cron is not installed in the test server's cron.database_name database")
         job_before = conn.execute("SELECT jobid FROM cron.job WHERE jobname = 'dq-cron-tick'").fetchone()
+        if job_before is None:
+            rollback_0005(admin_dsn)  # a 0005 applied without its job: apply it afresh
         migrate(admin_dsn)
         job = conn.execute(
             "SELECT jobid, schedule, command, active FROM cron.job WHERE jobname = 'dq-cron-tick'"
@@ -62,4 +78,6 @@ def test_the_pg_cron_job_fires_and_installs_occurrences(admin_dsn):
             conn.execute("SELECT dq_cron_uninstall(%s)", (NAME,))
             conn.execute("DELETE FROM dq_messages WHERE queue = %s", (NAME,))
             if job_before is None:
-                conn.execute("SELECT cron.unschedule(%s)", (jobid,))
+                rollback_0005(admin_dsn)
+                assert conn.execute("SELECT 1 FROM cron.job WHERE jobname = 'dq-cron-tick'").fetchone() is None
+                assert conn.execute("SELECT to_regclass('dq_cron')").fetchone() == (None,)
