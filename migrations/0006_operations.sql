@@ -1,5 +1,5 @@
 -- 0006: the stats row type, least-privilege roles, and the archive retention job.
--- depends: 0004_archive
+-- depends: 0005_cron
 
 -- dq_queue_stats' row (and the dq_stats view's columns).
 CREATE TYPE dq_stats_row AS (
@@ -34,7 +34,7 @@ END;
 $$;
 
 -- No direct access to the tables for anyone but their owner (the functions run as the owner).
-REVOKE ALL ON dq_messages, dq_waiters, dq_meta, dq_queues, dq_archive FROM PUBLIC;
+REVOKE ALL ON dq_messages, dq_waiters, dq_meta, dq_queues, dq_archive, dq_cron FROM PUBLIC;
 
 -- Retention: prune the archive every 10 minutes, when pg_cron is installed in this database.
 DO $$

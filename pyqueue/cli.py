@@ -1,4 +1,4 @@
-"""Command line: ``pyqueue migrate | offer | poll | worker | next-due``.
+"""Command line: ``pyqueue migrate | offer | poll | worker | next-due | cron``.
 
 ``pyqueue migrate --dsn DSN`` installs or upgrades the database (same as ``yoyo apply``).
 The DSN defaults to the ``DQ_DSN`` environment variable.
@@ -12,11 +12,17 @@ import importlib
 import json
 import logging
 import os
+import re
+import signal
 import sys
+import threading
 import time
 from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
+
+from . import cron as cron_api
 from .client import DelayedQueue
 from .errors import PyQueueError
 from .migrate import migrate, pending
@@ -168,6 +174,66 @@ def _cmd_stats(args: argparse.Namespace) -> int:
             return 0
 
 
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+
+
+def _duration(text: str) -> timedelta:
+    """``30s``, ``1.5m``, ``2h``, ``500ms`` or plain seconds."""
+    m = _DURATION.match(text)
+    if m is None:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (examples: 30s, 2m, 1h, 500ms)")
+    unit = {"ms": 0.001, "s": 1.0, None: 1.0, "m": 60.0, "h": 3600.0}[m.group(2)]
+    value = timedelta(seconds=float(m.group(1)) * unit)
+    if value <= timedelta(0):
+        raise argparse.ArgumentTypeError("the duration must be positive")
+    return value
+
+
+def _cmd_cron(args: argparse.Namespace) -> int:
+    dsn = _dsn(args)
+    if args.cron_command == "tick" and args.every is not None:
+        return _cron_tick_loop(dsn, args.every)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if args.cron_command == "tick":
+            print(cron_api.tick(conn))
+        elif args.cron_command == "install":
+            payload: object = json.loads(args.payload) if args.json else args.payload
+            print(cron_api.install(conn, args.name, args.queue, args.schedule, payload, timezone=args.timezone,
+                                   payload_type=args.payload_type, lookahead=args.lookahead))
+        elif args.cron_command in ("uninstall", "pause", "resume"):
+            done = getattr(cron_api, args.cron_command)(conn, args.name)
+            if not done:
+                print(f"pyqueue cron {args.cron_command}: no schedule named {args.name!r}", file=sys.stderr)
+                return 1
+            print("ok")
+        else:  # list
+            for s in cron_api.schedules(conn):
+                print(json.dumps({"name": s.name, "queue": s.queue, "schedule": s.schedule, "timezone": s.timezone,
+                                  "payload_type": s.payload_type, "lookahead_s": s.lookahead.total_seconds(),
+                                  "config_hash": s.config_hash, "paused": s.paused,
+                                  "next": [t.isoformat() for t in s.next_occurrences]}))
+    return 0
+
+
+def _cron_tick_loop(dsn: str, every: timedelta) -> int:
+    """Tick every ``every`` with a CronTicker until SIGINT or SIGTERM; exit 0."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    stop = threading.Event()
+
+    def _on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+    ticker = cron_api.CronTicker(dsn, every=every, on_tick=lambda n: print(n, flush=True))
+    ticker.start()
+    while not stop.wait(0.5):
+        if not ticker.is_alive():  # pragma: no cover - the thread only ends when stopped
+            return 1
+    ticker.stop(timeout=30)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyqueue", description="Delayed message queue in PostgreSQL")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -220,6 +286,33 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("next-due", "print when the next message becomes visible")
     p.add_argument("--queue", required=True)
     p.set_defaults(func=_cmd_next_due)
+
+    p = sub.add_parser("cron", help="recurring messages: tick, install, uninstall, pause, resume, list")
+    cron_sub = p.add_subparsers(dest="cron_command", required=True)
+
+    def add_cron(name: str, help_: str) -> argparse.ArgumentParser:
+        c = cron_sub.add_parser(name, help=help_)
+        c.add_argument("--dsn", help="libpq connection string (default: $DQ_DSN)")
+        c.set_defaults(func=_cmd_cron)
+        return c
+
+    c = add_cron("tick", "install due occurrences once (prints the count), or every --every until SIGINT/SIGTERM")
+    c.add_argument("--every", type=_duration, default=None, help="loop with this period (30s, 1m, ...)")
+    c = add_cron("install", "create or replace a named schedule; prints its config hash")
+    c.add_argument("--name", required=True)
+    c.add_argument("--queue", required=True)
+    c.add_argument("--schedule", required=True, help="'*/5 * * * *', '@daily', 'every 15 minutes', 'daily at 09:00'")
+    c.add_argument("--payload", required=True)
+    c.add_argument("--json", action="store_true", help="the payload is JSON (payload_type json)")
+    c.add_argument("--payload-type", default=None)
+    c.add_argument("--timezone", default="UTC", help="IANA zone name (default UTC)")
+    c.add_argument("--lookahead", type=_duration, default=timedelta(hours=1), help="default 1h")
+    for name, help_ in (("uninstall", "remove a schedule and its future messages"),
+                        ("pause", "pause a schedule (its future messages are removed)"),
+                        ("resume", "resume a paused schedule")):
+        c = add_cron(name, help_)
+        c.add_argument("--name", required=True)
+    add_cron("list", "print the schedules as JSON lines")
     return parser
 
 

@@ -27,6 +27,11 @@ BEGIN
     LOOP
         EXECUTE format('REVOKE ALL ON %s %s FROM PUBLIC',
                        CASE v_fn.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END, v_fn.sig);
+        -- Functions called in a view are checked against the view's user (PostgreSQL, CREATE VIEW):
+        -- the ones dq_cron_schedules calls are granted to the role that reads it.
+        IF v_fn.proname IN ('dq__cron_between', 'dq__cron_parse') THEN
+            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO dq_admin', v_fn.sig);
+        END IF;
         CONTINUE WHEN v_fn.proname LIKE 'dq\_\_%';
         IF v_fn.prokind = 'f' THEN  -- a procedure that commits cannot be SECURITY DEFINER
             EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER', v_fn.sig);
@@ -46,3 +51,5 @@ GRANT dq_producer, dq_consumer TO dq_admin;
 -- The views run with their owner's rights; reading them is an operator's business.
 REVOKE ALL ON dq_stats FROM PUBLIC;
 GRANT SELECT ON dq_stats TO dq_admin;
+REVOKE ALL ON dq_cron_schedules FROM PUBLIC;
+GRANT SELECT ON dq_cron_schedules TO dq_admin;

@@ -174,9 +174,11 @@ CONSUMER = ["SELECT * FROM dq_poll_many('jobs', 1, '1 minute')", "SELECT * FROM 
             "SELECT dq_next_due('jobs')", "SELECT dq_channel('jobs')", "SELECT dq_wait('jobs', '1 second')"]
 ADMIN = ["SELECT dq_configure_queue('jobs', archive => true)", "SELECT dq_redrive('jobs.dead')",
          "SELECT dq_purge('nothing', confirm => true)", "SELECT dq_release_locks('jobs')",
-         "SELECT * FROM dq_stats", "SELECT dq_prune_archive()"]
+         "SELECT * FROM dq_stats", "SELECT dq_prune_archive()", "SELECT * FROM dq_cron_schedules",
+         "SELECT dq_cron_install('nightly', 'jobs', 'daily at 03:00', 'x'::bytea)", "SELECT dq_cron_tick()",
+         "SELECT dq_cron_pause('nightly')", "SELECT dq_install_tick('jobs', 'p', 'h', ARRAY[now()], ARRAY['x'::bytea])"]
 TABLES = ["SELECT * FROM dq_messages", "INSERT INTO dq_waiters VALUES ('q', 1, now())", "SELECT * FROM dq_queues",
-          "SELECT * FROM dq_archive", "DELETE FROM dq_meta"]
+          "SELECT * FROM dq_archive", "DELETE FROM dq_meta", "SELECT * FROM dq_cron"]
 
 
 @pytest.fixture
