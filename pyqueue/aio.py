@@ -503,10 +503,11 @@ class AsyncWorker(_WorkerCore):
         idle_check: float | timedelta = timedelta(seconds=5),
         backoff: Backoff | None = None,
         shutdown_grace: float | timedelta = timedelta(seconds=30),
+        cron_tick: float | timedelta | None = None,
     ) -> None:
         super().__init__(
             handler, concurrency=concurrency, batch_size=batch_size, lock_timeout=lock_timeout,
-            idle_check=idle_check, backoff=backoff, shutdown_grace=shutdown_grace,
+            idle_check=idle_check, backoff=backoff, shutdown_grace=shutdown_grace, cron_tick=cron_tick,
         )
         self.queue = queue
         self._stop: asyncio.Event | None = None
@@ -537,6 +538,7 @@ class AsyncWorker(_WorkerCore):
         tasks: set[asyncio.Task[None]] = set()
         heartbeat = asyncio.create_task(self._heartbeat(stop), name="pyqueue-heartbeat")
         stopping = asyncio.create_task(stop.wait())
+        ticker = self._start_cron_ticker(await _resolve(self.queue.pool.conninfo))
         self._ready_line(self.queue.queue)
         try:
             while not stop.is_set():
@@ -565,6 +567,8 @@ class AsyncWorker(_WorkerCore):
                 heartbeat.cancel()
                 stopping.cancel()
                 await self._flush_acks()
+                if ticker is not None:
+                    await asyncio.to_thread(ticker.stop, 10)
                 log.info("worker stopped: %s", self.stats.snapshot())
             finally:
                 for sig in installed:

@@ -104,6 +104,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             lock_timeout=timedelta(seconds=args.lock_timeout),
             idle_check=timedelta(seconds=args.idle_check),
             shutdown_grace=timedelta(seconds=args.shutdown_grace),
+            cron_tick=None if args.cron_tick is None else timedelta(seconds=args.cron_tick),
         ).run()
     return 0
 
@@ -121,6 +122,7 @@ def _run_async_worker(args: argparse.Namespace, handler: Any) -> int:
                 lock_timeout=timedelta(seconds=args.lock_timeout),
                 idle_check=timedelta(seconds=args.idle_check),
                 shutdown_grace=timedelta(seconds=args.shutdown_grace),
+                cron_tick=None if args.cron_tick is None else timedelta(seconds=args.cron_tick),
             ).run()
 
     asyncio.run(main())
@@ -272,6 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--idle-check", type=float, default=5.0, help="seconds between checks while idle (default 5)")
     p.add_argument("--shutdown-grace", type=float, default=30.0, help="seconds handlers get on stop (default 30)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--cron-tick", type=float, default=None,
+                   help="also call dq_cron_tick() every this many seconds (one worker per database at a time)")
     p.add_argument("--async", dest="use_async", action="store_true",
                    help="run the asyncio worker (a coroutine handler is awaited, a plain one runs in a thread)")
     p.add_argument("handler", help="package.module:function, imported from the current directory or PYTHONPATH")

@@ -122,6 +122,7 @@ class _WorkerCore:
         idle_check: float | timedelta,
         backoff: Backoff | None,
         shutdown_grace: float | timedelta,
+        cron_tick: float | timedelta | None = None,
     ) -> None:
         if concurrency < 1:
             raise InvalidArgument(f"concurrency is {concurrency}, it must be at least 1")
@@ -134,6 +135,7 @@ class _WorkerCore:
         self.idle_check = timedelta(seconds=_seconds(idle_check, "idle_check"))
         self.backoff = backoff or Backoff()
         self.shutdown_grace = _seconds(shutdown_grace, "shutdown_grace")
+        self.cron_tick = None if cron_tick is None else timedelta(seconds=_seconds(cron_tick, "cron_tick"))
         self.stats = WorkerStats()
         self._signals = 0
         self._poll_failures = 0
@@ -141,6 +143,18 @@ class _WorkerCore:
         self._lost: set[UUID] = set()
         self._done: list[UUID] = []  # finished, to acknowledge in the next batch
         self._lock = threading.Lock()
+
+    def _start_cron_ticker(self, conninfo: Any) -> Any:
+        """With ``cron_tick``: a :class:`pyqueue.cron.CronTicker` thread driving ``dq_cron_tick()``
+        (one ticker per database works at a time, by an advisory lock; the others stand by)."""
+        if self.cron_tick is None:
+            return None
+        from .cron import CronTicker
+
+        ticker = CronTicker(conninfo() if callable(conninfo) else conninfo, every=self.cron_tick)
+        ticker.start()
+        log.info("cron ticker started: dq_cron_tick() every %s while this worker holds the tick lock", self.cron_tick)
+        return ticker
 
     def _ready_line(self, queue: str) -> None:
         log.info(
@@ -239,6 +253,8 @@ class Worker(_WorkerCore):
     :param idle_check: while idle, re-check the queue at least this often (timedelta or seconds).
     :param backoff: retry delays after a failure.
     :param shutdown_grace: on stop, how long running handlers may finish (timedelta or seconds).
+    :param cron_tick: also drive the database's recurring schedules: call ``dq_cron_tick()`` this
+        often (timedelta or seconds) while this worker holds the tick lock (docs/cron.md); None: off.
 
     When the database is unreachable, polls are retried after 0.5 s, 1 s, 2 s … up to 30 s; the
     connections are re-opened by the pool. When LISTEN/NOTIFY does not work on the connection (a
@@ -256,10 +272,11 @@ class Worker(_WorkerCore):
         idle_check: float | timedelta = timedelta(seconds=5),
         backoff: Backoff | None = None,
         shutdown_grace: float | timedelta = timedelta(seconds=30),
+        cron_tick: float | timedelta | None = None,
     ) -> None:
         super().__init__(
             handler, concurrency=concurrency, batch_size=batch_size, lock_timeout=lock_timeout,
-            idle_check=idle_check, backoff=backoff, shutdown_grace=shutdown_grace,
+            idle_check=idle_check, backoff=backoff, shutdown_grace=shutdown_grace, cron_tick=cron_tick,
         )
         self.queue = queue
         self._stop = threading.Event()
@@ -290,6 +307,7 @@ class Worker(_WorkerCore):
         heartbeat.start()
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="pyqueue-handler")
         futures: set[Future[None]] = set()
+        ticker = self._start_cron_ticker(self.queue.pool.conninfo)
         self._ready_line(self.queue.queue)
         try:
             while not self._stop.is_set():
@@ -315,6 +333,8 @@ class Worker(_WorkerCore):
                 self._finished.set()
                 self._flush_acks()
                 pool.shutdown(wait=False, cancel_futures=True)
+                if ticker is not None:
+                    ticker.stop(timeout=10)
                 log.info("worker stopped: %s", self.stats.snapshot())
             finally:
                 if in_main:  # only now: a second signal during the grace period must still exit at once

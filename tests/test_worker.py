@@ -262,3 +262,20 @@ def test_worker_behind_pgbouncer(dsn: str, db, pool_mode: str) -> None:
     assert "prepared statement" not in out, out
     assert db.execute("SELECT count(DISTINCT key), count(*) FROM handled").fetchone() == (20, 20)
     assert db.execute("SELECT count(*) FROM dq_messages").fetchone()[0] == 0
+
+
+def test_worker_drives_the_cron_schedules_with_cron_tick(dsn: str, db) -> None:
+    """A schedule firing every 2 s whose lookahead is only 2 s: after dq_cron_install's first install,
+    further occurrences exist only if something calls dq_cron_tick(). A worker with --cron-tick 1
+    does, and handles them (the worker consumes the schedule's own queue)."""
+    db.execute("SELECT dq_cron_install('beat', 'jobs', 'every 2 seconds', '{}'::jsonb, lookahead => '2 seconds')")
+    proc = start_worker(dsn, "workerhandlers:record", "--idle-check", "0.5", "--cron-tick", "1")
+    try:
+        wait_for(db, "SELECT count(*) FROM handled", 4, timeout=30)
+    finally:
+        code, out = stop(proc)
+    assert code == 0, out
+    assert "cron ticker started" in out
+    keys = [r[0] for r in db.execute("SELECT key FROM handled ORDER BY key")]
+    assert len(keys) == len(set(keys)) >= 4
+    assert all(k.startswith("beat/") for k in keys)
