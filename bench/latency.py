@@ -281,6 +281,14 @@ def xacts(dsn: str) -> int:
                                " WHERE datname = current_database()"))
 
 
+def autovacuums(conn: psycopg.Connection[Any], side: Side) -> int:
+    """How often autovacuum vacuumed or analyzed the side's table so far (either makes the
+    sessions re-plan their cached statements on it)."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    return int(value(conn, "SELECT autovacuum_count + autoanalyze_count FROM pg_stat_user_tables WHERE relname = %s",
+                     (side.table,)))
+
+
 def remaining(conn: psycopg.Connection[Any], side: Side) -> int:
     return int(value(conn, sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(side.table))))
 
@@ -514,7 +522,7 @@ def run_workers_side(admin: psycopg.Connection[Any], dsn: str, cfg: Config, work
     before = function_stats(admin)
     with workers:
         workers.wait_ready(admin)
-        x0 = xacts(dsn)
+        x0, av0 = xacts(dsn), autovacuums(admin, DQ)
         with psycopg.connect(dsn, autocommit=True) as fill, psycopg.connect(dsn, autocommit=True) as counter:
             window = Window(admin.info.dbname, counter.info.backend_pid)
             committed = fill_one_transaction(fill, DQ, n, before_commit=window.start)
@@ -525,6 +533,7 @@ def run_workers_side(admin: psycopg.Connection[Any], dsn: str, cfg: Config, work
     # The workers' transactions (polls, acks, lock extensions): all, less this driver's (the
     # reading of x0, the fill, the counts).
     res["xacts_per_row"] = (xacts(dsn) - x0 - 2 - res["drain_polls"]) / n
+    res["autovacuums"] = autovacuums(admin, DQ) - av0
     calls = stats_since(admin, before)
     res["functions"] = {k: {"calls": c, "total_ms": ms} for k, (c, ms) in calls.items()}
     polls = calls.get("dq_poll_many", (0, 0.0))
@@ -554,7 +563,7 @@ def run_baseline_side(admin: psycopg.Connection[Any], dsn: str, cfg: Config, cli
     for p in procs:
         p.start()
     try:
-        x0 = xacts(dsn)
+        x0, av0 = xacts(dsn), autovacuums(admin, BASELINE)
         with psycopg.connect(dsn, autocommit=True) as counter:
             window = Window(admin.info.dbname, counter.info.backend_pid)
             ready.wait(READY_TIMEOUT_S)  # every client connected, its statements ready
@@ -581,6 +590,7 @@ def run_baseline_side(admin: psycopg.Connection[Any], dsn: str, cfg: Config, cli
     time.sleep(STATS_SETTLE_S)
     # The clients' transactions: all, less this driver's (the reading of x0, the counts).
     res["xacts_per_row"] = (xacts(dsn) - x0 - 1 - res["drain_polls"]) / n
+    res["autovacuums"] = autovacuums(admin, BASELINE) - av0
     res["delivered"] = sum(rows)
     res["duplicates"] = res["delivered"] - n
     res["per_client_rows"] = rows
@@ -602,6 +612,7 @@ def throughput_part(admin: psycopg.Connection[Any], dsn: str, cfg: Config, workd
                 f"  consumers {r['consumer_us_per_row']:.0f} µs/msg  server {r['server_us_per_row']:.0f} µs/msg"
                 f"  {r['xacts_per_row']:.3f} xacts/msg  other CPU {r['other_cpu']:.0%}"
                 f"  delivered {r['delivered']:,}  count(*) {r['count_ms_mean']:.1f} ms"
+                f"  autovacuum/analyze runs {r['autovacuums']}"
                 + (f"  {r['msgs_per_poll']:.0f} msgs/poll, poll {r['poll_ms']:.1f} ms, ack {r['ack_ms']:.1f} ms"
                    if side == "workers" else "")
             )
@@ -661,7 +672,8 @@ def throughput_table(cells: list[dict[str, Any]], cfg: Config) -> Table:
     for c in cells:
         w, b = c["workers"], c["baseline"]
         table.add_row(
-            str(c["processes"]), f"{w['rows_per_s']:,.0f}", f"{b['rows_per_s']:,.0f}", f"{c['ratio']:.0%}",
+            str(c["processes"]), f"{w['rows_per_s']:,.0f}" + "*" * bool(w["autovacuums"]),
+            f"{b['rows_per_s']:,.0f}" + "*" * bool(b["autovacuums"]), f"{c['ratio']:.0%}",
             f"{w['xacts_per_row']:.3f} | {b['xacts_per_row']:.3f}",
             f"{w['consumer_us_per_row']:.0f} | {b['consumer_us_per_row']:.0f}",
             f"{w['server_us_per_row']:.0f} | {b['server_us_per_row']:.0f}",
@@ -677,7 +689,8 @@ def throughput_table(cells: list[dict[str, Any]], cfg: Config) -> Table:
         "the worker processes or baseline clients (and this driver); server: CPU of the database's backends (the "
         "driver's counting excluded). msgs/poll, poll | ack ms: per dq_poll_many / dq_ack call, server time "
         "(track_functions). other CPU: the most any run saw taken by processes outside the benchmark (share of all "
-        f"cores). Duplicates delivered: {dups}"
+        f"cores). Duplicates delivered: {dups}. *: autovacuum vacuumed or analyzed the table during the run, so "
+        "the sessions re-planned their cached statements on it (the workers planned theirs on the empty table)"
         + (". DIAGNOSTIC: the table was ANALYZEd right after the commit (in the measured time)"
            if cfg.analyze_backlog else "")
     )
