@@ -7,7 +7,7 @@ PYTHON ?= python3
 DSN ?= postgresql://postgres:postgres@127.0.0.1:55432/dq
 DOCKER_ENGINE := $(shell docker info >/dev/null 2>&1 && echo yes)
 
-.PHONY: venv up down psql migrate demo test bench bench-quick lint clean
+.PHONY: venv up down psql migrate demo test bench bench-quick bench-spark lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,9 @@ bench: venv up
 
 bench-quick: venv up
 	$(PY) -m bench.core --dsn "$(DSN)" --quick
+
+bench-spark: venv up
+	$(PY) -m bench.spark --dsn "$(DSN)"
 
 lint: venv
 	$(VENV)/bin/ruff check pyqueue tests bench

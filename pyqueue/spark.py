@@ -29,6 +29,7 @@ import base64
 import datetime as dt
 import json
 import logging
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -256,6 +257,8 @@ class OfferCommitMessage(WriterCommitMessage):
     updated: int = 0
     ignored: int = 0
     superseded: int = 0
+    read_s: float = 0.0  # reading and checking the partition (and staging it, for the copy method)
+    offer_s: float = 0.0  # the dq_offer_many calls (for the arrays method: included in read_s too)
 
 
 @dataclass(frozen=True)
@@ -271,6 +274,8 @@ class OfferSummary:
     updated: int
     ignored: int
     superseded: int
+    read_s: float
+    offer_s: float
 
     @classmethod
     def of(cls, queue: str, messages: Sequence[WriterCommitMessage | None]) -> OfferSummary:
@@ -285,6 +290,8 @@ class OfferSummary:
             updated=sum(m.updated for m in ours),
             ignored=sum(m.ignored for m in ours),
             superseded=sum(m.superseded for m in ours),
+            read_s=sum(m.read_s for m in ours),
+            offer_s=sum(m.offer_s for m in ours),
         )
 
     def __str__(self) -> str:
@@ -292,7 +299,8 @@ class OfferSummary:
             f"{NAME}: queue {self.queue!r}: {self.rows} rows from {self.tasks} tasks ({self.retried} retried)"
             f" in {self.batches} batches:"
             f" created {self.created}, updated {self.updated}, ignored {self.ignored},"
-            f" superseded {self.superseded}"
+            f" superseded {self.superseded}; task time: reading/staging {self.read_s:.1f} s,"
+            f" offering {self.offer_s:.1f} s"
         )
 
 
@@ -449,8 +457,9 @@ class DelayedQueueWriter(DataSourceArrowWriter):
 
     def _write_staged(
         self, conn: psycopg.Connection[Any], iterator: Iterator[Any], partition: int, attempt: int
-    ) -> dict[str, int]:
+    ) -> dict[str, Any]:
         """Stage the partition with COPY, then offer it batch by batch from the stage."""
+        started = time.perf_counter()
         size = self.batch_size
         conn.execute(Q_STAGE_DROP)
         conn.execute(Q_STAGE_CREATE)
@@ -470,6 +479,7 @@ class DelayedQueueWriter(DataSourceArrowWriter):
             return {"rows": 0, "batches": 0}
         conn.execute(Q_STAGE_INDEX)
         conn.execute(Q_STAGE_ANALYZE)
+        staged = time.perf_counter()
         counts = dict.fromkeys(OUTCOMES, 0)
         batches = (seq + size - 1) // size
         query = Q_OFFER_STAGED_LAST if self.can_update else Q_OFFER_STAGED_FIRST
@@ -482,12 +492,21 @@ class DelayedQueueWriter(DataSourceArrowWriter):
                 counts[outcome] += int(n)
         conn.execute(Q_STAGE_DROP)
         offered = sum(counts.values())
-        return {"rows": seq, "batches": batches, **counts, "superseded": seq - offered}
+        return {
+            "rows": seq,
+            "batches": batches,
+            **counts,
+            "superseded": seq - offered,
+            "read_s": staged - started,
+            "offer_s": time.perf_counter() - staged,
+        }
 
     def _write_arrays(
         self, conn: psycopg.Connection[Any], iterator: Iterator[Any], partition: int, attempt: int
-    ) -> dict[str, int]:
+    ) -> dict[str, Any]:
         """Offer each batch as arrays (checks each Arrow batch before offering its rows)."""
+        started = time.perf_counter()
+        offer_s = 0.0
         size = self.batch_size
         counts = dict.fromkeys(OUTCOMES, 0)
         seq = batches = superseded = 0
@@ -495,9 +514,10 @@ class DelayedQueueWriter(DataSourceArrowWriter):
         pending_rows = 0
 
         def flush() -> None:
-            nonlocal batches, pending_rows, superseded
+            nonlocal batches, pending_rows, superseded, offer_s
             if not pending_rows:
                 return
+            t = time.perf_counter()
             self._maybe_fail(partition, attempt, batches)
             params = {
                 "queue": self.queue,
@@ -513,6 +533,7 @@ class DelayedQueueWriter(DataSourceArrowWriter):
             batches += 1
             pending.clear()
             pending_rows = 0
+            offer_s += time.perf_counter() - t
 
         for batch in iterator:
             if batch.num_rows == 0:
@@ -527,7 +548,14 @@ class DelayedQueueWriter(DataSourceArrowWriter):
                     flush()
             seq += batch.num_rows
         flush()
-        return {"rows": seq, "batches": batches, **counts, "superseded": superseded}
+        return {
+            "rows": seq,
+            "batches": batches,
+            **counts,
+            "superseded": superseded,
+            "read_s": time.perf_counter() - started - offer_s,
+            "offer_s": offer_s,
+        }
 
     # ----------------------------------------------------------------- on the driver
 

@@ -76,7 +76,7 @@ def summary(spark: SparkSession, queue: str) -> dict[str, int]:
     assert found, f"no commit summary logged for {queue}"
     total: dict[str, int] = {}
     for msg in found:
-        body = msg.split(" batches: ", 1)[1]
+        body = msg.split(" batches: ", 1)[1].split(";", 1)[0]
         for part in body.split(", "):
             name, n = part.rsplit(" ", 1)
             total[name] = total.get(name, 0) + int(n)
@@ -348,3 +348,23 @@ def test_read_chosen_columns(spark: SparkSession, dsn: str) -> None:
     assert df.columns == ["key", "scheduled_at"]
     with pytest.raises(Exception, match="column 'lock_token' is not a column of dq_messages"):
         spark.read.format("delayedqueue").schema("lock_token string").option("dsn", dsn).load().collect()
+
+
+def test_example_job(spark: SparkSession, dsn: str, tmp_path: Any) -> None:
+    """examples/spark_reminders.py end to end: 300 users, one in three did not pay."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "spark_reminders.py"
+    spec = importlib.util.spec_from_file_location("spark_reminders", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    counts = {q: (ready, scheduled) for q, ready, scheduled in module.run(spark, dsn, users=300, workdir=str(tmp_path))}
+    assert set(counts) == {"digests", "reminders"}
+    assert counts["digests"] == (0, 300)
+    assert sum(counts["reminders"]) == 100
+    # running it again creates no second message for any key
+    module.run(spark, dsn, users=300, workdir=str(tmp_path))
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM dq_messages").fetchone() == (400,)
