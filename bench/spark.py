@@ -20,7 +20,8 @@ same rows into an empty queue (``TRUNCATE dq_messages``, then ``CHECKPOINT``): k
 
 Rows per second for each, as a table and as JSON (``bench/results/spark-<timestamp>.json``). The
 target: the Spark path at least 50% of the COPY baseline. The Spark runs also report, from their
-commit summary, the task time spent reading/staging and offering.
+commit summary, the task time spent reading/staging and offering. The host may be shared: each
+run records the 1-minute load average at its end (2 means both cores busy).
 """
 
 from __future__ import annotations
@@ -93,9 +94,7 @@ def run_copy(dsn: str, n: int) -> float:
 
 
 def run_offer_many(dsn: str, n: int, batch: int) -> float:
-    with psycopg.connect(
-        dsn, autocommit=True, prepare_threshold=0, application_name="bench.spark offer_many"
-    ) as conn:
+    with psycopg.connect(dsn, autocommit=True, prepare_threshold=0, application_name="bench.spark offer_many") as conn:
         cur = conn.cursor()
         start = time.perf_counter()
         it = rows(n)
@@ -183,8 +182,18 @@ def main(argv: list[str] | None = None) -> None:
 
         def record(name: str, seconds: float, note: str = "") -> None:
             check(admin, n, name)
-            results.append({"name": name, "rows": n, "seconds": seconds, "rows_per_s": n / seconds, "note": note})
-            console().log(f"{name:<34} {n / seconds:>10,.0f} rows/s  ({seconds:.1f} s)  {note}")
+            load = os.getloadavg()[0]
+            results.append(
+                {
+                    "name": name,
+                    "rows": n,
+                    "seconds": seconds,
+                    "rows_per_s": n / seconds,
+                    "load_1min": load,
+                    "note": note,
+                }
+            )
+            console().log(f"{name:<34} {n / seconds:>10,.0f} rows/s  ({seconds:.1f} s, load {load:.1f})  {note}")
 
         # Warm-up, not counted: the first Spark job starts the Python workers and imports the modules.
         for method in args.methods.split(","):
@@ -206,14 +215,15 @@ def main(argv: list[str] | None = None) -> None:
     from rich.table import Table
 
     table = Table(title=f"Offering {n:,} rows into an empty queue (rows/s)")
-    for col in ("path", "rows/s", "seconds", "of COPY"):
+    for col in ("path", "rows/s", "seconds", "of COPY", "load (1 min)"):
         table.add_column(col, justify="left" if col == "path" else "right")
     for r in results:
-        table.add_row(r["name"], f"{r['rows_per_s']:,.0f}", f"{r['seconds']:.1f}", f"{r['of_copy']:.0%}")
+        table.add_row(
+            r["name"], f"{r['rows_per_s']:,.0f}", f"{r['seconds']:.1f}", f"{r['of_copy']:.0%}", f"{r['load_1min']:.1f}"
+        )
     spark_best = max((r for r in results if r["name"].startswith("Spark")), key=lambda r: r["rows_per_s"])
-    table.caption = (
-        f"target: Spark ≥ 50% of COPY; best Spark path {spark_best['of_copy']:.0%}: "
-        + ("[green]PASS[/]" if spark_best["of_copy"] >= 0.5 else "[red]MISS[/]")
+    table.caption = f"target: Spark ≥ 50% of COPY; best Spark path {spark_best['of_copy']:.0%}: " + (
+        "[green]PASS[/]" if spark_best["of_copy"] >= 0.5 else "[red]MISS[/]"
     )
     console().print(table)
     report = {

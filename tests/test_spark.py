@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import uuid
 from collections.abc import Iterator
@@ -33,6 +34,8 @@ T0 = datetime(2030, 1, 1, tzinfo=UTC)  # message times far ahead of the server c
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.fail("Spark needs a Java 17+ runtime (Debian: apt-get install openjdk-17-jre-headless)")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     session = (
