@@ -719,11 +719,24 @@ class _Pushed:
 
     def compose(self) -> tuple[sql.Composable, list[Any]]:
         column = sql.Identifier(self.column)
-        if self.op in ("IS NULL", "IS NOT NULL"):
-            return sql.SQL("{} " + self.op).format(column), []
         if self.op == "IN":
             return sql.SQL("{} = ANY({})").format(column, sql.Placeholder()), [list(self.value)]
-        return sql.SQL("{} " + self.op + " {}").format(column, sql.Placeholder()), [self.value]
+        template = _TEMPLATES[self.op]  # fixed text only: an unknown operator is a KeyError
+        if self.op in _NULLS.values():
+            return template.format(column), []
+        return template.format(column, sql.Placeholder()), [self.value]
+
+
+# The SQL of each operator, written out (no text is ever built from a filter).
+_TEMPLATES: dict[str, sql.SQL] = {
+    "=": sql.SQL("{} = {}"),
+    ">": sql.SQL("{} > {}"),
+    ">=": sql.SQL("{} >= {}"),
+    "<": sql.SQL("{} < {}"),
+    "<=": sql.SQL("{} <= {}"),
+    "IS NULL": sql.SQL("{} IS NULL"),
+    "IS NOT NULL": sql.SQL("{} IS NOT NULL"),
+}
 
 
 class IdRange(InputPartition):
