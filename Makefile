@@ -7,7 +7,7 @@ PYTHON ?= python3
 DSN ?= postgresql://postgres:postgres@127.0.0.1:55432/dq
 DOCKER_ENGINE := $(shell docker info >/dev/null 2>&1 && echo yes)
 
-.PHONY: venv up down psql migrate demo test bench bench-quick bench-latency lint clean release-snapshot
+.PHONY: venv up down psql migrate demo test bench bench-quick bench-latency bench-spark lint clean release-snapshot
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,9 @@ bench-latency: venv up
 
 bench-quick: venv up
 	$(PY) -m bench.core --dsn "$(DSN)" --quick
+
+bench-spark: venv up
+	$(PY) -m bench.spark --dsn "$(DSN)"
 
 lint: venv
 	$(VENV)/bin/ruff check pyqueue tests bench

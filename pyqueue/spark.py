@@ -1,0 +1,896 @@
+"""PySpark Python Data Source ``delayedqueue``: offer DataFrame rows as delayed messages, and read
+the queue's tables back as DataFrames (docs/spark.md).
+
+Install the extra (``pip install 'pgdelayq[spark]'``, PySpark >= 4.1 and a Java 17+ runtime),
+then::
+
+    import pyqueue.spark
+    pyqueue.spark.register(spark)
+
+    (df.write.format("delayedqueue").option("dsn", dsn).option("queue", "reminders")
+       .mode("append").save())
+    spark.read.format("delayedqueue").option("dsn", dsn).option("queue", "reminders").load()
+
+Writing goes through ``dq_offer_many`` only (never into ``dq_messages`` directly), so a message is
+identified by its de-duplication key (seed 000, seed 003 ``offerBatch``): a task that Spark runs
+twice (retry, speculation) or a job run again offers the same keys again, which creates no second
+message. Each task first stages its whole partition in a temporary table with ``COPY`` and checks
+every row, then offers it in batches of ``batchSize`` rows, one transaction per batch, each batch
+one set-based ``dq_offer_many`` call over the staged rows.
+
+Reading splits the id range of ``dq_messages`` (or ``archive_id`` of ``dq_archive``) into
+``numPartitions`` parallel reads, and pushes comparisons on the queue, the keys and the times into
+the SQL (as psycopg parameters; column names come from a fixed allow-list).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import logging
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import sql
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceWriter,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    IsNotNull,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "NAME",
+    "DelayedQueueDataSource",
+    "OfferCommitMessage",
+    "OfferSummary",
+    "register",
+    "MESSAGES_SCHEMA",
+    "ARCHIVE_SCHEMA",
+]
+
+NAME = "delayedqueue"
+log = logging.getLogger("pyqueue.spark")
+
+# --------------------------------------------------------------------------- registration
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``delayedqueue`` data source with ``spark`` and enable Python filter pushdown.
+
+    Sets ``spark.sql.python.filterPushdown.enabled`` to ``true`` for the session: Spark refuses to
+    read from a Python data source that pushes filters while that setting is off (its default).
+
+    :param spark: the session to register with.
+    """
+    spark.dataSource.register(DelayedQueueDataSource)
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+
+
+# --------------------------------------------------------------------------- options
+
+
+class _OptionError(ValueError):
+    pass
+
+
+class Options:
+    """Options by case-insensitive name, as Spark treats them (``batchSize`` is ``batchsize``)."""
+
+    def __init__(self, options: Any) -> None:
+        self._values = {str(k).lower(): str(v) for k, v in dict(options).items()}
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return self._values.get(name.lower(), default)
+
+
+def _required(options: Options, name: str) -> str:
+    value = options.get(name)
+    if value is None or value == "":
+        raise _OptionError(f"{NAME}: option {name!r} is required")
+    return value
+
+
+def _int_option(options: Options, name: str, default: int, lo: int, hi: int) -> int:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise _OptionError(f"{NAME}: option {name!r} is {raw!r}, it must be an integer") from None
+    if not lo <= value <= hi:
+        raise _OptionError(f"{NAME}: option {name!r} is {value}, it must be between {lo} and {hi}")
+    return value
+
+
+def _bool_option(options: Options, name: str, default: bool) -> bool:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    if raw.strip().lower() in ("true", "1", "yes"):
+        return True
+    if raw.strip().lower() in ("false", "0", "no"):
+        return False
+    raise _OptionError(f"{NAME}: option {name!r} is {raw!r}, it must be true or false")
+
+
+def _queue_option(options: Options) -> str:
+    queue = _required(options, "queue")
+    if len(queue) > 100:
+        raise _OptionError(f"{NAME}: option 'queue' is {len(queue)} characters, the limit is 100")
+    return queue
+
+
+# --------------------------------------------------------------------------- the data source
+
+
+class DelayedQueueDataSource(DataSource):
+    """The ``delayedqueue`` data source (docs/spark.md).
+
+    Write options: ``dsn`` (required), ``queue`` (required), ``canUpdate`` (default ``true``),
+    ``batchSize`` (rows per ``dq_offer_many`` call and transaction, default 1000, at most 100000).
+
+    Read options: ``dsn`` (required), ``queue`` (optional: only this queue), ``table``
+    (``messages``, the default, or ``archive``), ``numPartitions`` (default 4), ``fetchSize``
+    (rows per fetch and per Arrow batch, default 10000).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> StructType:
+        return _table(self.options).schema
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return DelayedQueueReader(Options(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return DelayedQueueWriter(Options(self.options), schema, overwrite)
+
+
+# --------------------------------------------------------------------------- writing
+
+# The staging table of one task: its whole partition, checked, before anything is offered.
+# seq is the row's position in the partition (0-based); batch = seq // batchSize.
+Q_STAGE_CREATE = """
+CREATE TEMPORARY TABLE dq_spark_stage (
+    seq           bigint  NOT NULL,
+    batch         integer NOT NULL,
+    key           text    NOT NULL,
+    payload       bytea   NOT NULL,
+    payload_type  text    NOT NULL,
+    at_us         bigint  NOT NULL
+)"""
+Q_STAGE_COPY = "COPY dq_spark_stage (seq, batch, key, payload, payload_type, at_us) FROM STDIN (FORMAT binary)"
+STAGE_TYPES = ("int8", "int4", "text", "bytea", "text", "int8")
+Q_STAGE_INDEX = "CREATE INDEX ON dq_spark_stage (batch)"
+Q_STAGE_ANALYZE = "ANALYZE dq_spark_stage"
+Q_STAGE_DROP = "DROP TABLE IF EXISTS dq_spark_stage"
+
+# One batch of staged rows offered by one set-based dq_offer_many call. A key repeated within the
+# batch is offered once: with can_update the last row of the batch (highest seq) wins, without it
+# the first (lowest seq) wins, which is what offering the rows one by one in order would leave.
+# The four array_agg run over the same rows in the same order, so their elements line up.
+_Q_OFFER_STAGED = """
+SELECT o.outcome, count(*)::bigint
+  FROM (SELECT array_agg(s.key) AS keys, array_agg(s.payload) AS payloads,
+               array_agg(timestamptz 'epoch' + s.at_us * interval '1 microsecond') AS ats,
+               array_agg(s.payload_type) AS types
+          FROM (SELECT DISTINCT ON (t.key) t.key, t.payload, t.payload_type, t.at_us
+                  FROM dq_spark_stage t
+                 WHERE t.batch = %(batch)s
+                 ORDER BY t.key, t.seq {order}) AS s) AS a
+       CROSS JOIN LATERAL dq_offer_many(%(queue)s, a.keys, a.payloads, a.ats, %(can_update)s, a.types) AS o
+ GROUP BY o.outcome"""
+Q_OFFER_STAGED_LAST = _Q_OFFER_STAGED.format(order="DESC")
+Q_OFFER_STAGED_FIRST = _Q_OFFER_STAGED.format(order="ASC")
+
+# The "arrays" method: one batch sent as arrays (already de-duplicated in Python).
+Q_OFFER_ARRAYS = """
+SELECT o.outcome, count(*)::bigint
+  FROM dq_offer_many(%(queue)s, %(keys)s::text[], %(payloads)s::bytea[],
+                     (SELECT array_agg(timestamptz 'epoch' + u.us * interval '1 microsecond' ORDER BY u.i)
+                        FROM unnest(%(ats)s::int8[]) WITH ORDINALITY AS u(us, i)),
+                     %(can_update)s, %(types)s::text[]) AS o
+ GROUP BY o.outcome"""
+
+Q_WRITER_CHECK = (
+    "SELECT (extract(epoch FROM date_trunc('microseconds', now())) * 1000000)::int8, "
+    "to_regprocedure('dq_offer_many(text,text[],bytea[],timestamptz[],boolean,text[])') IS NOT NULL"
+)
+
+WRITE_METHODS = ("copy", "arrays")
+KEY_LIMIT = 200
+PAYLOAD_TYPE_LIMIT = 100
+OUTCOMES = ("created", "updated", "ignored")
+
+
+@dataclass(frozen=True)
+class OfferCommitMessage(WriterCommitMessage):
+    """What one successful task offered, sent back to the driver.
+
+    ``created``/``updated``/``ignored`` are the ``dq_offer_many`` outcomes of the rows this
+    attempt offered; ``superseded`` counts rows not offered because a row with the same key
+    followed (or, without ``canUpdate``, preceded) them in the same batch.
+    """
+
+    partition: int
+    attempt: int
+    rows: int
+    batches: int
+    created: int = 0
+    updated: int = 0
+    ignored: int = 0
+    superseded: int = 0
+    read_s: float = 0.0  # reading and checking the partition (and staging it, for the copy method)
+    offer_s: float = 0.0  # the dq_offer_many calls (for the arrays method: included in read_s too)
+
+
+@dataclass(frozen=True)
+class OfferSummary:
+    """The sum of the commit messages of one write job (what the driver logs)."""
+
+    queue: str
+    tasks: int
+    retried: int  # tasks whose successful attempt was not their first
+    rows: int
+    batches: int
+    created: int
+    updated: int
+    ignored: int
+    superseded: int
+    read_s: float
+    offer_s: float
+
+    @classmethod
+    def of(cls, queue: str, messages: Sequence[WriterCommitMessage | None]) -> OfferSummary:
+        ours = [m for m in messages if isinstance(m, OfferCommitMessage)]
+        return cls(
+            queue=queue,
+            tasks=len(ours),
+            retried=sum(1 for m in ours if m.attempt > 0),
+            rows=sum(m.rows for m in ours),
+            batches=sum(m.batches for m in ours),
+            created=sum(m.created for m in ours),
+            updated=sum(m.updated for m in ours),
+            ignored=sum(m.ignored for m in ours),
+            superseded=sum(m.superseded for m in ours),
+            read_s=sum(m.read_s for m in ours),
+            offer_s=sum(m.offer_s for m in ours),
+        )
+
+    def __str__(self) -> str:
+        return (
+            f"{NAME}: queue {self.queue!r}: {self.rows} rows from {self.tasks} tasks ({self.retried} retried)"
+            f" in {self.batches} batches:"
+            f" created {self.created}, updated {self.updated}, ignored {self.ignored},"
+            f" superseded {self.superseded}; task time: reading/staging {self.read_s:.1f} s,"
+            f" offering {self.offer_s:.1f} s"
+        )
+
+
+def _payload_kind(data_type: DataType) -> str | None:
+    """The default payload_type of a payload column of this Spark type, None if not allowed."""
+    if isinstance(data_type, BinaryType):
+        return "bytes"
+    if isinstance(data_type, StringType):
+        return "text"
+    if isinstance(data_type, (StructType, MapType, ArrayType)):
+        return "json"
+    return None
+
+
+def _check_write_schema(schema: StructType) -> str:
+    """Check the DataFrame's columns; return the default payload_type. Raises ValueError naming the column."""
+    fields = {f.name: f for f in schema.fields}
+    allowed = ("key", "payload", "scheduled_at", "payload_type")
+    unknown = [name for name in fields if name not in allowed]
+    if unknown:
+        raise ValueError(
+            f"{NAME}: unknown column {unknown[0]!r}; the columns are key, payload, scheduled_at, payload_type"
+        )
+    for name in ("key", "payload"):
+        if name not in fields:
+            raise ValueError(f"{NAME}: column {name!r} is missing; it is required")
+    key_type = fields["key"].dataType
+    if not isinstance(key_type, StringType):
+        raise ValueError(f"{NAME}: column 'key' is {key_type.simpleString()}, it must be string")
+    kind = _payload_kind(fields["payload"].dataType)
+    if kind is None:
+        raise ValueError(
+            f"{NAME}: column 'payload' is {fields['payload'].dataType.simpleString()}, "
+            "it must be binary, string, or a struct, map or array (written as JSON)"
+        )
+    if "scheduled_at" in fields:
+        at_type = fields["scheduled_at"].dataType
+        if isinstance(at_type, TimestampNTZType):
+            raise ValueError(
+                f"{NAME}: column 'scheduled_at' is timestamp_ntz, which names no instant; "
+                "it must be timestamp (with the session time zone)"
+            )
+        if not isinstance(at_type, TimestampType):
+            raise ValueError(f"{NAME}: column 'scheduled_at' is {at_type.simpleString()}, it must be timestamp")
+    if "payload_type" in fields and not isinstance(fields["payload_type"].dataType, StringType):
+        raise ValueError(
+            f"{NAME}: column 'payload_type' is {fields['payload_type'].dataType.simpleString()}, it must be string"
+        )
+    return kind
+
+
+class DelayedQueueWriter(DataSourceArrowWriter):
+    """Offers each partition's rows through ``dq_offer_many`` (see the module docstring).
+
+    Created on the driver by :meth:`DelayedQueueDataSource.writer`, which checks the schema and the
+    options and asks the database for the job's default time (``now()`` once per job, so that a
+    retried task offers rows without ``scheduled_at`` with the same time as its first attempt).
+    """
+
+    def __init__(self, options: Options, schema: StructType, overwrite: bool) -> None:
+        if overwrite:
+            raise ValueError(f"{NAME}: mode('overwrite') is not supported; offers add or replace by key: use append")
+        self.dsn = _required(options, "dsn")
+        self.queue = _queue_option(options)
+        self.can_update = _bool_option(options, "canUpdate", True)
+        self.batch_size = _int_option(options, "batchSize", 1000, 1, 100_000)
+        self.method = (options.get("writeMethod") or "copy").lower()
+        if self.method not in WRITE_METHODS:
+            raise ValueError(f"{NAME}: option 'writeMethod' is {self.method!r}, it must be one of {WRITE_METHODS}")
+        self.default_type = _check_write_schema(schema)
+        self.columns = [f.name for f in schema.fields]
+        # Testing only (tests/test_spark.py): the first attempt of this partition raises after
+        # this many of its batches were committed, to exercise Spark's task retry.
+        fail = options.get("testFailFirstAttempt")  # "partition:batches"
+        self.fail_first_attempt: tuple[int, int] | None = None
+        if fail:
+            part, _, batches = fail.partition(":")
+            self.fail_first_attempt = (int(part), int(batches))
+        with psycopg.connect(self.dsn, autocommit=True, application_name="pyqueue.spark writer") as conn:
+            row = conn.execute(Q_WRITER_CHECK).fetchone()
+        assert row is not None
+        if not row[1]:
+            raise ValueError(f"{NAME}: the database of 'dsn' has no dq_offer_many; install the queue (pyqueue migrate)")
+        self.default_at_us: int = int(row[0])
+
+    # ----------------------------------------------------------------- on the executors
+
+    def write(self, iterator: Iterator[Any]) -> OfferCommitMessage:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        partition = ctx.partitionId() if ctx is not None else 0
+        attempt = ctx.attemptNumber() if ctx is not None else 0
+        with psycopg.connect(
+            self.dsn, autocommit=True, application_name=f"pyqueue.spark write {partition}.{attempt}"
+        ) as conn:
+            if self.method == "copy":
+                counts = self._write_staged(conn, iterator, partition, attempt)
+            else:
+                counts = self._write_arrays(conn, iterator, partition, attempt)
+        return OfferCommitMessage(partition=partition, attempt=attempt, **counts)
+
+    def _columns(self, batch: Any, seq0: int, partition: int) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
+        """Check one Arrow batch and convert it: keys, payloads (bytes), payload types, times (µs)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        cols = dict(zip(self.columns, batch.columns, strict=True))
+
+        def fail(column: str, mask: Any, what: str) -> None:
+            index = pc.index(mask, pa.scalar(True)).as_py()
+            if index is not None and index >= 0:
+                raise ValueError(
+                    f"{NAME}: column {column!r} {what} in row {seq0 + index} of partition {partition} "
+                    "(rows counted from 0); this task offered nothing"
+                )
+
+        keys = cols["key"]
+        fail("key", pc.is_null(keys), "is NULL")
+        length = pc.utf8_length(keys)
+        fail("key", pc.equal(length, 0), "is empty")
+        fail("key", pc.greater(length, KEY_LIMIT), f"is longer than {KEY_LIMIT} characters")
+        payload = cols["payload"]
+        fail("payload", pc.is_null(payload), "is NULL")
+        if self.default_type == "json":
+            payloads = [_json_bytes(v, payload.type) for v in payload.to_pylist()]
+        else:
+            payloads = payload.cast(pa.binary()).to_pylist()
+        if "payload_type" in cols:
+            ptype = cols["payload_type"]
+            plen = pc.utf8_length(ptype)
+            fail("payload_type", pc.equal(plen, 0), "is empty")
+            too_long = f"is longer than {PAYLOAD_TYPE_LIMIT} characters"
+            fail("payload_type", pc.greater(plen, PAYLOAD_TYPE_LIMIT), too_long)
+            types = pc.fill_null(ptype, self.default_type).to_pylist()
+        else:
+            types = [self.default_type] * batch.num_rows
+        if "scheduled_at" in cols:
+            ats = pc.fill_null(cols["scheduled_at"].cast(pa.int64()), self.default_at_us).to_pylist()
+        else:
+            ats = [self.default_at_us] * batch.num_rows
+        return keys.to_pylist(), payloads, types, ats
+
+    def _maybe_fail(self, partition: int, attempt: int, batches_done: int) -> None:
+        if (
+            self.fail_first_attempt is not None
+            and attempt == 0
+            and self.fail_first_attempt == (partition, batches_done)
+        ):
+            _task_logger().warning(
+                "%s: injected failure in partition %d after %d batches", NAME, partition, batches_done
+            )
+            raise RuntimeError(f"{NAME}: injected failure (testFailFirstAttempt) after {batches_done} batches")
+
+    def _write_staged(
+        self, conn: psycopg.Connection[Any], iterator: Iterator[Any], partition: int, attempt: int
+    ) -> dict[str, Any]:
+        """Stage the partition with COPY, then offer it batch by batch from the stage."""
+        started = time.perf_counter()
+        size = self.batch_size
+        conn.execute(Q_STAGE_DROP)
+        conn.execute(Q_STAGE_CREATE)
+        seq = 0
+        with conn.cursor() as cur, cur.copy(Q_STAGE_COPY) as copy:
+            copy.set_types(STAGE_TYPES)
+            for batch in iterator:
+                if batch.num_rows == 0:
+                    continue
+                keys, payloads, types, ats = self._columns(batch, seq, partition)
+                for i in range(batch.num_rows):
+                    b = (seq + i) // size
+                    copy.write_row((seq + i, b, keys[i], payloads[i], types[i], ats[i]))
+                seq += batch.num_rows
+        if seq == 0:
+            conn.execute(Q_STAGE_DROP)
+            return {"rows": 0, "batches": 0}
+        conn.execute(Q_STAGE_INDEX)
+        conn.execute(Q_STAGE_ANALYZE)
+        staged = time.perf_counter()
+        counts = dict.fromkeys(OUTCOMES, 0)
+        batches = (seq + size - 1) // size
+        query = Q_OFFER_STAGED_LAST if self.can_update else Q_OFFER_STAGED_FIRST
+        for b in range(batches):
+            self._maybe_fail(partition, attempt, b)
+            rows = conn.execute(
+                query, {"batch": b, "queue": self.queue, "can_update": self.can_update}
+            ).fetchall()  # autocommit: this statement is the batch's transaction
+            for outcome, n in rows:
+                counts[outcome] += int(n)
+        conn.execute(Q_STAGE_DROP)
+        offered = sum(counts.values())
+        return {
+            "rows": seq,
+            "batches": batches,
+            **counts,
+            "superseded": seq - offered,
+            "read_s": staged - started,
+            "offer_s": time.perf_counter() - staged,
+        }
+
+    def _write_arrays(
+        self, conn: psycopg.Connection[Any], iterator: Iterator[Any], partition: int, attempt: int
+    ) -> dict[str, Any]:
+        """Offer each batch as arrays (checks each Arrow batch before offering its rows)."""
+        started = time.perf_counter()
+        offer_s = 0.0
+        size = self.batch_size
+        counts = dict.fromkeys(OUTCOMES, 0)
+        seq = batches = superseded = 0
+        pending: dict[str, tuple[bytes, str, int]] = {}
+        pending_rows = 0
+
+        def flush() -> None:
+            nonlocal batches, pending_rows, superseded, offer_s
+            if not pending_rows:
+                return
+            t = time.perf_counter()
+            self._maybe_fail(partition, attempt, batches)
+            params = {
+                "queue": self.queue,
+                "keys": list(pending),
+                "payloads": [v[0] for v in pending.values()],
+                "types": [v[1] for v in pending.values()],
+                "ats": [v[2] for v in pending.values()],
+                "can_update": self.can_update,
+            }
+            for outcome, n in conn.execute(Q_OFFER_ARRAYS, params).fetchall():
+                counts[outcome] += int(n)
+            superseded += pending_rows - len(pending)
+            batches += 1
+            pending.clear()
+            pending_rows = 0
+            offer_s += time.perf_counter() - t
+
+        for batch in iterator:
+            if batch.num_rows == 0:
+                continue
+            keys, payloads, types, ats = self._columns(batch, seq, partition)
+            for i in range(batch.num_rows):
+                k = keys[i]
+                if k not in pending or self.can_update:
+                    pending[k] = (payloads[i], types[i], ats[i])
+                pending_rows += 1
+                if pending_rows == size:
+                    flush()
+            seq += batch.num_rows
+        flush()
+        return {
+            "rows": seq,
+            "batches": batches,
+            **counts,
+            "superseded": superseded,
+            "read_s": time.perf_counter() - started - offer_s,
+            "offer_s": offer_s,
+        }
+
+    # ----------------------------------------------------------------- on the driver
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        summary = OfferSummary.of(self.queue, messages)
+        _driver_logger().info("%s", summary, extra={"offer_summary": summary.__dict__})
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        summary = OfferSummary.of(self.queue, messages)
+        _driver_logger().warning(
+            "%s: write to queue %r failed; batches already committed stay offered (offering them again is"
+            " safe: the keys de-duplicate). Finished tasks: %s",
+            NAME,
+            self.queue,
+            summary,
+        )
+
+
+def _driver_logger() -> logging.Logger:
+    """The ``pyqueue.spark`` logger, made to show INFO in the Python process Spark starts for
+    commit/abort on the driver (it has no logging configuration of its own): level INFO unless
+    set, and a stderr handler when nothing in the process handles records (with
+    ``spark.sql.pyspark.worker.logging.enabled`` Spark installs one, and the records appear in
+    ``spark.tvf.python_worker_logs()``)."""
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.INFO)
+    if not log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        log.addHandler(handler)
+    return log
+
+
+def _json_ready(value: Any, arrow_type: Any) -> Any:
+    """A Python value from Arrow's ``to_pylist`` made JSON-serialisable, following its Arrow type."""
+    import pyarrow.types as pat
+
+    if value is None:
+        return None
+    if pat.is_struct(arrow_type):
+        return {
+            arrow_type.field(i).name: _json_ready(value[arrow_type.field(i).name], arrow_type.field(i).type)
+            for i in range(arrow_type.num_fields)
+        }
+    if pat.is_map(arrow_type):
+        return {str(_json_ready(k, arrow_type.key_type)): _json_ready(v, arrow_type.item_type) for k, v in value}
+    if pat.is_list(arrow_type) or pat.is_large_list(arrow_type):
+        return [_json_ready(v, arrow_type.value_type) for v in value]
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    return value
+
+
+def _json_bytes(value: Any, arrow_type: Any) -> bytes:
+    return json.dumps(_json_ready(value, arrow_type), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class _Table:
+    """A readable table: its name, split column, and columns (name → Spark type, SQL expression)."""
+
+    name: str
+    split: str
+    columns: tuple[tuple[str, DataType, bool], ...]  # name, type, nullable
+    derived: tuple[tuple[str, str], ...] = ()  # name → SQL expression (fixed text)
+
+    @property
+    def schema(self) -> StructType:
+        return StructType([StructField(n, t, nullable) for n, t, nullable in self.columns])
+
+
+def _col(name: str, data_type: DataType, nullable: bool = False) -> tuple[str, DataType, bool]:
+    return (name, data_type, nullable)
+
+
+MESSAGES = _Table(
+    name="dq_messages",
+    split="id",
+    columns=(
+        _col("id", LongType()),
+        _col("queue", StringType()),
+        _col("key", StringType()),
+        _col("payload", BinaryType()),
+        _col("payload_type", StringType()),
+        _col("scheduled_at", TimestampType()),
+        _col("scheduled_at_initially", TimestampType()),
+        _col("delivery_count", IntegerType()),
+        _col("created_at", TimestampType()),
+        _col("locked", BooleanType()),
+        _col("last_error", StringType(), True),
+        _col("last_error_at", TimestampType(), True),
+        _col("dead_from", StringType(), True),
+        _col("dead_at", TimestampType(), True),
+    ),
+    # Whether a consumer holds the message now; the lock token itself is never read.
+    derived=(("locked", "lock_token IS NOT NULL"),),
+)
+ARCHIVE = _Table(
+    name="dq_archive",
+    split="archive_id",
+    columns=(
+        _col("archive_id", LongType()),
+        _col("id", LongType()),
+        _col("queue", StringType()),
+        _col("key", StringType()),
+        _col("payload", BinaryType()),
+        _col("payload_type", StringType()),
+        _col("scheduled_at", TimestampType()),
+        _col("scheduled_at_initially", TimestampType()),
+        _col("created_at", TimestampType()),
+        _col("delivery_count", IntegerType()),
+        _col("outcome", StringType()),
+        _col("acked_at", TimestampType()),
+        _col("last_error", StringType(), True),
+    ),
+)
+TABLES = {"messages": MESSAGES, "archive": ARCHIVE}
+MESSAGES_SCHEMA = MESSAGES.schema
+ARCHIVE_SCHEMA = ARCHIVE.schema
+
+# Pushed filter kinds → SQL operator (fixed text). In, IsNull and IsNotNull are composed apart.
+_COMPARISONS: dict[type[Filter], str] = {
+    EqualTo: "=",
+    GreaterThan: ">",
+    GreaterThanOrEqual: ">=",
+    LessThan: "<",
+    LessThanOrEqual: "<=",
+}
+_NULLS: dict[type[Filter], str] = {IsNull: "IS NULL", IsNotNull: "IS NOT NULL"}
+
+
+def _table(options: Any) -> _Table:
+    name = (options.get("table") or "messages").lower()
+    if name not in TABLES:
+        raise ValueError(f"{NAME}: option 'table' is {name!r}, it must be 'messages' or 'archive'")
+    return TABLES[name]
+
+
+def _filter_value(value: Any) -> Any:
+    """A pushed literal as a query parameter. Spark passes timestamp literals as aware datetimes
+    (UTC); a naive one (timestamp_ntz) is read as UTC, as Spark's variant decoding defines it."""
+    if isinstance(value, dt.datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=dt.UTC)
+    return value
+
+
+@dataclass(frozen=True)
+class _Pushed:
+    """One pushed filter in plain data (picklable): column, operator key, value."""
+
+    column: str
+    op: str  # one of _COMPARISONS' values, "IN", "IS NULL", "IS NOT NULL"
+    value: Any = None
+
+    def compose(self) -> tuple[sql.Composable, list[Any]]:
+        column = sql.Identifier(self.column)
+        if self.op == "IN":
+            return sql.SQL("{} = ANY({})").format(column, sql.Placeholder()), [list(self.value)]
+        template = _TEMPLATES[self.op]  # fixed text only: an unknown operator is a KeyError
+        if self.op in _NULLS.values():
+            return template.format(column), []
+        return template.format(column, sql.Placeholder()), [self.value]
+
+
+# The SQL of each operator, written out (no text is ever built from a filter).
+_TEMPLATES: dict[str, sql.SQL] = {
+    "=": sql.SQL("{} = {}"),
+    ">": sql.SQL("{} > {}"),
+    ">=": sql.SQL("{} >= {}"),
+    "<": sql.SQL("{} < {}"),
+    "<=": sql.SQL("{} <= {}"),
+    "IS NULL": sql.SQL("{} IS NULL"),
+    "IS NOT NULL": sql.SQL("{} IS NOT NULL"),
+}
+
+
+class IdRange(InputPartition):
+    """Rows with ``lo <= split column < hi`` (``index`` numbers the partitions from 0)."""
+
+    def __init__(self, index: int, lo: int, hi: int) -> None:
+        super().__init__((lo, hi))
+        self.index = index
+        self.lo = lo
+        self.hi = hi
+
+
+class DelayedQueueReader(DataSourceReader):
+    """Reads ``dq_messages`` or ``dq_archive`` in id ranges, with filters pushed into the SQL."""
+
+    def __init__(self, options: Options, schema: StructType) -> None:
+        self.dsn = _required(options, "dsn")
+        self.table = _table(options)
+        self.queue = options.get("queue") or None
+        if self.queue is not None:
+            _queue_option(options)
+        self.num_partitions = _int_option(options, "numPartitions", 4, 1, 10_000)
+        self.fetch_size = _int_option(options, "fetchSize", 10_000, 1, 1_000_000)
+        known = {name: (data_type, nullable) for name, data_type, nullable in self.table.columns}
+        for f in schema.fields:  # a user-given schema may choose (a subset of) the columns
+            if f.name not in known:
+                raise ValueError(f"{NAME}: column {f.name!r} is not a column of {self.table.name}")
+            if f.dataType != known[f.name][0]:
+                raise ValueError(
+                    f"{NAME}: column {f.name!r} is {known[f.name][0].simpleString()} in {self.table.name}, "
+                    f"not {f.dataType.simpleString()}"
+                )
+        self.schema = schema
+        self.pushed: list[_Pushed] = []
+
+    # ----------------------------------------------------------------- planning (driver)
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        columns = {name: data_type for name, data_type, _ in self.table.columns}
+        derived = dict(self.table.derived)
+        for f in filters:
+            attr: tuple[str, ...] = getattr(f, "attribute", ())
+            name = attr[0] if len(attr) == 1 else None
+            if name is None or name not in columns or name in derived:
+                yield f
+                continue
+            kind = type(f)
+            if kind in _COMPARISONS and not isinstance(columns[name], BinaryType):
+                value = f.value  # type: ignore[attr-defined]
+                self.pushed.append(_Pushed(name, _COMPARISONS[kind], _filter_value(value)))
+            elif kind is In and not isinstance(columns[name], BinaryType):
+                values = f.value  # type: ignore[attr-defined]
+                self.pushed.append(_Pushed(name, "IN", tuple(_filter_value(v) for v in values)))
+            elif kind in _NULLS:
+                self.pushed.append(_Pushed(name, _NULLS[kind]))
+            else:
+                yield f
+
+    def _where(self) -> tuple[sql.Composable, list[Any]]:
+        parts: list[sql.Composable] = []
+        params: list[Any] = []
+        if self.queue is not None:
+            parts.append(sql.SQL("{} = {}").format(sql.Identifier("queue"), sql.Placeholder()))
+            params.append(self.queue)
+        for p in self.pushed:
+            clause, values = p.compose()
+            parts.append(clause)
+            params.extend(values)
+        if not parts:
+            return sql.SQL("true"), params
+        return sql.SQL(" AND ").join(parts), params
+
+    def partitions(self) -> Sequence[InputPartition]:
+        where, params = self._where()
+        split = sql.Identifier(self.table.split)
+        query = sql.SQL("SELECT min({split}), max({split}) FROM {table} WHERE {where}").format(
+            split=split, table=sql.Identifier(self.table.name), where=where
+        )
+        with psycopg.connect(self.dsn, autocommit=True, application_name="pyqueue.spark reader") as conn:
+            row = conn.execute(query, params).fetchone()
+        assert row is not None
+        lo, hi = row
+        if lo is None:
+            return [IdRange(0, 0, 0)]
+        span = hi - lo + 1
+        n = min(self.num_partitions, span)
+        bounds = [lo + span * i // n for i in range(n + 1)]
+        return [IdRange(i, bounds[i], bounds[i + 1]) for i in range(n)]
+
+    def query(self, partition: IdRange) -> tuple[sql.Composed, list[Any]]:
+        """The SELECT of one partition and its parameters (composed, never string-built)."""
+        derived = dict(self.table.derived)
+        select = sql.SQL(", ").join(
+            sql.SQL(derived[f.name] + " AS {}").format(sql.Identifier(f.name))
+            if f.name in derived
+            else sql.Identifier(f.name)
+            for f in self.schema.fields
+        )
+        where, params = self._where()
+        split = sql.Identifier(self.table.split)
+        query = sql.SQL("SELECT {select} FROM {table} WHERE {split} >= {lo} AND {split} < {hi} AND ({where})").format(
+            select=select,
+            table=sql.Identifier(self.table.name),
+            split=split,
+            lo=sql.Placeholder(),
+            hi=sql.Placeholder(),
+            where=where,
+        )
+        return query, [partition.lo, partition.hi, *params]
+
+    # ----------------------------------------------------------------- reading (executors)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        assert isinstance(partition, IdRange)
+        if partition.hi <= partition.lo:
+            return
+        arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
+        query, params = self.query(partition)
+        fetched = 0
+        with psycopg.connect(self.dsn, application_name=f"pyqueue.spark read {partition.index}") as conn:
+            text = query.as_string(conn)
+            with conn.cursor(name="dq_spark_read") as cur:
+                cur.itersize = self.fetch_size
+                cur.execute(query, params)
+                while rows := cur.fetchmany(self.fetch_size):
+                    fetched += len(rows)
+                    columns = list(zip(*rows, strict=True))
+                    arrays = [
+                        pa.array(
+                            [bytes(v) for v in values] if pa.types.is_binary(field.type) else values,
+                            type=field.type,
+                        )
+                        for values, field in zip(columns, arrow_schema, strict=True)
+                    ]
+                    yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+            conn.rollback()
+        _task_logger().info(
+            "%s: read partition %d of %s: %d rows fetched by: %s; parameters %r",
+            NAME,
+            partition.index,
+            self.table.name,
+            fetched,
+            text,
+            params,
+            extra={"sql": text, "rows_fetched": fetched},
+        )
+
+
+def _task_logger() -> logging.Logger:
+    """The ``pyqueue.spark`` logger in a task: level INFO unless set, so that the queries a read
+    runs reach ``spark.tvf.python_worker_logs()`` when Spark's worker logging is on."""
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.INFO)
+    return log
