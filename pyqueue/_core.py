@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -78,7 +79,7 @@ Q_POLL_OR_WAIT = (
 
 def common_fields(row: Sequence[Any]) -> dict[str, Any]:
     """The leading columns shared by dq_delivery and dq_message rows (id … delivery_count)."""
-    fields = dict(zip((f.name for f in dataclasses.fields(MessageBase)), row, strict=True))
+    fields = dict(zip(_common_names(), row, strict=True))
     fields["raw_payload"] = bytes(fields["raw_payload"])
     return fields
 
@@ -150,6 +151,11 @@ class MessageBase:
         return self._serializers().decode(self.raw_payload, self.payload_type)
 
 
+
+
+@functools.cache
+def _common_names() -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(MessageBase))
 
 
 def offer_params(

@@ -9,6 +9,9 @@
 -- as in seed 000, where the delete matches as long as the row is still the one that was locked.
 -- Concurrency: a concurrent poll or offer that changed the row makes our statement re-check
 -- `lock_token = $1` on the new row version (EvalPlanQual), which then fails.
+-- Plans: PL/pgSQL may cache a generic plan made while the table was empty (sequential scan) and
+-- keep it after the table grew (tests/test_plans.py); sequential scans are off in these functions,
+-- so the lock-token index is used at every size, and JIT with them (see sql/110_poll.sql).
 -- Archive (seed 002): in a queue configured with archive => true, the acknowledged row goes to
 -- dq_archive (outcome 'acked') in the same statement as its delete, so both or neither happen.
 
@@ -16,6 +19,8 @@ CREATE OR REPLACE FUNCTION dq_ack(lock_token uuid)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, public, pg_temp
+SET enable_seqscan = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -44,6 +49,8 @@ CREATE OR REPLACE FUNCTION dq_ack(lock_tokens uuid[])
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, public, pg_temp
+SET enable_seqscan = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -72,6 +79,8 @@ CREATE OR REPLACE FUNCTION dq_nack(lock_token uuid, delay interval DEFAULT '0', 
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, public, pg_temp
+SET enable_seqscan = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -125,6 +134,8 @@ CREATE OR REPLACE FUNCTION dq_extend(lock_token uuid, lock_timeout interval)
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, public, pg_temp
+SET enable_seqscan = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -31,3 +31,34 @@ def test_poll_uses_index_scans_with_many_future_messages(conn) -> None:
     assert "Index Scan using dq_messages_queue_scheduled_at_idx" in plans, plans
     assert "Index Scan using dq_messages_pkey" in plans, plans
     assert "Seq Scan on dq_messages" not in plans, plans
+
+
+def test_a_session_that_first_polled_an_empty_table_uses_the_index_for_a_backlog(conn) -> None:
+    """Generic plans are made once per session: the first poll, on an empty never-analyzed table,
+    must not leave a plan (sequential scan and sort) that the same session then uses on a backlog
+    (found by bench/latency.py)."""
+    conn.execute("ANALYZE dq_messages")  # empty, as after a queue drained and autovacuum analyzed it
+    conn.execute("SELECT * FROM dq_poll_many('q', 100, interval '1 hour')")  # plans on the empty table
+    conn.execute(
+        "INSERT INTO dq_messages (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially) "
+        "SELECT 'q', 'k' || g, 'x', 'bytes', now() - interval '1 minute', now() FROM generate_series(1, 20000) g")
+    plans = nested_plans(conn, "SELECT * FROM dq_poll_many('q', 100, interval '1 hour')")
+    assert "Index Scan using dq_messages_queue_scheduled_at_idx" in plans, plans
+    assert "Seq Scan on dq_messages" not in plans, plans
+    assert "Sort Key: d.scheduled_at" not in plans, plans  # the index gives the order
+    assert "JIT:" not in plans, plans
+
+
+def test_ack_keeps_using_the_lock_token_index_after_the_table_grew(conn) -> None:
+    """The same hazard for dq_ack, whose plan PL/pgSQL may cache as generic after five calls."""
+    conn.execute("ANALYZE dq_messages")
+    for _ in range(8):
+        conn.execute("SELECT dq_ack(ARRAY[gen_random_uuid()])")
+        conn.execute("SELECT dq_ack(gen_random_uuid())")
+    conn.execute(
+        "INSERT INTO dq_messages (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, lock_token) "
+        "SELECT 'q', 'k' || g, 'x', 'bytes', now() + interval '1 minute', now(), gen_random_uuid() "
+        "FROM generate_series(1, 20000) g")
+    plans = nested_plans(conn, "SELECT dq_ack(ARRAY[gen_random_uuid()]), dq_ack(gen_random_uuid())")
+    assert "Seq Scan on dq_messages" not in plans, plans
+    assert "JIT:" not in plans, plans
