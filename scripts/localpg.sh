@@ -75,7 +75,8 @@ CONF
             exit 1
         fi
     else
-        as_pg "$BIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w -t 60 start >/dev/null
+        # -p: the port of this run wins over the one written at initdb (DQ_PGPORT may change).
+        as_pg "$BIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -o "-p $PORT" -w -t 60 start >/dev/null
     fi
     if [ "$(psql_admin -d postgres -Atc "SELECT 1 FROM pg_database WHERE datname = '$DB'")" != 1 ]; then
         psql_admin -d postgres -c "CREATE DATABASE \"$DB\""

@@ -28,9 +28,11 @@ NAME = "dq-test-pg-cron"
 
 
 def rollback_0005(dsn: str) -> None:
+    """Roll back 0005 and the schema steps after it (0006 depends on it), newest first."""
     backend = get_backend(yoyo_uri(dsn))
     try:
-        migrations = read_migrations(str(migrations_dir())).filter(lambda m: m.id == "0005_cron")
+        migrations = read_migrations(str(migrations_dir())).filter(
+            lambda m: m.id >= "0005_cron" and m.id != "9999_sql")
         with backend.lock():
             backend.rollback_migrations(backend.to_rollback(migrations))
     finally:
@@ -49,6 +51,8 @@ def test_the_pg_cron_job_fires_and_installs_occurrences(admin_dsn):
             "SELECT jobid, schedule, command, active FROM cron.job WHERE jobname = 'dq-cron-tick'"
         ).fetchone()
         assert job is not None and job[1:] == ("* * * * *", "SELECT dq_cron_tick()", True)
+        prune = conn.execute("SELECT schedule, command FROM cron.job WHERE jobname = 'dq-archive-prune'").fetchone()
+        assert prune == ("*/10 * * * *", "CALL dq_prune_archive_all()")  # registered by 0006
         jobid = job[0]
         started = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
         try:
@@ -80,4 +84,5 @@ def test_the_pg_cron_job_fires_and_installs_occurrences(admin_dsn):
             if job_before is None:
                 rollback_0005(admin_dsn)
                 assert conn.execute("SELECT 1 FROM cron.job WHERE jobname = 'dq-cron-tick'").fetchone() is None
+                assert conn.execute("SELECT 1 FROM cron.job WHERE jobname = 'dq-archive-prune'").fetchone() is None
                 assert conn.execute("SELECT to_regclass('dq_cron')").fetchone() == (None,)
