@@ -14,9 +14,14 @@ then::
 Writing goes through ``dq_offer_many`` only (never into ``dq_messages`` directly), so a message is
 identified by its de-duplication key (seed 000, seed 003 ``offerBatch``): a task that Spark runs
 twice (retry, speculation) or a job run again offers the same keys again, which creates no second
-message. Each task first stages its whole partition in a temporary table with ``COPY`` and checks
-every row, then offers it in batches of ``batchSize`` rows, one transaction per batch, each batch
-one set-based ``dq_offer_many`` call over the staged rows.
+message. Each task offers its partition in batches of ``batchSize`` rows, one ``dq_offer_many``
+call and one transaction per batch, in one of two ways (option ``writeMethod``):
+
+* ``arrays`` (default): each Arrow batch Spark hands over is checked, then its rows are sent as
+  arrays, while Spark produces the next rows. Measured fastest (docs/spark.md).
+* ``copy``: the whole partition is first staged in a temporary table with ``COPY`` and checked,
+  then offered from the stage by set-based calls; a bad row stops the task before it offers
+  anything, at the cost of not overlapping Spark's work with the database's.
 
 Reading splits the id range of ``dq_messages`` (or ``archive_id`` of ``dq_archive``) into
 ``numPartitions`` parallel reads, and pushes comparisons on the queue, the keys and the times into
@@ -162,7 +167,8 @@ class DelayedQueueDataSource(DataSource):
     """The ``delayedqueue`` data source (docs/spark.md).
 
     Write options: ``dsn`` (required), ``queue`` (required), ``canUpdate`` (default ``true``),
-    ``batchSize`` (rows per ``dq_offer_many`` call and transaction, default 1000, at most 100000).
+    ``batchSize`` (rows per ``dq_offer_many`` call and transaction, default 1000, at most 100000),
+    ``writeMethod`` (``arrays``, the default, or ``copy``).
 
     Read options: ``dsn`` (required), ``queue`` (optional: only this queue), ``table``
     (``messages``, the default, or ``archive``), ``numPartitions`` (default 4), ``fetchSize``
@@ -220,13 +226,14 @@ SELECT o.outcome, count(*)::bigint
 Q_OFFER_STAGED_LAST = _Q_OFFER_STAGED.format(order="DESC")
 Q_OFFER_STAGED_FIRST = _Q_OFFER_STAGED.format(order="ASC")
 
-# The "arrays" method: one batch sent as arrays (already de-duplicated in Python).
+# The "arrays" method: one batch sent as arrays (already de-duplicated in Python), in binary
+# format (%b: no hex encoding of the payloads).
 Q_OFFER_ARRAYS = """
 SELECT o.outcome, count(*)::bigint
-  FROM dq_offer_many(%(queue)s, %(keys)s::text[], %(payloads)s::bytea[],
+  FROM dq_offer_many(%(queue)s, %(keys)b::text[], %(payloads)b::bytea[],
                      (SELECT array_agg(timestamptz 'epoch' + u.us * interval '1 microsecond' ORDER BY u.i)
-                        FROM unnest(%(ats)s::int8[]) WITH ORDINALITY AS u(us, i)),
-                     %(can_update)s, %(types)s::text[]) AS o
+                        FROM unnest(%(ats)b::int8[]) WITH ORDINALITY AS u(us, i)),
+                     %(can_update)s, %(types)b::text[]) AS o
  GROUP BY o.outcome"""
 
 Q_WRITER_CHECK = (
@@ -353,7 +360,8 @@ def _check_write_schema(schema: StructType) -> str:
 
 
 class DelayedQueueWriter(DataSourceArrowWriter):
-    """Offers each partition's rows through ``dq_offer_many`` (see the module docstring).
+    """Offers each partition's rows through ``dq_offer_many`` (see the module docstring and
+    docs/spark.md for the duplicate-key rule and what is guaranteed when a row is bad).
 
     Created on the driver by :meth:`DelayedQueueDataSource.writer`, which checks the schema and the
     options and asks the database for the job's default time (``now()`` once per job, so that a
@@ -367,7 +375,7 @@ class DelayedQueueWriter(DataSourceArrowWriter):
         self.queue = _queue_option(options)
         self.can_update = _bool_option(options, "canUpdate", True)
         self.batch_size = _int_option(options, "batchSize", 1000, 1, 100_000)
-        self.method = (options.get("writeMethod") or "copy").lower()
+        self.method = (options.get("writeMethod") or "arrays").lower()
         if self.method not in WRITE_METHODS:
             raise ValueError(f"{NAME}: option 'writeMethod' is {self.method!r}, it must be one of {WRITE_METHODS}")
         self.default_type = _check_write_schema(schema)
@@ -403,8 +411,13 @@ class DelayedQueueWriter(DataSourceArrowWriter):
                 counts = self._write_arrays(conn, iterator, partition, attempt)
         return OfferCommitMessage(partition=partition, attempt=attempt, **counts)
 
-    def _columns(self, batch: Any, seq0: int, partition: int) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
-        """Check one Arrow batch and convert it: keys, payloads (bytes), payload types, times (µs)."""
+    def _columns(
+        self, batch: Any, seq0: int, partition: int, offered: int = 0
+    ) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
+        """Check one Arrow batch and convert it: keys, payloads (bytes), payload types, times (µs).
+
+        ``seq0`` is the position of the batch's first row in the partition; ``offered`` how many
+        rows of the partition this task has offered (committed) so far, for the error message."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -413,9 +426,14 @@ class DelayedQueueWriter(DataSourceArrowWriter):
         def fail(column: str, mask: Any, what: str) -> None:
             index = pc.index(mask, pa.scalar(True)).as_py()
             if index is not None and index >= 0:
+                done = (
+                    "this task offered nothing"
+                    if offered == 0
+                    else f"this task had offered its first {offered} rows (writeMethod=arrays)"
+                )
                 raise ValueError(
                     f"{NAME}: column {column!r} {what} in row {seq0 + index} of partition {partition} "
-                    "(rows counted from 0); this task offered nothing"
+                    f"(rows counted from 0); {done}"
                 )
 
         keys = cols["key"]
@@ -509,12 +527,12 @@ class DelayedQueueWriter(DataSourceArrowWriter):
         offer_s = 0.0
         size = self.batch_size
         counts = dict.fromkeys(OUTCOMES, 0)
-        seq = batches = superseded = 0
+        seq = batches = superseded = offered_rows = 0
         pending: dict[str, tuple[bytes, str, int]] = {}
         pending_rows = 0
 
         def flush() -> None:
-            nonlocal batches, pending_rows, superseded, offer_s
+            nonlocal batches, pending_rows, superseded, offer_s, offered_rows
             if not pending_rows:
                 return
             t = time.perf_counter()
@@ -530,6 +548,7 @@ class DelayedQueueWriter(DataSourceArrowWriter):
             for outcome, n in conn.execute(Q_OFFER_ARRAYS, params).fetchall():
                 counts[outcome] += int(n)
             superseded += pending_rows - len(pending)
+            offered_rows += pending_rows
             batches += 1
             pending.clear()
             pending_rows = 0
@@ -538,7 +557,7 @@ class DelayedQueueWriter(DataSourceArrowWriter):
         for batch in iterator:
             if batch.num_rows == 0:
                 continue
-            keys, payloads, types, ats = self._columns(batch, seq, partition)
+            keys, payloads, types, ats = self._columns(batch, seq, partition, offered_rows)
             for i in range(batch.num_rows):
                 k = keys[i]
                 if k not in pending or self.can_update:

@@ -175,9 +175,10 @@ def test_retried_task_creates_no_duplicates(
     assert dupes == (0,)
 
 
+@pytest.mark.parametrize("method", ["copy", "arrays"])
 @pytest.mark.parametrize(("can_update", "winner"), [("true", "last"), ("false", "first")])
 def test_duplicate_keys_in_a_partition(
-    spark: SparkSession, dsn: str, conn: psycopg.Connection[Any], can_update: str, winner: str
+    spark: SparkSession, dsn: str, conn: psycopg.Connection[Any], can_update: str, winner: str, method: str
 ) -> None:
     """Rows of one partition act as if offered one by one in order: with canUpdate the last row
     of a key wins, without it the first; within one batch the others are 'superseded'."""
@@ -185,7 +186,7 @@ def test_duplicate_keys_in_a_partition(
     rows = [("a", "a1"), ("b", "b1"), ("a", "a2"), ("c", "c1"), ("a", "a3"), ("b", "b2")]
     df = spark.createDataFrame(rows, "key string, payload string").coalesce(1)
     # batches of 4: [a1 b1 a2 c1] [a3 b2]
-    writer(df, dsn, queue, batchSize="4", canUpdate=can_update).save()
+    writer(df, dsn, queue, batchSize="4", canUpdate=can_update, writeMethod=method).save()
     stored = {k: v[0] for k, v in messages(conn, queue).items()}
     if winner == "last":
         assert stored == {"a": b"a3", "b": b"b2", "c": b"c1"}
@@ -246,6 +247,7 @@ def test_schema_errors_write_nothing(
     assert messages(conn, queue) == {}
 
 
+@pytest.mark.parametrize("method", ["copy", "arrays"])
 @pytest.mark.parametrize(
     ("bad_row", "message"),
     [
@@ -256,16 +258,40 @@ def test_schema_errors_write_nothing(
     ],
 )
 def test_bad_row_fails_its_task_before_any_batch(
-    spark: SparkSession, dsn: str, conn: psycopg.Connection[Any], bad_row: tuple[Any, ...], message: str
+    spark: SparkSession,
+    dsn: str,
+    conn: psycopg.Connection[Any],
+    bad_row: tuple[Any, ...],
+    message: str,
+    method: str,
 ) -> None:
-    """A bad row in the fourth batch of a partition: the task offers none of its batches."""
+    """A bad row in the fourth batch of a partition that Spark hands over in one Arrow batch:
+    the task offers none of its batches (both methods)."""
     queue = queue_name()
     rows = [(f"k{i}", b"p") for i in range(50)]
     rows[35] = bad_row
     df = spark.createDataFrame(rows, "key string, payload binary").coalesce(1)
-    with pytest.raises(Exception, match=message):
-        writer(df, dsn, queue, batchSize="10").save()
+    with pytest.raises(Exception, match=message + r".*this task offered nothing"):
+        writer(df, dsn, queue, batchSize="10", writeMethod=method).save()
     assert messages(conn, queue) == {}
+
+
+def test_bad_row_in_a_later_arrow_batch_with_arrays(
+    spark: SparkSession, dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    """writeMethod=arrays checks each Arrow batch before offering its rows: with Arrow batches of
+    10 rows, the batches before the bad row's were committed, and the error says how many rows."""
+    queue = queue_name()
+    rows = [(f"k{i:02d}", b"p") for i in range(50)]
+    rows[35] = (None, b"p")
+    df = spark.createDataFrame(rows, "key string, payload binary").coalesce(1)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "10")
+    try:
+        with pytest.raises(Exception, match="row 35 of partition 0.*had offered its first 30 rows"):
+            writer(df, dsn, queue, batchSize="10", writeMethod="arrays").save()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert sorted(messages(conn, queue)) == [f"k{i:02d}" for i in range(30)]
 
 
 def test_bad_options(spark: SparkSession, dsn: str) -> None:
