@@ -23,15 +23,19 @@ DECLARE
     v_count integer;
 BEGIN
     WITH dead AS (
+        -- The final error of each row, once for the archive and the dead letter: a row still
+        -- holding its lock token died of lock expiry, at the time the lock expired.
         DELETE FROM dq_messages m WHERE m.id = ANY (dq__dead_letter.ids)
-        RETURNING m.*
+        RETURNING m.*,
+                  CASE WHEN m.lock_token IS NOT NULL
+                       THEN format('lock expired: delivery %s was not acknowledged', m.delivery_count)
+                       ELSE m.last_error END AS final_error,
+                  CASE WHEN m.lock_token IS NOT NULL THEN m.scheduled_at ELSE m.last_error_at END AS final_error_at
     ), archived AS (
-        INSERT INTO dq_archive (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, delivery_count, outcome, acked_at, last_error)
+        INSERT INTO dq_archive (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially,
+                                created_at, delivery_count, outcome, acked_at, last_error)
         SELECT g.id, g.queue, g.key, g.payload, g.payload_type, g.scheduled_at, g.scheduled_at_initially,
-               g.created_at, g.delivery_count, 'dead', dq__dead_letter.at,
-               CASE WHEN g.lock_token IS NOT NULL
-                    THEN format('lock expired: delivery %s was not acknowledged', g.delivery_count)
-                    ELSE g.last_error END
+               g.created_at, g.delivery_count, 'dead', dq__dead_letter.at, g.final_error
           FROM dead g
          WHERE EXISTS (SELECT 1 FROM dq_queues q WHERE q.queue = g.queue AND q.archive)
     ), moved AS (
@@ -39,11 +43,7 @@ BEGIN
                (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,
                 delivery_count, last_error, last_error_at, dead_from, dead_at)
         SELECT dq__dead_letter.dead_letter_queue, dead.key, dead.payload, dead.payload_type, dq__dead_letter.at,
-               dq__dead_letter.at, dead.created_at, dead.delivery_count,
-               CASE WHEN dead.lock_token IS NOT NULL
-                    THEN format('lock expired: delivery %s was not acknowledged', dead.delivery_count)
-                    ELSE dead.last_error END,
-               CASE WHEN dead.lock_token IS NOT NULL THEN dead.scheduled_at ELSE dead.last_error_at END,
+               dq__dead_letter.at, dead.created_at, dead.delivery_count, dead.final_error, dead.final_error_at,
                dead.queue, dq__dead_letter.at
           FROM dead
          ORDER BY dead.key

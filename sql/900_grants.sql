@@ -16,6 +16,7 @@
 DO $$
 DECLARE
     v_fn        record;
+    v_kind      text;
     v_producer  text[] := ARRAY['dq_offer', 'dq_offer_many', 'dq_cancel'];
     v_consumer  text[] := ARRAY['dq_poll_many', 'dq_poll_or_wait', 'dq_wait', 'dq_wait_done', 'dq_channel',
                                 'dq_ack', 'dq_nack', 'dq_extend', 'dq_get', 'dq_next_due'];
@@ -25,8 +26,8 @@ BEGIN
           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE n.nspname = 'public' AND p.proname LIKE 'dq\_%'
     LOOP
-        EXECUTE format('REVOKE ALL ON %s %s FROM PUBLIC',
-                       CASE v_fn.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END, v_fn.sig);
+        v_kind := CASE v_fn.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END;
+        EXECUTE format('REVOKE ALL ON %s %s FROM PUBLIC', v_kind, v_fn.sig);
         -- Functions called in a view are checked against the view's user (PostgreSQL, CREATE VIEW):
         -- the ones dq_cron_schedules calls are granted to the role that reads it.
         IF v_fn.proname IN ('dq__cron_between', 'dq__cron_parse') THEN
@@ -41,8 +42,7 @@ BEGIN
         ELSIF v_fn.proname = ANY (v_consumer) THEN
             EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO dq_consumer', v_fn.sig);
         ELSE
-            EXECUTE format('GRANT EXECUTE ON %s %s TO dq_admin',
-                           CASE v_fn.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END, v_fn.sig);
+            EXECUTE format('GRANT EXECUTE ON %s %s TO dq_admin', v_kind, v_fn.sig);
         END IF;
     END LOOP;
 END;
