@@ -31,10 +31,10 @@ from uuid import UUID
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import TupleRow
+from psycopg.rows import TupleRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from . import _core
+from . import _core, cron
 from ._core import (
     LISTEN_PROBE_TIMEOUT_S,
     LISTEN_UNAVAILABLE,
@@ -71,7 +71,7 @@ from .serializers import SerializerRegistry
 from .serializers import registry as default_registry
 from .worker import Backoff, _WorkerCore
 
-__all__ = ["AsyncDelayedQueue", "AsyncMessage", "AsyncTransactionalBatch", "AsyncWorker"]
+__all__ = ["AsyncDelayedQueue", "AsyncMessage", "AsyncQueueCron", "AsyncTransactionalBatch", "AsyncWorker"]
 
 AsyncConnection = psycopg.AsyncConnection[TupleRow]
 
@@ -144,6 +144,50 @@ class AsyncTransactionalBatch:
         return self.messages[0] if self.messages else None
 
 
+class AsyncQueueCron:
+    """The schedules of one queue: ``AsyncDelayedQueue(...).cron``; the asyncio twin of
+    :class:`pyqueue.cron.QueueCron` (same methods, same errors, awaited). Schedule names are unique
+    in the whole database; :meth:`list` shows this queue's schedules only."""
+
+    def __init__(self, queue: AsyncDelayedQueue) -> None:
+        self._queue = queue
+
+    async def install(
+        self,
+        name: str,
+        *,
+        schedule: str,
+        payload: Any,
+        tz: str = "UTC",
+        payload_type: str | None = None,
+        lookahead: timedelta = timedelta(hours=1),
+    ) -> str:
+        """Create or replace the named schedule sending ``payload`` to this queue; returns the config hash."""
+        params = cron._install_params(name, self._queue.queue, schedule, payload, tz, payload_type, lookahead,
+                                      self._queue.serializers)
+        return str(await self._queue._one(cron._INSTALL, params, None))
+
+    async def uninstall(self, name: str) -> bool:
+        """Remove the schedule and its future messages; False when no schedule has that name."""
+        return bool(await self._queue._one(cron._UNINSTALL, (name,), None))
+
+    async def pause(self, name: str) -> bool:
+        return bool(await self._queue._one(cron._PAUSE, (name,), None))
+
+    async def resume(self, name: str) -> bool:
+        return bool(await self._queue._one(cron._RESUME, (name,), None))
+
+    async def list(self) -> list[cron.CronSchedule]:
+        """This queue's schedules, by name, with their next 5 occurrences."""
+        async with self._queue._conn(None) as c, c.cursor(row_factory=dict_row) as cur:
+            await cur.execute(cron._SCHEDULES_OF_QUEUE, (self._queue.queue,))
+            return cron._to_schedules(await cur.fetchall())
+
+    async def tick(self) -> int:
+        """Run ``dq_cron_tick()`` once; returns messages created."""
+        return int(await self._queue._one(cron._TICK, None, None))
+
+
 class AsyncDelayedQueue:
     """One queue over an async connection pool; the asyncio twin of :class:`pyqueue.DelayedQueue`.
 
@@ -211,6 +255,11 @@ class AsyncDelayedQueue:
     def pool(self) -> AsyncConnectionPool[Any]:
         return self._pool
 
+    @property
+    def cron(self) -> AsyncQueueCron:
+        """This queue's recurring schedules: the asyncio twin of :attr:`pyqueue.DelayedQueue.cron`."""
+        return AsyncQueueCron(self)
+
     @asynccontextmanager
     async def _conn(self, conn: AsyncConnection | None) -> AsyncIterator[AsyncConnection]:
         with translating():
@@ -221,7 +270,9 @@ class AsyncDelayedQueue:
                 async with self._pool.connection() as c:
                     yield c
 
-    async def _one(self, query: str, params: Sequence[Any] | dict[str, Any], conn: AsyncConnection | None) -> Any:
+    async def _one(
+        self, query: str, params: Sequence[Any] | dict[str, Any] | None, conn: AsyncConnection | None
+    ) -> Any:
         async with self._conn(conn) as c:
             row = await (await c.execute(query, params)).fetchone()
         return row[0] if row else None

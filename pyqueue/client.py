@@ -54,6 +54,7 @@ from ._core import (
     as_timedelta,
     common_fields,
 )
+from .cron import QueueCron
 from .errors import InvalidArgument, translate, translating
 from .serializers import SerializerRegistry
 from .serializers import registry as default_registry
@@ -213,6 +214,12 @@ class DelayedQueue:
     @property
     def pool(self) -> ConnectionPool[Any]:
         return self._pool
+
+    @property
+    def cron(self) -> QueueCron:
+        """This queue's recurring schedules (docs/cron.md): ``q.cron.install(name, schedule=…,
+        payload=…, tz=…)``, ``uninstall(name)``, ``pause``, ``resume``, ``list()``, ``tick()``."""
+        return QueueCron(self)
 
     @contextmanager
     def _conn(self, conn: Connection | None) -> Iterator[Connection]:

@@ -16,9 +16,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from psycopg.rows import dict_row
@@ -29,6 +30,7 @@ from .serializers import registry as default_registry
 
 __all__ = [
     "CronSchedule",
+    "QueueCron",
     "CronTicker",
     "install",
     "uninstall",
@@ -55,10 +57,12 @@ _UNINSTALL = "SELECT dq_cron_uninstall(%s)"
 _PAUSE = "SELECT dq_cron_pause(%s)"
 _RESUME = "SELECT dq_cron_resume(%s)"
 _TICK = "SELECT dq_cron_tick()"
-_SCHEDULES = (
+_SCHEDULE_COLUMNS = (
     "SELECT name, queue, schedule, timezone, payload_type, lookahead, config_hash, paused, "
-    "next_occurrences, installed_through, created_at, updated_at FROM dq_cron_schedules ORDER BY name"
+    "next_occurrences, installed_through, created_at, updated_at FROM dq_cron_schedules"
 )
+_SCHEDULES = _SCHEDULE_COLUMNS + " ORDER BY name"
+_SCHEDULES_OF_QUEUE = _SCHEDULE_COLUMNS + " WHERE queue = %s ORDER BY name"
 _OCCURRENCES = (
     "SELECT o FROM dq_cron_occurrences(%(schedule)s, %(timezone)s, coalesce(%(after)s::timestamptz, now()), "
     "coalesce(%(until)s::timestamptz, 'infinity'), %(max_count)s) AS o"
@@ -128,8 +132,22 @@ def install(
     :raises pyqueue.errors.InvalidArgument: bad schedule, zone or lookahead (22023), or a
         :class:`~pyqueue.errors.NullValueNotAllowed` / :class:`~pyqueue.errors.ValueTooLong`.
     """
+    params = _install_params(name, queue, schedule, payload, timezone, payload_type, lookahead, serializers)
+    return str(_scalar(conn, _INSTALL, params))
+
+
+def _install_params(
+    name: str,
+    queue: str,
+    schedule: str,
+    payload: Any,
+    timezone: str,
+    payload_type: str | None,
+    lookahead: timedelta,
+    serializers: SerializerRegistry | None,
+) -> dict[str, Any]:
     data, ptype = (serializers or default_registry).encode(payload, payload_type)
-    params = {
+    return {
         "name": name,
         "queue": queue,
         "schedule": schedule,
@@ -138,7 +156,10 @@ def install(
         "payload_type": ptype,
         "lookahead": lookahead,
     }
-    return str(_scalar(conn, _INSTALL, params))
+
+
+def _to_schedules(rows: list[dict[str, Any]]) -> list[CronSchedule]:
+    return [CronSchedule(**{**r, "next_occurrences": tuple(r["next_occurrences"] or ())}) for r in rows]
 
 
 def uninstall(conn: psycopg.Connection[Any], name: str) -> bool:
@@ -178,9 +199,7 @@ def schedules(conn: psycopg.Connection[Any]) -> list[CronSchedule]:
     """All schedules, by name, with their next occurrences (the view ``dq_cron_schedules``)."""
     with translating(), conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(_SCHEDULES).fetchall()
-    return [
-        CronSchedule(**{**r, "next_occurrences": tuple(r["next_occurrences"] or ())}) for r in rows
-    ]
+    return _to_schedules(rows)
 
 
 def occurrences(
@@ -202,6 +221,72 @@ def occurrences(
     params = {"schedule": schedule, "timezone": timezone, "after": after, "until": until, "max_count": max_count}
     with translating():
         return [r[0] for r in conn.execute(_OCCURRENCES, params).fetchall()]
+
+
+class _QueueLike(Protocol):
+    queue: str
+    serializers: SerializerRegistry
+
+    def _conn(self, conn: None) -> AbstractContextManager[psycopg.Connection[Any]]: ...
+
+
+class QueueCron:
+    """The schedules of one queue: ``DelayedQueue(...).cron`` (the asyncio twin is
+    :class:`pyqueue.aio.AsyncQueueCron`). Each method takes a pooled connection and makes one call.
+
+    Schedule names are unique in the whole database, not per queue: :meth:`uninstall`,
+    :meth:`pause` and :meth:`resume` act on the named schedule whatever its queue; :meth:`list`
+    shows this queue's schedules only.
+    """
+
+    def __init__(self, queue: _QueueLike) -> None:
+        self._queue = queue
+
+    def install(
+        self,
+        name: str,
+        *,
+        schedule: str,
+        payload: Any,
+        tz: str = "UTC",
+        payload_type: str | None = None,
+        lookahead: timedelta = timedelta(hours=1),
+    ) -> str:
+        """Create or replace the named schedule sending ``payload`` to this queue (see :func:`install`:
+        the same parameters, ``tz`` being the IANA zone name; the queue's serializers encode the payload).
+
+        :returns: the configuration hash (16 hex digits).
+        :raises pyqueue.errors.InvalidArgument: bad schedule, zone or lookahead (22023).
+        """
+        params = _install_params(name, self._queue.queue, schedule, payload, tz, payload_type, lookahead,
+                                 self._queue.serializers)
+        with self._queue._conn(None) as c:
+            return str(_scalar(c, _INSTALL, params))
+
+    def uninstall(self, name: str) -> bool:
+        """Remove the schedule and its future messages (:func:`uninstall`); False when no schedule has that name."""
+        with self._queue._conn(None) as c:
+            return uninstall(c, name)
+
+    def pause(self, name: str) -> bool:
+        """:func:`pause`: future occurrences deleted, none installed until :meth:`resume`."""
+        with self._queue._conn(None) as c:
+            return pause(c, name)
+
+    def resume(self, name: str) -> bool:
+        """:func:`resume`: installs again from now (no catching up)."""
+        with self._queue._conn(None) as c:
+            return resume(c, name)
+
+    def list(self) -> list[CronSchedule]:
+        """This queue's schedules, by name, with their next 5 occurrences."""
+        with self._queue._conn(None) as c, c.cursor(row_factory=dict_row) as cur:
+            return _to_schedules(cur.execute(_SCHEDULES_OF_QUEUE, (self._queue.queue,)).fetchall())
+
+    def tick(self) -> int:
+        """Run ``dq_cron_tick()`` once (every schedule of the database); returns messages created."""
+        with self._queue._conn(None) as c:
+            return tick(c)
 
 
 class CronTicker(threading.Thread):

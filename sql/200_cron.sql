@@ -279,6 +279,8 @@ DECLARE
     v_end     date;
     v_dom_ok  boolean;
     v_dow_ok  boolean;
+    v_d0      timestamptz;
+    v_d1      timestamptz;
 BEGIN
     IF max_count < 1 OR until <= after THEN
         RETURN v_out;
@@ -321,6 +323,25 @@ BEGIN
         -- Vixie cron's day rule (dq__cron_parse): both when either field starts with *, else either.
         IF ((spec.dom_star OR spec.dow_star) AND v_dom_ok AND v_dow_ok)
            OR (NOT (spec.dom_star OR spec.dow_star) AND (v_dom_ok OR v_dow_ok)) THEN
+            v_d0 := (v_day - 1)::timestamp AT TIME ZONE timezone;
+            v_d1 := (v_day + 2)::timestamp AT TIME ZONE timezone;
+            IF (v_d0 AT TIME ZONE timezone) - (v_d0 AT TIME ZONE 'UTC')
+               = (v_d1 AT TIME ZONE timezone) - (v_d1 AT TIME ZONE 'UTC') THEN
+                -- No offset change from the day before to the day after: every local time of the
+                -- day exists once, dq__cron_resolve is plain AT TIME ZONE and keeps the order of
+                -- the times, so only the first ones still needed are resolved, in one statement.
+                v_out := v_out || ARRAY(
+                    SELECT (v_day + t) AT TIME ZONE timezone
+                      FROM unnest(spec.times) AS t
+                     WHERE v_day + t >= v_lo AND v_day + t <= v_hi
+                       AND (v_day + t) AT TIME ZONE timezone > after
+                       AND (v_day + t) AT TIME ZONE timezone <= until
+                     ORDER BY t
+                     LIMIT max_count - cardinality(v_out));
+                EXIT WHEN cardinality(v_out) >= max_count;
+                v_day := v_day + 1;
+                CONTINUE;
+            END IF;
             v_out := v_out || ARRAY(
                 SELECT r.at
                   FROM (SELECT DISTINCT dq__cron_resolve(v_day + t, timezone) AS at
@@ -902,3 +923,44 @@ SELECT c.name, c.queue, c.schedule, c.timezone, c.payload_type, c.lookahead, c.c
   FROM dq_cron c;
 COMMENT ON VIEW dq_cron_schedules IS
   'The named schedules (dq_cron_install) with their next 5 occurrences after now (NULL when paused) and the tick''s bookkeeping (installed_through, last_installed_at, next_uninstalled_at).';
+
+-- pg_cron hygiene. pg_cron writes one cron.job_run_details row per run and never deletes any
+-- (pg_cron issue 416; "cron.log_run" turns logging off server-wide, losing the record of failures).
+-- dq-cron-tick alone adds 1,440 rows a day. This deletes the rows of the jobs our migrations
+-- register (dq-cron-tick, dq-archive-prune, dq-cron-prune-history) that ended more than `keep`
+-- ago; other jobs' rows are left alone. Migration 0007 runs it daily through the pg_cron job
+-- dq-cron-prune-history, so our jobs keep at most `keep` of history (about 10,300 rows at 7 days).
+-- Rows of a run that never ended (the server stopped mid-run) count from their start_time.
+-- Safe to run concurrently: two runs delete disjoint or already-deleted rows (a DELETE skips rows
+-- deleted by a concurrent committed transaction under READ COMMITTED). SECURITY DEFINER (as the
+-- migrating role, owner of the jobs: pg_cron's row security shows a role its own runs).
+CREATE OR REPLACE FUNCTION dq_cron_prune_run_details(keep interval DEFAULT '7 days')
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+DECLARE
+    v_count bigint;
+BEGIN
+    IF keep IS NULL THEN
+        PERFORM dq__raise_null('dq_cron_prune_run_details', 'keep');
+    END IF;
+    IF keep < interval '0' THEN
+        RAISE EXCEPTION 'dq_cron_prune_run_details: keep is %, it must not be negative', keep
+            USING ERRCODE = '22023';
+    END IF;
+    IF to_regclass('cron.job_run_details') IS NULL THEN
+        RAISE NOTICE 'dq_cron_prune_run_details: pg_cron is not installed in this database; nothing to prune';
+        RETURN 0;
+    END IF;
+    DELETE FROM cron.job_run_details d
+     USING cron.job j
+     WHERE d.jobid = j.jobid
+       AND j.jobname IN ('dq-cron-tick', 'dq-archive-prune', 'dq-cron-prune-history')
+       AND coalesce(d.end_time, d.start_time) < now() - keep;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+COMMENT ON FUNCTION dq_cron_prune_run_details(interval) IS
+  'dq_cron_prune_run_details(keep interval >= 0 default 7 days) -> bigint rows deleted: deletes cron.job_run_details rows of our pg_cron jobs (dq-cron-tick, dq-archive-prune, dq-cron-prune-history) that ended more than keep ago; other jobs'' rows are untouched. Returns 0 with a NOTICE when pg_cron is not installed here. Run daily by the pg_cron job dq-cron-prune-history (migration 0007). Errors: 22004 keep NULL, 22023 keep negative. Source: pg_cron issue 416 (job_run_details grows without bound).';

@@ -5,7 +5,7 @@ drift, test both with the same tests).
 ``Blocking(obj, loop)`` forwards attribute access to ``obj``; every awaitable a call returns is
 run to completion on ``loop`` (an event loop running in its own thread), async context managers
 become ordinary ones, and the objects they produce (messages, batches, async connections and
-cursors) are wrapped the same way. It adds no behaviour of its own.
+cursors, the cron accessor) are wrapped the same way. It adds no behaviour of its own.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 
-from pyqueue.aio import AsyncDelayedQueue, AsyncMessage, AsyncTransactionalBatch
+from pyqueue.aio import AsyncDelayedQueue, AsyncMessage, AsyncQueueCron, AsyncTransactionalBatch
 
 
 class EventLoopThread:
@@ -36,7 +36,8 @@ class EventLoopThread:
         self.loop.close()
 
 
-_WRAPPED = (AsyncDelayedQueue, AsyncMessage, AsyncTransactionalBatch, psycopg.AsyncConnection, psycopg.AsyncCursor)
+_WRAPPED = (AsyncDelayedQueue, AsyncMessage, AsyncQueueCron, AsyncTransactionalBatch, psycopg.AsyncConnection,
+            psycopg.AsyncCursor)
 
 
 def _unwrap(value: Any) -> Any:

@@ -315,3 +315,40 @@ def test_configure_stats_purge_and_release(q: DelayedQueue, conn) -> None:
     with pytest.raises(pyqueue.InvalidArgument):
         q.configure(retention=timedelta(seconds=-1))
     assert [s.queue for s in pyqueue.all_stats(conn)] == ["emails"]
+
+
+def test_queue_cron_accessor_installs_lists_pauses_and_uninstalls(q, conn):
+    """``q.cron``: schedules of this queue (sync and asyncio), one call each."""
+    h = q.cron.install("digest", schedule="*/10 * * * *", payload={"kind": "digest"}, tz="Europe/Bucharest",
+                       lookahead=timedelta(hours=1))
+    assert len(h) == 16
+    # The same definition again changes nothing.
+    assert q.cron.install("digest", schedule="*/10 * * * *", payload={"kind": "digest"}, tz="Europe/Bucharest",
+                          lookahead=timedelta(hours=1)) == h
+    conn.execute("SELECT dq_cron_install('elsewhere', 'other', '@daily', 'x'::text)")
+    listed = q.cron.list()
+    assert [s.name for s in listed] == ["digest"]  # this queue's schedules only
+    (s,) = listed
+    assert (s.queue, s.timezone, s.payload_type, s.config_hash, s.paused) == ("emails", "Europe/Bucharest", "json", h,
+                                                                             False)
+    assert len(s.next_occurrences) == 5
+    keys = [r[0] for r in conn.execute("SELECT key FROM dq_messages WHERE queue = 'emails' ORDER BY scheduled_at")]
+    assert 5 <= len(keys) <= 7 and all(k.startswith(f"digest/{h}/") for k in keys)
+    first = q.get(keys[0])
+    assert first is not None and first.payload == {"kind": "digest"}
+    assert q.cron.tick() == 0
+    assert q.cron.pause("digest") is True
+    assert count(conn) == 0
+    assert q.cron.list()[0].paused is True
+    assert q.cron.resume("digest") is True
+    assert count(conn) == len(keys)
+    assert q.cron.uninstall("digest") is True
+    assert q.cron.uninstall("digest") is False
+    assert q.cron.list() == [] and count(conn) == 0
+    with pytest.raises(pyqueue.InvalidArgument) as info:
+        q.cron.install("bad", schedule="61 * * * *", payload="x")
+    assert info.value.sqlstate == "22023" and "minute" in str(info.value)
+    with pytest.raises(pyqueue.InvalidArgument) as info:
+        q.cron.install("bad", schedule="@daily", payload="x", tz="Mars/Olympus")
+    assert info.value.sqlstate == "22023" and "timezone" in str(info.value)
+    assert conn.execute("SELECT count(*) FROM dq_cron WHERE name = 'bad'").fetchone() == (0,)

@@ -139,6 +139,9 @@ CASES = [
          "dq_cron_occurrences:", "timezone"),
     case("co-max-count", "SELECT * FROM dq_cron_occurrences('@daily', 'UTC', now(), 'infinity', 10001)", "22023",
          "dq_cron_occurrences:", "max_count"),
+    case("pr-keep-null", "SELECT dq_cron_prune_run_details(NULL)", "22004", "dq_cron_prune_run_details:", "keep"),
+    case("pr-keep-negative", "SELECT dq_cron_prune_run_details(interval '-1 day')", "22023",
+         "dq_cron_prune_run_details:", "keep", "negative"),
     case("co-after-null", "SELECT * FROM dq_cron_occurrences('@daily', 'UTC', NULL)", "22004",
          "dq_cron_occurrences:", "after"),
 ]
@@ -170,3 +173,11 @@ def test_bad_input(conn, sql, sqlstate, contains):
 def test_case_ids_are_unique():
     ids = [c.id for c in CASES]
     assert len(ids) == len(set(ids))
+
+
+def test_prune_run_details_without_pg_cron_is_a_notice_and_zero(conn):
+    notices: list[str] = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    assert conn.execute("SELECT to_regclass('cron.job_run_details')").fetchone() == (None,)
+    assert conn.execute("SELECT dq_cron_prune_run_details()").fetchone() == (0,)
+    assert any("pg_cron is not installed" in n for n in notices), notices

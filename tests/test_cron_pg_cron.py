@@ -53,6 +53,9 @@ def test_the_pg_cron_job_fires_and_installs_occurrences(admin_dsn):
         assert job is not None and job[1:] == ("* * * * *", "SELECT dq_cron_tick()", True)
         prune = conn.execute("SELECT schedule, command FROM cron.job WHERE jobname = 'dq-archive-prune'").fetchone()
         assert prune == ("*/10 * * * *", "CALL dq_prune_archive_all()")  # registered by 0006
+        history = conn.execute(
+            "SELECT schedule, command FROM cron.job WHERE jobname = 'dq-cron-prune-history'").fetchone()
+        assert history == ("17 3 * * *", "SELECT dq_cron_prune_run_details()")  # registered by 0007
         jobid = job[0]
         started = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
         try:
@@ -85,4 +88,44 @@ def test_the_pg_cron_job_fires_and_installs_occurrences(admin_dsn):
                 rollback_0005(admin_dsn)
                 assert conn.execute("SELECT 1 FROM cron.job WHERE jobname = 'dq-cron-tick'").fetchone() is None
                 assert conn.execute("SELECT 1 FROM cron.job WHERE jobname = 'dq-archive-prune'").fetchone() is None
+                assert conn.execute(
+                    "SELECT 1 FROM cron.job WHERE jobname = 'dq-cron-prune-history'").fetchone() is None
                 assert conn.execute("SELECT to_regclass('dq_cron')").fetchone() == (None,)
+
+
+def test_run_history_of_our_jobs_is_pruned_and_other_jobs_rows_are_kept(admin_dsn):
+    """dq_cron_prune_run_details (run daily by dq-cron-prune-history) bounds cron.job_run_details
+    for our jobs: rows older than `keep` go, recent ones and other jobs' rows stay."""
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        migrate(admin_dsn)
+        ours = conn.execute("SELECT jobid FROM cron.job WHERE jobname = 'dq-cron-tick'").fetchone()
+        assert ours is not None
+        other = conn.execute("SELECT cron.schedule('dq-test-other-job', '0 0 1 1 *', 'SELECT 1')").fetchone()
+        assert other is not None
+        try:
+            def add(jobid: int, end_age: str | None, start_age: str) -> int:
+                row = conn.execute(
+                    "INSERT INTO cron.job_run_details (jobid, runid, job_pid, database, username, command, status,"
+                    " start_time, end_time) VALUES (%s, nextval('cron.runid_seq'), 0, current_database(),"
+                    " current_user, 'test', 'succeeded', now() - %s::interval, now() - %s::interval)"
+                    " RETURNING runid", (jobid, start_age, end_age)).fetchone()
+                assert row is not None
+                return int(row[0])
+
+            old = [add(ours[0], "8 days", "8 days"), add(ours[0], None, "9 days")]  # the second never ended
+            recent = [add(ours[0], "6 days", "6 days"), add(ours[0], None, "1 hour")]
+            foreign = [add(other[0], "30 days", "30 days")]
+            deleted = conn.execute("SELECT dq_cron_prune_run_details()").fetchone()
+            assert deleted is not None and deleted[0] >= len(old)
+            left = {r[0] for r in conn.execute(
+                "SELECT runid FROM cron.job_run_details WHERE runid = ANY(%s)", (old + recent + foreign,))}
+            assert left == set(recent + foreign)
+            # Nothing of ours older than the default 7 days is left.
+            assert conn.execute(
+                "SELECT count(*) FROM cron.job_run_details d JOIN cron.job j USING (jobid)"
+                " WHERE j.jobname LIKE 'dq-%%' AND j.jobname <> 'dq-test-other-job'"
+                " AND coalesce(d.end_time, d.start_time) < now() - interval '7 days'").fetchone() == (0,)
+        finally:
+            conn.execute("DELETE FROM cron.job_run_details WHERE jobid = %s", (other[0],))
+            conn.execute("SELECT cron.unschedule('dq-test-other-job')")
+            conn.execute("DELETE FROM cron.job_run_details WHERE jobid = %s AND command = 'test'", (ours[0],))
