@@ -1,0 +1,1 @@
+ALTER TABLE dq_messages ALTER COLUMN key TYPE text COLLATE "default";
