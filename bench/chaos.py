@@ -880,6 +880,9 @@ def run(s: Settings, out: Path | None) -> dict[str, Any]:
     try:
         with interrupt_on_sigterm():
             report = chaos.run()
+    except KeyboardInterrupt:
+        console().log("[red]bench.chaos interrupted: stopping the processes and the private server[/]")
+        raise
     except BaseException:
         console().log(f"[red]bench.chaos failed:[/] {traceback.format_exc(limit=3)}")
         console().log(f"server log tail:\n{chaos.server.log_tail()}")
@@ -927,7 +930,10 @@ def main(argv: list[str] | None = None) -> int:
                  rate=args.rate, lock_timeout=args.lock_timeout, drain_timeout=args.drain_timeout, pgdata=args.pgdata,
                  keep_logs=args.keep_logs)
     Timeline.plan(s)
-    report = run(s, args.out)
+    try:
+        report = run(s, args.out)
+    except KeyboardInterrupt:
+        return 130
     return 0 if report["passed"] else 1
 
 
