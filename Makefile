@@ -7,7 +7,7 @@ PYTHON ?= python3
 DSN ?= postgresql://postgres:postgres@127.0.0.1:55432/dq
 DOCKER_ENGINE := $(shell docker info >/dev/null 2>&1 && echo yes)
 
-.PHONY: venv up down psql migrate demo test bench bench-quick bench-latency bench-spark lint clean release-snapshot
+.PHONY: venv up down psql migrate demo test bench bench-quick bench-latency bench-spark chaos lint clean release-snapshot
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,12 @@ bench-quick: venv up
 
 bench-spark: venv up
 	$(PY) -m bench.spark --dsn "$(DSN)"
+
+# Fault injection with exact accounting, on a private server of its own (started and removed by the run):
+# make chaos [CHAOS_ARGS="--duration 120 --mode exactly-once --seed 1 --out chaos.json"]
+chaos: venv
+	scripts/install-os-deps.sh
+	$(PY) -m bench.chaos $(CHAOS_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check pyqueue tests bench

@@ -265,10 +265,18 @@ class AsyncDelayedQueue:
         with translating():
             if conn is not None:
                 yield conn
-            else:
-                await self.open()
+                return
+            await self.open()
+            c: AsyncConnection | None = None
+            try:
                 async with self._pool.connection() as c:
                     yield c
+            except psycopg.OperationalError:
+                # As pyqueue.DelayedQueue._conn: the fault that cut this connection cut the idle
+                # ones too; check them, so that a retry gets a live connection.
+                if c is not None and c.broken:
+                    await self._pool.check()
+                raise
 
     async def _one(
         self, query: str, params: Sequence[Any] | dict[str, Any] | None, conn: AsyncConnection | None

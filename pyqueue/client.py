@@ -226,9 +226,18 @@ class DelayedQueue:
         with translating():
             if conn is not None:
                 yield conn
-            else:
+                return
+            c: Connection | None = None
+            try:
                 with self._pool.connection() as c:
                     yield c
+            except psycopg.OperationalError:
+                # What cut this connection (a server restart, pg_terminate_backend) usually cut the
+                # pool's idle ones too, which the pool finds out only as it hands them out: check
+                # them now, so that a retry gets a live connection and not the next cut one.
+                if c is not None and c.broken:
+                    self._pool.check()
+                raise
 
     # -- offer ---------------------------------------------------------------------------------
     def offer(

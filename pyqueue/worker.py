@@ -222,9 +222,13 @@ class _WorkerCore:
             return list(self._running.values())
 
     def _lock_lost(self, message: Any) -> None:
-        log.warning("lock of key %r was lost; its result will not be acknowledged", message.key)
         with self._lock:
+            if message.lock_token not in self._running:
+                # Its handler finished since the heartbeat listed it, and the extend found it acknowledged;
+                # had the lock been lost, the acknowledgement counts it (_acked).
+                return
             self._lost.add(message.lock_token)
+        log.warning("lock of key %r was lost; its result will not be acknowledged", message.key)
         with self.stats._lock:
             self.stats.lock_lost += 1
 
