@@ -601,8 +601,10 @@ class AsyncWorker(_WorkerCore):
         self._ready_line(self.queue.queue)
         try:
             while not stop.is_set():
-                await self._flush_acks()
+                # Prune first: a handler records its token before its task is done, so every
+                # pruned task's acknowledgement goes out now, not after the next (idle) wait.
                 tasks = {t for t in tasks if not t.done()}
+                await self._flush_acks()
                 free = self.concurrency - len(tasks)
                 if free == 0:
                     await asyncio.wait({*tasks, stopping}, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)

@@ -315,8 +315,10 @@ class Worker(_WorkerCore):
         self._ready_line(self.queue.queue)
         try:
             while not self._stop.is_set():
-                self._flush_acks()
+                # Prune first: a handler records its token before its future is done, so every
+                # pruned future's acknowledgement goes out now, not after the next (idle) wait.
                 futures = {f for f in futures if not f.done()}
+                self._flush_acks()
                 free = self.concurrency - len(futures)
                 if free == 0:
                     wait(futures, timeout=0.5, return_when=FIRST_COMPLETED)

@@ -201,7 +201,8 @@ def test_install_and_uninstall_read_only_their_own_prefix_of_the_queue(dsn):
     with 1,000 schedules in one queue, that made one busy tick take minutes. Measured in rows read
     (pg_stat_xact_user_tables), with 20,000 other messages in the queue."""
     with psycopg.connect(dsn) as c:  # transactions: the xact statistics are per transaction
-        c.execute("SELECT count(*) FROM dq_offer_many('q', (SELECT array_agg('other/h/' || i) FROM generate_series(1, 20000) i),"
+        c.execute("SELECT count(*) FROM dq_offer_many('q',"
+                  " (SELECT array_agg('other/h/' || i) FROM generate_series(1, 20000) i),"
                   " array_fill('\\x00'::bytea, ARRAY[20000]), array_fill(now() + interval '1 day', ARRAY[20000]))")
         c.execute("SELECT dq_install_tick('q', 'mine', 'h0', ARRAY[now() + interval '2 days'], ARRAY['\\x01'::bytea])")
         c.commit()
