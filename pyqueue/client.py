@@ -106,6 +106,9 @@ class Message(MessageBase):
     lock_token: UUID
     locked_until: datetime
     _client: DelayedQueue | None = field(default=None, repr=False, compare=False)
+    # Set by ack()/nack() returning True: the handler settled this delivery itself (a worker then
+    # neither acknowledges it again nor counts its lock as lost). Possibly in the caller's transaction.
+    _settled: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def _serializers(self) -> SerializerRegistry:
         return self._client.serializers if self._client else default_registry
@@ -122,12 +125,18 @@ class Message(MessageBase):
 
     def ack(self, *, conn: Connection | None = None) -> bool:
         """Acknowledge (delete) this delivery. False when the lock was lost (stale token)."""
-        return self._require_client().ack(self.lock_token, conn=conn)
+        done = self._require_client().ack(self.lock_token, conn=conn)
+        if done:
+            object.__setattr__(self, "_settled", "acked")
+        return done
 
     def nack(self, delay: Seconds = 0, *, error: str | None = None, conn: Connection | None = None) -> bool:
         """Give the message back, visible again after ``delay`` (timedelta or seconds, ≥ 0); ``error``
         is recorded as its last error (and goes with it to the dead-letter queue)."""
-        return self._require_client().nack(self.lock_token, delay, error=error, conn=conn)
+        done = self._require_client().nack(self.lock_token, delay, error=error, conn=conn)
+        if done:
+            object.__setattr__(self, "_settled", "nacked")
+        return done
 
     def extend(self, timeout: Seconds, *, conn: Connection | None = None) -> datetime | None:
         """Keep the message invisible for ``timeout`` more from now; None when the lock was lost."""

@@ -201,6 +201,14 @@ class _WorkerCore:
     def _succeeded(self, message: Any) -> None:
         with self._lock:
             self._running.pop(message.lock_token, None)
+            if message._settled is not None:
+                # The handler acknowledged (e.g. in its own transaction, with its writes) or nacked
+                # the delivery itself: nothing left to send, and no lock was lost.
+                self._lost.discard(message.lock_token)
+                if message._settled == "acked":
+                    with self.stats._lock:
+                        self.stats.acknowledged += 1
+                return
             if message.lock_token in self._lost:
                 self._lost.discard(message.lock_token)
                 log.warning("key %r finished after its lock was lost: not acknowledged", message.key)
@@ -218,14 +226,16 @@ class _WorkerCore:
             self.stats.lock_lost += len(tokens) - acked
 
     def _running_now(self) -> list[Any]:
+        """Messages whose handlers run and have not settled them themselves (what the heartbeat extends)."""
         with self._lock:
-            return list(self._running.values())
+            return [m for m in self._running.values() if m._settled is None]
 
     def _lock_lost(self, message: Any) -> None:
         with self._lock:
-            if message.lock_token not in self._running:
-                # Its handler finished since the heartbeat listed it, and the extend found it acknowledged;
-                # had the lock been lost, the acknowledgement counts it (_acked).
+            if message.lock_token not in self._running or message._settled is not None:
+                # Its handler finished since the heartbeat listed it, and the extend found it acknowledged
+                # (had the lock been lost, the acknowledgement counts it: _acked), or the handler
+                # settled it itself (its ack or nack deleted or released the lock).
                 return
             self._lost.add(message.lock_token)
         log.warning("lock of key %r was lost; its result will not be acknowledged", message.key)
@@ -249,7 +259,9 @@ class Worker(_WorkerCore):
     :param queue: the :class:`DelayedQueue` to consume (its pool should allow ``concurrency + 2``
         connections; the worker's own heartbeat and acknowledgements use it).
     :param handler: called with each :class:`Message`; returning acknowledges it, raising
-        negatively acknowledges it with ``backoff``.
+        negatively acknowledges it with ``backoff``. A handler may settle the message itself, e.g.
+        ``message.ack(conn=conn)`` inside the transaction that holds its own writes (exactly-once
+        effects; docs/api.md); the worker then sends nothing more for it and counts it acknowledged.
     :param concurrency: handler threads; also the most messages held at once.
     :param batch_size: most messages per poll (default: ``concurrency``).
     :param lock_timeout: visibility timeout of each delivery (timedelta or seconds); the worker

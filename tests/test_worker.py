@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pyqueue import Backoff, DelayedQueue, InvalidArgument, OfferRequest, Worker, testing
+from pyqueue import Backoff, DelayedQueue, InvalidArgument, Message, OfferRequest, Worker, testing
 from pyqueue.aio import AsyncDelayedQueue, AsyncMessage, AsyncWorker
 
 TESTS = Path(__file__).resolve().parent
@@ -179,6 +179,66 @@ def test_worker_in_process_stops_on_stop(dsn: str, worker_mode: str) -> None:
     assert seen == ["threaded"]
     assert snap["delivered"] == 1 and snap["acknowledged"] == 1 and snap["failed"] == 0
     assert sum(snap["lateness_ms"].values()) == 1
+
+
+def test_handler_that_acknowledges_in_its_own_transaction(dsn: str, conn, worker_mode: str) -> None:
+    """Exactly-once effects: the handler writes a ledger row and acknowledges with
+    ``message.ack(conn=…)`` in one transaction. The worker sends nothing more for those messages,
+    counts them acknowledged (not as lost locks), and its heartbeat leaves them alone; a handler
+    that nacks itself is not acknowledged by the worker either."""
+    conn.execute("CREATE TABLE ledger (key text PRIMARY KEY)")
+    n = 12
+
+    if worker_mode == "sync":
+        with DelayedQueue(dsn, "jobs") as q:
+            def handler(m: Message) -> None:
+                if m.key == "nack-me":
+                    m.nack(3600)
+                    return
+                with q.pool.connection() as c, c.transaction():
+                    c.execute("INSERT INTO ledger VALUES (%s)", (m.key,))
+                    assert m.ack(conn=c)
+                    time.sleep(0.4)  # inside the transaction: the heartbeat (every 0.33 s) must skip it
+
+            worker = Worker(q, handler, concurrency=3, idle_check=0.5, lock_timeout=1)
+            t = threading.Thread(target=worker.run)
+            t.start()
+            q.offer_many([(f"k{i}", i) for i in range(n)] + [("nack-me", 0)])
+            deadline = time.monotonic() + 30
+            while (worker.stats.acknowledged < n or worker.stats.delivered < n + 1) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            worker.stop()
+            t.join(timeout=10)
+            snap = worker.stats.snapshot()
+    else:
+        async def main() -> dict:
+            async with AsyncDelayedQueue(dsn, "jobs") as q:
+                async def handler(m: AsyncMessage) -> None:
+                    if m.key == "nack-me":
+                        await m.nack(3600)
+                        return
+                    async with q.pool.connection() as c, c.transaction():
+                        await c.execute("INSERT INTO ledger VALUES (%s)", (m.key,))
+                        assert await m.ack(conn=c)
+                        await asyncio.sleep(0.4)
+
+                worker = AsyncWorker(q, handler, concurrency=3, idle_check=0.5, lock_timeout=1)
+                task = asyncio.create_task(worker.run(install_signal_handlers=False))
+                await q.offer_many([(f"k{i}", i) for i in range(n)] + [("nack-me", 0)])
+                deadline = time.monotonic() + 30
+                while ((worker.stats.acknowledged < n or worker.stats.delivered < n + 1)
+                       and time.monotonic() < deadline):
+                    await asyncio.sleep(0.05)
+                worker.stop()
+                await asyncio.wait_for(task, 10)
+                return worker.stats.snapshot()
+
+        snap = asyncio.run(main())
+    assert snap["delivered"] == n + 1 and snap["acknowledged"] == n
+    assert snap["lock_lost"] == 0 and snap["failed"] == 0
+    assert conn.execute("SELECT count(*) FROM ledger").fetchone() == (n,)
+    left = conn.execute("SELECT key, lock_token IS NULL FROM dq_messages WHERE queue = 'jobs'").fetchall()
+    assert left == [("nack-me", True)]  # nacked by its handler, an hour away, not acknowledged
 
 
 def test_backoff_and_bad_settings() -> None:
