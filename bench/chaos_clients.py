@@ -20,8 +20,8 @@ Handlers (``pyqueue worker … bench.chaos_clients:<name>``):
   acknowledges.
 * :func:`ledger` / :func:`ledger_async` (exactly-once): log the delivery, then in one transaction
   insert the ledger row and acknowledge with ``message.ack(conn=…)``; a stale token (the lock
-  was lost, the message re-acquired elsewhere) rolls the ledger row back. The worker's own
-  acknowledgement afterwards finds nothing to delete (counted as lock_lost in its stats).
+  was lost, the message re-acquired elsewhere) rolls the ledger row back. The worker sees that
+  the handler settled the message and sends no acknowledgement of its own.
 
 Command line (started by bench.chaos)::
 
