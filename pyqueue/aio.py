@@ -328,11 +328,10 @@ class AsyncDelayedQueue:
 
     # -- poll ----------------------------------------------------------------------------------
     def _row_to_message(self, row: Sequence[Any]) -> AsyncMessage:
-        fields, lock_token, locked_until = _core.split_delivery(row)
-        return AsyncMessage(**fields, lock_token=lock_token, locked_until=locked_until, _client=self)
+        return _core.delivery_from_row(AsyncMessage, row, self)
 
     async def _poll_once(self, c: AsyncConnection, max_count: int, lock_timeout: timedelta) -> list[AsyncMessage]:
-        cur = await c.execute(Q_POLL, _core.poll_params(self.queue, max_count, lock_timeout))
+        cur = await c.execute(Q_POLL, _core.poll_params(self.queue, max_count, lock_timeout), binary=True)
         return [self._row_to_message(r) for r in await cur.fetchall()]
 
     async def channel(self, *, conn: AsyncConnection | None = None) -> str:
@@ -436,6 +435,7 @@ class AsyncDelayedQueue:
                 cur = await c.execute(
                     Q_POLL_OR_WAIT,
                     {"queue": self.queue, "max_count": max_count, "lock_timeout": lock_td, "max_wait": max_wait},
+                    binary=True,
                 )
                 rows = await cur.fetchall()
                 if rows and rows[0][0] is not None:

@@ -311,11 +311,11 @@ class DelayedQueue:
     # -- poll ----------------------------------------------------------------------------------
     def _row_to_message(self, row: Sequence[Any]) -> Message:
         """A ``dq_delivery`` row (the columns of Q_POLL, in order) as a Message."""
-        fields, lock_token, locked_until = _core.split_delivery(row)
-        return Message(**fields, lock_token=lock_token, locked_until=locked_until, _client=self)
+        return _core.delivery_from_row(Message, row, self)
 
     def _poll_once(self, c: Connection, max_count: int, lock_timeout: timedelta) -> list[Message]:
-        rows = c.execute(Q_POLL, _core.poll_params(self.queue, max_count, lock_timeout)).fetchall()
+        # Binary results: timestamptz and uuid columns decode about 3 us a row faster than text.
+        rows = c.execute(Q_POLL, _core.poll_params(self.queue, max_count, lock_timeout), binary=True).fetchall()
         return [self._row_to_message(r) for r in rows]
 
     def channel(self, *, conn: Connection | None = None) -> str:
@@ -440,6 +440,7 @@ class DelayedQueue:
                 rows = c.execute(
                     Q_POLL_OR_WAIT,
                     {"queue": self.queue, "max_count": max_count, "lock_timeout": lock_td, "max_wait": max_wait},
+                    binary=True,
                 ).fetchall()
                 if rows and rows[0][0] is not None:
                     return [self._row_to_message(r[:11]) for r in rows]

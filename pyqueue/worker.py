@@ -18,6 +18,7 @@ import os
 import random
 import signal
 import threading
+from bisect import bisect_left
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -177,7 +178,7 @@ class _WorkerCore:
     def _received(self, message: Any) -> None:
         claim_to_due = message.locked_until - self.lock_timeout - message.scheduled_at
         lateness_ms = max(claim_to_due.total_seconds() * 1000, 0.0)
-        bucket = next(i for i, b in enumerate(LATENESS_BUCKETS_MS) if lateness_ms <= b)
+        bucket = bisect_left(LATENESS_BUCKETS_MS, lateness_ms)  # the first bucket >= lateness_ms
         with self.stats._lock:
             self.stats.delivered += 1
             self.stats.lateness_ms[bucket] += 1
