@@ -41,17 +41,18 @@ import json
 import math
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlencode
 
 import psycopg
@@ -89,6 +90,7 @@ NOTES_END = "<!-- end of notes -->"
 PEER_SETTLE_S = 1.5  # after a peer's workers are connected: the rest of their start-up (LISTEN, first poll)
 LATENCY_SLACK_S = 30.0  # how long after the last due time the handlers may still report
 DELAY_STEP_S = 0.1  # due times of the delayed latency jobs are multiples of this (procrastinate batches by time)
+T = TypeVar("T")
 PAD = "x" * 60  # procrastinate's job arguments: key, due and this, about 100 bytes of JSON like the others
 
 
@@ -215,6 +217,21 @@ def _delays(cfg: Config) -> list[float]:
     """The delayed latency jobs' delays: evenly from delayed_from_s to delayed_to_s, in DELAY_STEP_S steps."""
     n, lo, hi = cfg.delayed_jobs, cfg.delayed_from_s, cfg.delayed_to_s
     return [round((lo + (hi - lo) * i / max(n - 1, 1)) / DELAY_STEP_S) * DELAY_STEP_S for i in range(n)]
+
+
+def _arun(coro: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run, but Ctrl-C interrupts it at once: asyncio's own SIGINT handling only cancels
+    the main task, and a library that swallows the cancellation lets the run go on (seen with
+    procrastinate). SIGTERM already raises KeyboardInterrupt (latency.interrupt_on_sigterm)."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    try:
+        return asyncio.run(coro)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class Library:
@@ -411,7 +428,7 @@ class Procrastinate(Library):
                         done += batch
                 meter.stop(done)
 
-        asyncio.run(run())
+        _arun(run())
 
     def fill(self, dsn: str, n: int, before_commit: Callable[[], None]) -> float:
         from bench.peer_procrastinate import noop
@@ -427,7 +444,7 @@ class Procrastinate(Library):
                 await conn.commit()
                 return time.perf_counter()
 
-        return asyncio.run(run())
+        return _arun(run())
 
     def workers(self, dsn: str, c: Contender, count: int, workdir: Path, label: str,
                 lateness_dir: Path | None) -> Workers:
@@ -450,7 +467,7 @@ class Procrastinate(Library):
                     await asyncio.sleep(_pace(i, t0, rate))
                     await task.defer_async(key=f"{prefix}{i:06d}", due=time.time(), pad=PAD)
 
-        asyncio.run(run())
+        _arun(run())
 
     def offer_delayed(self, dsn: str, prefix: str, delays: list[float]) -> None:
         from bench.peer_procrastinate import lateness
@@ -465,7 +482,7 @@ class Procrastinate(Library):
                 for d, kwargs in groups.items():
                     await task.configure(schedule_at=datetime.fromtimestamp(base + d, UTC)).batch_defer_async(*kwargs)
 
-        asyncio.run(run())
+        _arun(run())
 
 
 class PgQueuer(Library):
@@ -508,7 +525,7 @@ class PgQueuer(Library):
             finally:
                 await conn.close()
 
-        return asyncio.run(run())
+        return _arun(run())
 
     def fill(self, dsn: str, n: int, before_commit: Callable[[], None]) -> float:
         async def run() -> float:
@@ -525,7 +542,7 @@ class PgQueuer(Library):
             finally:
                 await conn.close()
 
-        return asyncio.run(run())
+        return _arun(run())
 
     def workers(self, dsn: str, c: Contender, count: int, workdir: Path, label: str,
                 lateness_dir: Path | None) -> Workers:
@@ -551,7 +568,7 @@ class PgQueuer(Library):
             finally:
                 await conn.close()
 
-        asyncio.run(run())
+        _arun(run())
 
     def offer_delayed(self, dsn: str, prefix: str, delays: list[float]) -> None:
         async def run() -> None:
@@ -567,7 +584,7 @@ class PgQueuer(Library):
             finally:
                 await conn.close()
 
-        asyncio.run(run())
+        _arun(run())
 
 
 LIBRARIES: dict[str, Library] = {lib.name: lib for lib in (PgDelayQ(), Procrastinate(), PgQueuer(), Baseline())}
