@@ -26,8 +26,9 @@ take most of an hour); its rate is then what was done in that time, marked as ca
 
 Everything measured also records the CPU the workers / producer and the database's backends used
 (bench.core's CpuSnapshot), and how much CPU other processes on the host took meanwhile.
-Results: ``bench/results/peers-<UTC time>.json`` and ``bench/results/peers.json`` (the latest),
-``docs/performance.md`` (regenerated; its notes section is kept) and ``docs/performance.png``.
+Results: ``bench/results/peers-<UTC time>.json`` and ``bench/results/peers.json`` (the latest full run;
+``peers-quick.json`` for --quick), and, for a full run, ``docs/performance.md`` (regenerated; its notes section is
+kept) and ``docs/performance.png``.
 Every worker process started is stopped (SIGTERM, then SIGKILL), also on errors and Ctrl-C.
 """
 
@@ -1094,13 +1095,14 @@ def run(admin_dsn: str, cfg: Config, out: Path | None, parts: tuple[str, ...], d
     RESULTS.mkdir(parents=True, exist_ok=True)
     text = json.dumps(result, indent=2, default=str) + "\n"
     name = f"peers-{timestamp.strftime('%Y%m%dT%H%M%SZ')}.json"
-    paths = [RESULTS / name, RESULTS / "peers.json"] + ([out] if out is not None else [])
+    latest = RESULTS / ("peers.json" if cfg.mode == "full" else f"peers-{cfg.mode}.json")
+    paths = [RESULTS / name, latest] + ([out] if out is not None else [])
     for path in paths:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     if docs:
         md = DOCS / "performance.md"
-        md.write_text(markdown_report(result, "peers.json", md.read_text() if md.exists() else None))
+        md.write_text(markdown_report(result, latest.name, md.read_text() if md.exists() else None))
         chart(result, DOCS / "performance.png")
         paths += [md, DOCS / "performance.png"]
     console().log(f"wall time {result['wall_time_s']:.0f} s; written: {', '.join(map(str, paths))}")
@@ -1115,14 +1117,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON results here")
     parser.add_argument("--parts", default="enqueue,processing,latency",
                         help="comma-separated subset of enqueue,processing,latency (development)")
-    parser.add_argument("--no-docs", dest="docs", action="store_false",
-                        help="do not regenerate docs/performance.md and docs/performance.png")
+    parser.add_argument("--docs", action=argparse.BooleanOptionalAction, default=None,
+                        help="regenerate docs/performance.md and docs/performance.png (default: only without --quick)")
     args = parser.parse_args(argv)
     parts = tuple(p.strip() for p in args.parts.split(",") if p.strip())
     unknown = set(parts) - {"enqueue", "processing", "latency"}
     if unknown:
         parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
-    run(args.dsn, QUICK if args.quick else FULL, args.out, parts, args.docs)
+    docs = (not args.quick) if args.docs is None else args.docs
+    run(args.dsn, QUICK if args.quick else FULL, args.out, parts, docs)
 
 
 if __name__ == "__main__":
