@@ -7,7 +7,7 @@ PYTHON ?= python3
 DSN ?= postgresql://postgres:postgres@127.0.0.1:55432/dq
 DOCKER_ENGINE := $(shell docker info >/dev/null 2>&1 && echo yes)
 
-.PHONY: venv up down psql migrate demo test bench bench-quick bench-latency bench-spark chaos lint clean release-snapshot
+.PHONY: venv up down psql migrate demo test bench bench-quick bench-latency bench-peers bench-spark chaos lint clean release-snapshot
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,11 @@ bench: venv up
 # Real `pyqueue worker` processes: lateness, idle query rate, throughput beside the plain-SQL baseline
 bench-latency: venv up
 	$(PY) -m bench.latency --dsn "$(DSN)"
+
+# Beside procrastinate, pgqueuer and the plain-SQL baseline; regenerates docs/performance.md and .png
+bench-peers: venv up
+	$(VENV)/bin/pip install -q -e '.[bench]'
+	$(PY) -m bench.peers --dsn "$(DSN)"
 
 bench-quick: venv up
 	$(PY) -m bench.core --dsn "$(DSN)" --quick

@@ -289,24 +289,36 @@ def autovacuums(conn: psycopg.Connection[Any], side: Side) -> int:
                      (side.table,)))
 
 
-def remaining(conn: psycopg.Connection[Any], side: Side) -> int:
-    return int(value(conn, sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(side.table))))
+def remaining(conn: psycopg.Connection[Any], side: Side | str) -> int:
+    """Rows left in the side's table (or in the table named `side`)."""
+    table = side if isinstance(side, str) else side.table
+    return int(value(conn, sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))))
 
 
-def drain(conn: psycopg.Connection[Any], side: Side, start: float, timeout: float) -> tuple[float, int, float]:
-    """Count the side's rows every DRAIN_POLL_S until none is left; returns the seconds from
-    `start` (perf_counter) to the first count of 0, how many counts it took, and their mean ms."""
+def drain_until(conn: psycopg.Connection[Any], side: Side | str, start: float,
+                cap_s: float) -> tuple[float, int, int, float]:
+    """Count the rows of the side's table (or of the table named `side`) every DRAIN_POLL_S until
+    none is left or `cap_s` seconds have passed since `start` (perf_counter); returns the seconds
+    from `start` to the last count, the rows it found, how many counts it took, and their mean ms."""
     polls, counting = 0, 0.0
     while True:
         polls += 1
         t = time.perf_counter()
         left = remaining(conn, side)
         counting += time.perf_counter() - t
-        if left == 0:
-            return time.perf_counter() - start, polls, counting * 1e3 / polls
-        if time.perf_counter() - start > timeout:
-            raise RuntimeError(f"{side.name}: {remaining(conn, side)} rows left after {timeout:.0f} s")
+        elapsed = time.perf_counter() - start
+        if left == 0 or elapsed > cap_s:
+            return elapsed, left, polls, counting * 1e3 / polls
         time.sleep(DRAIN_POLL_S)
+
+
+def drain(conn: psycopg.Connection[Any], side: Side, start: float, timeout: float) -> tuple[float, int, float]:
+    """Count the side's rows every DRAIN_POLL_S until none is left; returns the seconds from
+    `start` (perf_counter) to the first count of 0, how many counts it took, and their mean ms."""
+    elapsed, left, polls, count_ms = drain_until(conn, side, start, timeout)
+    if left:
+        raise RuntimeError(f"{side.name}: {left} rows left after {timeout:.0f} s")
+    return elapsed, polls, count_ms
 
 
 def fill_one_transaction(
