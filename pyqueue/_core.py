@@ -41,7 +41,7 @@ Q_POLL = (
     "delivery_count, lock_token, locked_until FROM dq_poll_many(%(queue)s, %(max_count)s, %(lock_timeout)s)"
 )
 Q_ACK = "SELECT dq_ack(%s::uuid)"
-Q_ACK_MANY = "SELECT dq_ack(%s::uuid[])"
+Q_ACK_MANY = "SELECT dq_ack(%b::uuid[])"  # binary: 16 bytes a token, no text array to build or parse
 Q_NACK = "SELECT dq_nack(%s::uuid, %s::interval, %s::text)"
 Q_CONFIGURE = (
     "SELECT max_deliveries, dead_letter_queue FROM dq_configure_queue(%(queue)s, %(max_deliveries)s, "

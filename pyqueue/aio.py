@@ -618,7 +618,10 @@ class AsyncWorker(_WorkerCore):
                 if free == 0:
                     await asyncio.wait({*tasks, stopping}, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
                     continue
-                messages = await self._poll(min(free, self.batch_size), idle=not tasks, stopping=stopping)
+                want = min(free, self.batch_size)
+                # As Worker.run: wait only when nothing runs and the last poll did not come back full.
+                messages = await self._poll(want, idle=not tasks and not self._backlog, stopping=stopping)
+                self._backlog = len(messages) == want
                 for message in messages:
                     self._received(message)
                     tasks.add(asyncio.create_task(self._handle(message)))

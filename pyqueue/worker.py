@@ -140,6 +140,7 @@ class _WorkerCore:
         self.stats = WorkerStats()
         self._signals = 0
         self._poll_failures = 0
+        self._backlog = False  # the last poll came back full: more is probably due
         self._running: dict[UUID, Any] = {}  # lock token -> message, while its handler runs
         self._lost: set[UUID] = set()
         self._done: list[UUID] = []  # finished, to acknowledge in the next batch
@@ -336,7 +337,11 @@ class Worker(_WorkerCore):
                 if free == 0:
                     wait(futures, timeout=0.5, return_when=FIRST_COMPLETED)
                     continue
-                messages = self._poll(min(free, self.batch_size), idle=not futures)
+                want = min(free, self.batch_size)
+                # Wait (dq_poll_or_wait, registering as a waiter) only when nothing runs and the last
+                # poll did not come back full: while draining a backlog, polls stay plain.
+                messages = self._poll(want, idle=not futures and not self._backlog)
+                self._backlog = len(messages) == want
                 for message in messages:
                     self._received(message)
                     futures.add(pool.submit(self._handle, message))

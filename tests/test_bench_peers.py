@@ -3,12 +3,9 @@ synthetic result: no server, no peer library, no timing."""
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from bench import peers
 
@@ -100,7 +97,6 @@ def test_terminal_tables_render() -> None:
     assert "pgdelayq (--async worker)" in text and "MISS" in text and "PASS" in text
 
 
-@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="matplotlib is in the bench extra")
 def test_chart_is_written(tmp_path: Path) -> None:
     path = tmp_path / "performance.png"
     peers.chart(synthetic_result(), path)
