@@ -55,9 +55,10 @@ bench-latency: venv up
 	$(PY) -m bench.latency --dsn "$(DSN)"
 
 # Beside procrastinate, pgqueuer and the plain-SQL baseline; regenerates docs/performance.md and .png
+# make bench-peers [PEERS_ARGS="--quick"]
 bench-peers: venv up
 	$(VENV)/bin/pip install -q -e '.[bench]'
-	$(PY) -m bench.peers --dsn "$(DSN)"
+	$(PY) -m bench.peers --dsn "$(DSN)" $(PEERS_ARGS)
 
 bench-quick: venv up
 	$(PY) -m bench.core --dsn "$(DSN)" --quick
