@@ -16,7 +16,6 @@ import re
 import signal
 import sys
 import threading
-import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -167,13 +166,18 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         if not args.watch:
             console.print(render())
             return 0
+        # Ctrl-C / SIGTERM only set a flag that the loop checks between refreshes: a KeyboardInterrupt
+        # raised inside a query or a redraw could leave either half done (a CI run once hung there).
+        stop = threading.Event()
+        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             with Live(render(), console=console, auto_refresh=False) as live:
-                while True:
-                    time.sleep(args.interval)
+                while not stop.wait(args.interval):
                     live.update(render(), refresh=True)
-        except KeyboardInterrupt:
-            return 0
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return 0
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")

@@ -263,8 +263,20 @@ def test_cli_stats_prints_every_queue_and_watch_stops_on_sigint(dsn: str, conn) 
     assert "mail" in out.stdout and "audit" in out.stdout and "ready" in out.stdout
     proc = subprocess.Popen([sys.executable, "-m", "pyqueue", "stats", "--dsn", dsn, "--watch", "--interval", "0.2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2)
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=30)
+    try:
+        # Signal once it is watching (its session has queried the stats; on a pipe, rich's Live prints
+        # only its last table, at exit), then at some point of the refresh cycle.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid() AND query LIKE '%%stats%%'").fetchone() == (0,):
+            time.sleep(0.1)
+        time.sleep(1.3)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 0, stderr
     assert "mail" in stdout
