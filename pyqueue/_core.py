@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any, TypeVar
-from uuid import UUID, uuid4
+from uuid import uuid4
 
 from .errors import InvalidArgument
 from .serializers import SerializerRegistry
@@ -151,8 +151,6 @@ class MessageBase:
         return self._serializers().decode(self.raw_payload, self.payload_type)
 
 
-
-
 @functools.cache
 def _common_names() -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(MessageBase))
@@ -279,12 +277,6 @@ def delivery_from_row(cls: type[_M], row: Sequence[Any], client: Any) -> _M:
 @functools.cache
 def _delivery_names() -> tuple[str, ...]:
     return (*_common_names(), "lock_token", "locked_until")
-
-
-def split_delivery(row: Sequence[Any]) -> tuple[dict[str, Any], UUID, datetime]:
-    """A ``dq_delivery`` row (the columns of Q_POLL, in order): common fields, lock token, locked_until."""
-    *common, lock_token, locked_until = row
-    return common_fields(common), lock_token, locked_until
 
 
 def probe_channel() -> str:
