@@ -234,6 +234,15 @@ COMMENT ON FUNCTION dq__cron_zone(text, text) IS
 
 -- ----------------------------------------------------------------------------- evaluation
 
+-- The zone's UTC offset at an instant (local wall-clock time minus UTC). No SET clause, so it is
+-- inlined where the evaluation compares offsets a day or two apart to find a transition.
+CREATE OR REPLACE FUNCTION dq__cron_offset(at timestamptz, timezone text)
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT ($1 AT TIME ZONE $2) - ($1 AT TIME ZONE 'UTC') $$;
+COMMENT ON FUNCTION dq__cron_offset(timestamptz, text) IS
+  'Internal: the UTC offset of timezone at an instant (local time minus UTC).';
+
 -- The instant of a local time in a zone, by the DST rules at the top of this file. Away from a
 -- transition (the offsets a day before and a day after agree) it is `local AT TIME ZONE zone`.
 CREATE OR REPLACE FUNCTION dq__cron_resolve(local timestamp, timezone text)
@@ -243,8 +252,8 @@ SET search_path = pg_catalog, public, pg_temp
 AS $$
 DECLARE
     v_t       timestamptz := local AT TIME ZONE timezone;
-    v_before  interval := ((v_t - interval '1 day') AT TIME ZONE timezone) - ((v_t - interval '1 day') AT TIME ZONE 'UTC');
-    v_after   interval := ((v_t + interval '1 day') AT TIME ZONE timezone) - ((v_t + interval '1 day') AT TIME ZONE 'UTC');
+    v_before  interval := dq__cron_offset(v_t - interval '1 day', timezone);
+    v_after   interval := dq__cron_offset(v_t + interval '1 day', timezone);
     v_first   timestamptz;
 BEGIN
     IF v_before = v_after THEN
@@ -301,14 +310,12 @@ BEGIN
     END IF;
 
     v_lo := after AT TIME ZONE timezone;
-    IF ((after - interval '1 day') AT TIME ZONE timezone) - (after - interval '1 day') AT TIME ZONE 'UTC'
-          <> ((after + interval '1 day') AT TIME ZONE timezone) - (after + interval '1 day') AT TIME ZONE 'UTC' THEN
+    IF dq__cron_offset(after - interval '1 day', timezone) <> dq__cron_offset(after + interval '1 day', timezone) THEN
         v_lo := v_lo - interval '3 hours';
     END IF;
     IF isfinite(until) THEN
         v_hi := until AT TIME ZONE timezone;
-        IF ((until - interval '1 day') AT TIME ZONE timezone) - (until - interval '1 day') AT TIME ZONE 'UTC'
-           <> ((until + interval '1 day') AT TIME ZONE timezone) - (until + interval '1 day') AT TIME ZONE 'UTC' THEN
+        IF dq__cron_offset(until - interval '1 day', timezone) <> dq__cron_offset(until + interval '1 day', timezone) THEN
             v_hi := v_hi + interval '3 hours';
         END IF;
         v_end := v_hi::date;
@@ -330,8 +337,7 @@ BEGIN
            OR (NOT (spec.dom_star OR spec.dow_star) AND (v_dom_ok OR v_dow_ok)) THEN
             v_d0 := (v_day - 1)::timestamp AT TIME ZONE timezone;
             v_d1 := (v_day + 2)::timestamp AT TIME ZONE timezone;
-            IF (v_d0 AT TIME ZONE timezone) - (v_d0 AT TIME ZONE 'UTC')
-               = (v_d1 AT TIME ZONE timezone) - (v_d1 AT TIME ZONE 'UTC') THEN
+            IF dq__cron_offset(v_d0, timezone) = dq__cron_offset(v_d1, timezone) THEN
                 -- No offset change from the day before to the day after: every local time of the
                 -- day exists once, dq__cron_resolve is plain AT TIME ZONE and keeps the order of
                 -- the times, so only the first ones still needed are resolved, in one statement.
