@@ -363,15 +363,28 @@ def test_concurrent_ticks_from_processes_create_every_occurrence_exactly_once(ds
     assert sorted(per_name) == [f"s{i}" for i in range(8)]
 
 
-def _tick_or_consume(barrier: Any, dsn: str, role: str, seconds: float) -> int:
-    """A ticker calls dq_cron_tick() back to back (0-50 ms apart) for `seconds`; a consumer polls
-    and acks what falls due meanwhile (the archive keeps what it acked). Returns ticks' messages
-    created, or messages acked."""
+RACE_PERIODS = {"p1": 1000, "p2": 2000, "p3": 3000, "p1b": 1000}
+RACE_LOOKAHEADS = {"p1": "3 seconds", "p2": "5 seconds", "p3": "4 seconds", "p1b": "2 seconds"}
+
+
+def _tick_or_consume(barrier: Any, dsn: str, role: str, seconds: float) -> Any:
+    """The installer installs RACE_PERIODS' schedules once every process is up (starting processes
+    can take longer than a 2 s lookahead) and returns (its now(), messages installed); a ticker
+    calls dq_cron_tick() back to back (0-50 ms apart) for `seconds`; a consumer polls and acks what
+    falls due meanwhile (the archive keeps what it acked). Tickers and consumers return messages
+    created, or acked."""
     import random
 
     with psycopg.connect(dsn, autocommit=True) as c:
         c.execute("SELECT 1")
         barrier.wait(30)
+        if role == "install":
+            with c.transaction():
+                started = c.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+                for name, ms in RACE_PERIODS.items():
+                    install(c, name, f"every {ms // 1000} seconds", queue="cq", lookahead=RACE_LOOKAHEADS[name])
+            installed = c.execute("SELECT count(*) FROM dq_messages WHERE queue = 'cq'").fetchone()[0]  # type: ignore[index]
+            return started, installed
         total = 0
         end = time.monotonic() + seconds
         while time.monotonic() < end:
@@ -408,17 +421,11 @@ def test_four_connections_ticking_repeatedly_with_consumers_create_every_occurre
     2 consumers ack what falls due (so an occurrence installed again after its ack would show as
     a duplicate): every occurrence of every schedule is offered exactly once, with no gap."""
     conn.execute("SELECT dq_configure_queue('cq', archive => true)")
-    periods = {"p1": 1000, "p2": 2000, "p3": 3000, "p1b": 1000}
-    lookaheads = {"p1": "3 seconds", "p2": "5 seconds", "p3": "4 seconds", "p1b": "2 seconds"}
-    started = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
-    installed = 0
-    for name, ms in periods.items():
-        install(conn, name, f"every {ms // 1000} seconds", queue="cq", lookahead=lookaheads[name])
-    installed = conn.execute("SELECT count(*) FROM dq_messages WHERE queue = 'cq'").fetchone()[0]  # type: ignore[index]
-    roles = [(dsn, "tick", 8.0)] * 4 + [(dsn, "consume", 9.0)] * 2
+    periods, lookaheads = RACE_PERIODS, RACE_LOOKAHEADS
+    roles = [(dsn, "install", 0.0)] + [(dsn, "tick", 8.0)] * 4 + [(dsn, "consume", 9.0)] * 2
     results = run_workers(_tick_or_consume, roles, timeout=120)
     ended = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
-    created, acked = sum(results[:4]), sum(results[4:])
+    (started, installed), created, acked = results[0], sum(results[1:5]), sum(results[5:])
     assert acked > 0 and created > 0
     by_name = instants_by_schedule(conn, "cq")
     assert sorted(by_name) == sorted(periods)
