@@ -15,6 +15,7 @@ from .client import (
 )
 from .errors import (
     DatabaseError,
+    DatetimeOutOfRange,
     InsufficientPrivilege,
     InvalidArgument,
     LimitExceeded,
@@ -44,6 +45,7 @@ __all__ = [
     "NullValueNotAllowed",
     "ValueTooLong",
     "LimitExceeded",
+    "DatetimeOutOfRange",
     "InsufficientPrivilege",
     "DatabaseError",
     "PayloadDecodeError",

@@ -45,7 +45,7 @@ Q_ACK_MANY = "SELECT dq_ack(%b::uuid[])"  # binary: 16 bytes a token, no text ar
 Q_NACK = "SELECT dq_nack(%s::uuid, %s::interval, %s::text)"
 Q_CONFIGURE = (
     "SELECT max_deliveries, dead_letter_queue FROM dq_configure_queue(%(queue)s, %(max_deliveries)s, "
-    "%(dead_letter_queue)s, %(archive)s, %(retention)s, %(notify)s)"
+    "%(dead_letter_queue)s, %(archive)s, %(retention)s, %(notify)s, %(max_payload_bytes)s)"
 )
 Q_STATS = "SELECT * FROM dq_queue_stats(%s)"
 Q_STATS_ALL = "SELECT * FROM dq_stats"
@@ -241,6 +241,7 @@ def configure_params(
     archive: bool | None,
     retention: Seconds | None,
     notify: bool | None,
+    max_payload_bytes: int | None = None,
 ) -> dict[str, Any]:
     return {
         "queue": queue,
@@ -249,6 +250,7 @@ def configure_params(
         "archive": archive,
         "retention": None if retention is None else as_timedelta(retention, "retention"),
         "notify": notify,
+        "max_payload_bytes": max_payload_bytes,
     }
 
 

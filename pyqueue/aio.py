@@ -497,9 +497,12 @@ class AsyncDelayedQueue:
         archive: bool | None = None,
         retention: Seconds | None = None,
         notify: bool | None = None,
+        max_payload_bytes: int | None = None,
     ) -> None:
         """Configure this queue (``dq_configure_queue``); as :meth:`pyqueue.DelayedQueue.configure`."""
-        params = _core.configure_params(self.queue, max_deliveries, dead_letter_queue, archive, retention, notify)
+        params = _core.configure_params(
+            self.queue, max_deliveries, dead_letter_queue, archive, retention, notify, max_payload_bytes
+        )
         async with self._conn(None) as c:
             await c.execute(Q_CONFIGURE, params)
 

@@ -511,6 +511,7 @@ class DelayedQueue:
         archive: bool | None = None,
         retention: Seconds | None = None,
         notify: bool | None = None,
+        max_payload_bytes: int | None = None,
     ) -> None:
         """Configure this queue (``dq_configure_queue``; needs role dq_admin).
 
@@ -520,9 +521,15 @@ class DelayedQueue:
         :param archive: keep acknowledged, dead and cancelled messages in ``dq_archive``; None: unchanged.
         :param retention: how long archive rows are kept (timedelta or seconds > 0); None: unchanged.
         :param notify: wake idle consumers by NOTIFY (default on); off, they poll every idle_check.
-        :raises InvalidArgument: (22023) a limit below 1, no dead-letter queue, the queue itself, retention ≤ 0.
+        :param max_payload_bytes: the largest payload an offer may carry, in bytes, 1024 to 1073741824
+            (the default of a queue is 1048576, 1 MiB); None: unchanged. Larger offers raise
+            :class:`pyqueue.LimitExceeded` and write nothing.
+        :raises InvalidArgument: (22023) a limit below 1, no dead-letter queue, the queue itself or a
+            chain of dead-letter queues leading back to it, retention ≤ 0, max_payload_bytes out of range.
         """
-        params = _core.configure_params(self.queue, max_deliveries, dead_letter_queue, archive, retention, notify)
+        params = _core.configure_params(
+            self.queue, max_deliveries, dead_letter_queue, archive, retention, notify, max_payload_bytes
+        )
         with self._conn(None) as c:
             c.execute(Q_CONFIGURE, params)
 

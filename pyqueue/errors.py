@@ -18,6 +18,7 @@ __all__ = [
     "NullValueNotAllowed",
     "ValueTooLong",
     "LimitExceeded",
+    "DatetimeOutOfRange",
     "InsufficientPrivilege",
     "DatabaseError",
     "PayloadDecodeError",
@@ -64,9 +65,16 @@ class ValueTooLong(InvalidArgument):
 
 
 class LimitExceeded(InvalidArgument):
-    """A batch is over its size limit (SQLSTATE 54000 program_limit_exceeded)."""
+    """A batch or a payload is over its size limit (SQLSTATE 54000 program_limit_exceeded)."""
 
     sqlstate = "54000"
+
+
+class DatetimeOutOfRange(InvalidArgument):
+    """A time, or now plus a duration, is outside 0001-01-02 .. 9999-12-30 UTC, the range every
+    stored time keeps to (SQLSTATE 22008 datetime_field_overflow)."""
+
+    sqlstate = "22008"
 
 
 class InsufficientPrivilege(PyQueueError, PermissionError):
@@ -92,6 +100,7 @@ _BY_SQLSTATE: dict[str, type[PyQueueError]] = {
     "22004": NullValueNotAllowed,
     "22001": ValueTooLong,
     "54000": LimitExceeded,
+    "22008": DatetimeOutOfRange,
     "42501": InsufficientPrivilege,
 }
 

@@ -43,3 +43,77 @@ SET search_path = pg_catalog, public, pg_temp
 AS $$ SELECT 'dq_' || md5(queue) $$;
 COMMENT ON FUNCTION dq_channel(text) IS
   'dq_channel(queue text) -> text: the LISTEN channel on which offers wake consumers of this queue (''dq_'' || md5(queue)); the payload is the queue name.';
+
+-- ----------------------------------------------------------------------------- time bounds
+-- Every timestamp the queue stores or returns lies in [dq__min_time(), dq__max_time()]: finite, and
+-- within years 1-9999 with a day of margin, so that every client can read it in any time zone
+-- (Python's datetime and most drivers stop at 9999-12-31). Constraints on dq_messages hold the same
+-- bounds (migration 0009). These two are inlined and folded to constants (SQL, IMMUTABLE, no SET).
+CREATE OR REPLACE FUNCTION dq__min_time() RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT timestamptz '0001-01-02 00:00:00+00' $$;
+COMMENT ON FUNCTION dq__min_time() IS 'Internal: the earliest timestamp the queue stores (0001-01-02 UTC).';
+CREATE OR REPLACE FUNCTION dq__max_time() RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT timestamptz '9999-12-30 00:00:00+00' $$;
+COMMENT ON FUNCTION dq__max_time() IS 'Internal: the latest timestamp the queue stores (9999-12-30 UTC).';
+
+-- Raise the error for a timestamp argument that is NULL (22004) or out of range (22008). Called only
+-- after a cheap inline check failed.
+CREATE OR REPLACE FUNCTION dq__raise_bad_time(fn text, param text, value timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+BEGIN
+    IF value IS NULL THEN
+        PERFORM dq__raise_null(fn, param);
+    END IF;
+    RAISE EXCEPTION '%: % is %, it must be a finite time between 0001-01-02 and 9999-12-30 UTC',
+        fn, param, value USING ERRCODE = '22008';
+END;
+$$;
+COMMENT ON FUNCTION dq__raise_bad_time(text, text, timestamptz) IS
+  'Internal: raises 22004 (NULL) or 22008 datetime_field_overflow (outside 0001-01-02 .. 9999-12-30 UTC) naming the parameter.';
+
+-- base + value, checked by its effect rather than by comparing the interval with zero: an interval
+-- with months is not a fixed length ('1 mon -29 days' compares as positive but lands in the past on
+-- 31 January; PostgreSQL manual, 9.9 "Date/Time Functions and Operators"). Raises 22004 for NULL,
+-- 22023 when base + value is before base (or equal, unless allow_zero) or after base + max_value,
+-- 22008 when it would leave the stored range. Each field of the interval is bounded first, so the
+-- addition itself cannot overflow.
+CREATE OR REPLACE FUNCTION dq__time_after(fn text, param text, value interval, base timestamptz,
+                                          allow_zero boolean, max_value interval DEFAULT NULL,
+                                          max_text text DEFAULT NULL)
+RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+DECLARE
+    v_at timestamptz;
+BEGIN
+    IF value IS NULL THEN
+        PERFORM dq__raise_null(fn, param);
+    END IF;
+    IF abs(extract(year FROM value)) > 10000 OR abs(extract(day FROM value)) > 3660000
+       OR abs(extract(hour FROM value)) > 87660000 THEN
+        RAISE EXCEPTION '%: % is %, now + % would be after 9999-12-30 UTC', fn, param, value, param
+            USING ERRCODE = '22008';
+    END IF;
+    v_at := base + value;
+    IF v_at < base OR (v_at = base AND NOT allow_zero) THEN
+        RAISE EXCEPTION '%: % is %, it must %: now + % must be % now', fn, param, value,
+            CASE WHEN allow_zero THEN 'not be negative' ELSE 'be positive' END, param,
+            CASE WHEN allow_zero THEN 'at or after' ELSE 'after' END USING ERRCODE = '22023';
+    END IF;
+    IF max_value IS NOT NULL AND v_at > base + max_value THEN
+        RAISE EXCEPTION '%: % is %, the limit is %', fn, param, value, coalesce(max_text, max_value::text)
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_at > dq__max_time() THEN
+        RAISE EXCEPTION '%: % is %, now + % would be after 9999-12-30 UTC', fn, param, value, param
+            USING ERRCODE = '22008';
+    END IF;
+    RETURN v_at;
+END;
+$$;
+COMMENT ON FUNCTION dq__time_after(text, text, interval, timestamptz, boolean, interval, text) IS
+  'Internal: base + value checked by its effect: 22004 NULL, 22023 before base (or at it unless allow_zero) or past max_value, 22008 past 9999-12-30 UTC.';

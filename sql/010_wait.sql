@@ -9,6 +9,11 @@
 -- Far-future messages notify nobody: the waiter's own timer finds them. With no waiter, or
 -- only busy consumers (their wake_at has passed), an offer costs one probe of a tiny
 -- primary-key index and no NOTIFY (NOTIFY takes a database-wide lock at commit).
+-- Liveness: a waiter row outlives a session that died without dq_wait_done. Such a row never causes
+-- a notification: dq__wake checks that the backend pid still exists (pg_stat_get_activity), and
+-- dq_wait prunes the queue's rows of sessions that are gone or whose wake_at has passed. A pid
+-- reused by a new session can cause a spurious notification until the row expires (at most the
+-- 1 hour that max_wait allows); never a missed one.
 -- A wake-up missed by a race (an offer whose statement started before the waiter registered
 -- and committed after the waiter looked at dq_next_due) delays that message by at most the
 -- waiter's max_wait; it is never lost.
@@ -30,12 +35,19 @@ BEGIN
     IF max_wait IS NULL THEN
         PERFORM dq__raise_null('dq_wait', 'max_wait');
     END IF;
-    IF max_wait <= interval '0' THEN
-        RAISE EXCEPTION 'dq_wait: max_wait is %, it must be positive', max_wait USING ERRCODE = '22023';
-    END IF;
+    v_wake := dq__time_after('dq_wait', 'max_wait', max_wait, v_now, false, interval '1 hour', '1 hour');
+
+    -- Prune this queue's rows that can no longer wake anyone: expired (wake_at passed) or left by a
+    -- session that is gone. SKIP LOCKED: never wait for another waiter's registration.
+    DELETE FROM dq_waiters w
+     WHERE (w.queue, w.pid) IN (
+        SELECT x.queue, x.pid FROM dq_waiters x
+         WHERE x.queue = dq_wait.queue AND x.pid <> pg_backend_pid()
+           AND (x.wake_at <= v_now OR NOT EXISTS (SELECT 1 FROM pg_stat_get_activity(x.pid)))
+           FOR UPDATE SKIP LOCKED);
 
     SELECT min(m.scheduled_at) INTO v_next FROM dq_messages m WHERE m.queue = dq_wait.queue;
-    v_wake := least(v_now + max_wait, v_next);
+    v_wake := least(v_wake, v_next);
     -- A queue configured with notify => false is never notified: its waiters do not register, so
     -- offers find nobody to wake and the waiters sleep until their own timer.
     IF NOT EXISTS (SELECT 1 FROM dq_queues q WHERE q.queue = dq_wait.queue AND NOT q.notify) THEN
@@ -47,7 +59,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_wait(text, interval) IS
-  'dq_wait(queue text, max_wait interval default 5 s) -> interval: registers the calling session (which must LISTEN on dq_channel(queue)) as waiting until the earlier of now + max_wait and the next due message, and returns how long to sleep (0 when a message is due). Errors: 22004/22023/22001 queue, 22004/22023 max_wait.';
+  'dq_wait(queue text, max_wait interval default 5 s) -> interval: registers the calling session (which must LISTEN on dq_channel(queue)) as waiting until the earlier of now + max_wait and the next due message, and returns how long to sleep (0 when a message is due). Also removes the queue''s waiter rows of sessions that no longer exist. Errors: 22004/22023/22001 queue, 22004 max_wait NULL, 22023 max_wait not positive or over 1 hour.';
 
 CREATE OR REPLACE FUNCTION dq_wait_done(queue text)
 RETURNS void
@@ -56,3 +68,26 @@ SET search_path = pg_catalog, public, pg_temp
 AS $$ DELETE FROM dq_waiters w WHERE w.queue = dq_wait_done.queue AND w.pid = pg_backend_pid() $$;
 COMMENT ON FUNCTION dq_wait_done(text) IS
   'dq_wait_done(queue text) -> void: the calling session stops waiting on queue (offers stop notifying on its behalf).';
+
+-- Wake the waiters of a queue that would sleep past `due`. Callers run the cheap inline guard
+-- first (EXISTS on dq_waiters with wake_at > due: one probe of a tiny primary-key index per offer)
+-- and call this only when it found a row, so the liveness check costs nothing when nobody waits.
+-- Only rows of live sessions count (pg_stat_get_activity(pid) returns no row for a pid that is gone).
+CREATE OR REPLACE FUNCTION dq__wake(queue text, due timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM dq_waiters w
+                WHERE w.queue = dq__wake.queue
+                  AND w.wake_at > greatest(dq__wake.due, clock_timestamp())
+                  AND EXISTS (SELECT 1 FROM pg_stat_get_activity(w.pid))) THEN
+        PERFORM pg_notify(dq_channel(dq__wake.queue), dq__wake.queue);
+        RETURN true;
+    END IF;
+    RETURN false;
+END;
+$$;
+COMMENT ON FUNCTION dq__wake(text, timestamptz) IS
+  'Internal: NOTIFY dq_channel(queue) when a live waiter (its session exists) would sleep past due; returns whether it notified.';

@@ -1,4 +1,4 @@
--- Offering messages: dq_offer (bytea, jsonb and text payloads) and dq_offer_many.
+-- Offering messages: dq_offer (bytea, jsonb and text payloads) and dq__offer_many.
 -- Semantics from seed 003 (offer / offerBatch), done with one INSERT .. ON CONFLICT instead
 -- of the seed's insert-then-compare-and-swap loop.
 
@@ -9,7 +9,10 @@
 -- one 'created'; the others wait for that row's lock and then see it (PostgreSQL docs, "INSERT
 -- ... ON CONFLICT DO UPDATE guarantees an atomic INSERT or UPDATE outcome"). An update clears
 -- lock_token, so a consumer still holding the old version cannot acknowledge away the new one
--- (its token no longer matches: seed 000's race-safe acknowledge).
+-- (its token no longer matches). An update makes the message an ordinary message of this queue:
+-- its last error, the due and claim times of its last delivery and any schedule ownership are
+-- cleared. Dead letters are never matched: the unique constraint (queue, key, dead_from, dead_at)
+-- NULLS NOT DISTINCT makes an offer conflict only with the queue's ordinary message of that key.
 CREATE OR REPLACE FUNCTION dq_offer(
     queue         text,
     key           text,
@@ -36,8 +39,12 @@ BEGIN
     IF dq_offer.payload IS NULL THEN
         PERFORM dq__raise_null('dq_offer', 'payload');
     END IF;
-    IF dq_offer.scheduled_at IS NULL THEN
-        PERFORM dq__raise_null('dq_offer', 'scheduled_at');
+    IF dq_offer.scheduled_at IS NULL OR NOT (dq_offer.scheduled_at BETWEEN dq__min_time() AND dq__max_time()) THEN
+        PERFORM dq__raise_bad_time('dq_offer', 'scheduled_at', dq_offer.scheduled_at);
+    END IF;
+    -- The smallest limit a queue may have is 1 KiB: a smaller payload needs no configuration read.
+    IF octet_length(dq_offer.payload) > 1024 THEN
+        PERFORM dq__check_payload_size('dq_offer', 'payload', dq_offer.queue, octet_length(dq_offer.payload));
     END IF;
     IF dq_offer.can_update IS NULL THEN
         PERFORM dq__raise_null('dq_offer', 'can_update');
@@ -58,7 +65,9 @@ BEGIN
                scheduled_at_initially = EXCLUDED.scheduled_at_initially,
                created_at = EXCLUDED.created_at,
                delivery_count = 0,
-               lock_token = NULL
+               lock_token = NULL,
+               last_error = NULL, last_error_at = NULL, due_at = NULL, claimed_at = NULL,
+               cron_prefix = NULL
          WHERE m.payload IS DISTINCT FROM EXCLUDED.payload
             OR m.payload_type IS DISTINCT FROM EXCLUDED.payload_type
             OR m.scheduled_at_initially IS DISTINCT FROM EXCLUDED.scheduled_at_initially
@@ -77,17 +86,18 @@ BEGIN
     END IF;
     v_outcome := CASE WHEN v_inserted THEN 'created' ELSE 'updated' END;
 
-    -- Wake a waiter that would otherwise sleep past this message's due time (sql/010_wait.sql).
+    -- Wake a waiter that would otherwise sleep past this message's due time (sql/010_wait.sql):
+    -- the inline guard is one index probe; dq__wake checks the waiter's session is alive.
     IF EXISTS (SELECT 1 FROM dq_waiters w
                 WHERE w.queue = dq_offer.queue
                   AND w.wake_at > greatest(dq_offer.scheduled_at, clock_timestamp())) THEN
-        PERFORM pg_notify(dq_channel(dq_offer.queue), dq_offer.queue);
+        PERFORM dq__wake(dq_offer.queue, dq_offer.scheduled_at);
     END IF;
     RETURN v_outcome;
 END;
 $$;
 COMMENT ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text) IS
-  'dq_offer(queue text <=100 chars, key text <=200 chars, payload bytea, scheduled_at timestamptz default now(), can_update boolean default true, payload_type text default ''bytes'') -> text: ''created'' (new key), ''updated'' (key present, can_update, and payload, payload_type or scheduled_at differ: replaced, delivery_count reset, lock cleared) or ''ignored''. Errors: 22004 NULL argument, 22023 empty queue/key, 22001 queue/key too long. Source: seed 003 offer().';
+  'dq_offer(queue text <=100 chars, key text <=200 chars, payload bytea <= the queue''s max_payload_bytes (default 1 MiB), scheduled_at timestamptz in 0001-01-02 .. 9999-12-30 UTC default now(), can_update boolean default true, payload_type text default ''bytes'') -> text: ''created'' (new key), ''updated'' (key present, can_update, and payload, payload_type or scheduled_at differ: replaced, delivery_count reset, lock and last error cleared) or ''ignored''. Dead letters in the queue are never matched. Errors: 22004 NULL argument, 22023 empty queue/key, 22001 queue/key too long, 22008 scheduled_at out of range, 54000 payload over the limit; nothing is written on error.';
 
 CREATE OR REPLACE FUNCTION dq_offer(
     queue         text,
@@ -120,23 +130,27 @@ COMMENT ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text) IS
 
 -- dq_offer_many: dq_offer's semantics for each element, set-based: one validation query and
 -- one INSERT .. ON CONFLICT for the whole batch; element positions in errors are 1-based.
+-- dq__offer_many is the body; cron_prefix is the owner recorded on created rows (dq_install_tick's
+-- key_prefix; NULL for dq_offer_many).
 --
--- Concurrency: as dq_offer, per row. Rows are inserted in key order, so two batches that
--- overlap take their row locks in the same order and do not deadlock each other.
-CREATE OR REPLACE FUNCTION dq_offer_many(
+-- Concurrency: as dq_offer, per row. Rows are inserted in bytewise key order (COLLATE "C", the
+-- key column's collation, whatever the database's), as dead-lettering and redrive insert theirs, so
+-- two statements that overlap take their row locks in the same order and do not deadlock.
+CREATE OR REPLACE FUNCTION dq__offer_many(
     queue          text,
     keys           text[],
     payloads       bytea[],
-    scheduled_ats  timestamptz[] DEFAULT NULL,
-    can_update     boolean DEFAULT true,
-    payload_types  text[] DEFAULT NULL)
+    scheduled_ats  timestamptz[],
+    can_update     boolean,
+    payload_types  text[],
+    cron_prefix    text)
 RETURNS TABLE (key text, outcome text)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, public, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_n          integer := coalesce(cardinality(dq_offer_many.keys), 0);
+    v_n          integer := coalesce(cardinality(dq__offer_many.keys), 0);
     v_now        timestamptz := now();
     v_bad_key    bigint;
     v_bad_pay    bigint;
@@ -148,37 +162,40 @@ DECLARE
     v_keys       text[];
     v_outcomes   text[];
     v_changed_at timestamptz;
+    v_bad_time   bigint;
+    v_big        bigint;
+    v_big_len    integer;
 BEGIN
-    IF dq_offer_many.queue IS NULL OR dq_offer_many.queue = '' OR char_length(dq_offer_many.queue) > 100 THEN
-        PERFORM dq__raise_bad_name('dq_offer_many', 'queue', dq_offer_many.queue, 100);
+    IF dq__offer_many.queue IS NULL OR dq__offer_many.queue = '' OR char_length(dq__offer_many.queue) > 100 THEN
+        PERFORM dq__raise_bad_name('dq_offer_many', 'queue', dq__offer_many.queue, 100);
     END IF;
-    IF dq_offer_many.keys IS NULL THEN
+    IF dq__offer_many.keys IS NULL THEN
         PERFORM dq__raise_null('dq_offer_many', 'keys');
     END IF;
-    IF dq_offer_many.payloads IS NULL THEN
+    IF dq__offer_many.payloads IS NULL THEN
         PERFORM dq__raise_null('dq_offer_many', 'payloads');
     END IF;
-    IF dq_offer_many.can_update IS NULL THEN
+    IF dq__offer_many.can_update IS NULL THEN
         PERFORM dq__raise_null('dq_offer_many', 'can_update');
     END IF;
-    IF array_ndims(dq_offer_many.keys) > 1 OR array_ndims(dq_offer_many.payloads) > 1
-       OR array_ndims(dq_offer_many.scheduled_ats) > 1 OR array_ndims(dq_offer_many.payload_types) > 1 THEN
+    IF array_ndims(dq__offer_many.keys) > 1 OR array_ndims(dq__offer_many.payloads) > 1
+       OR array_ndims(dq__offer_many.scheduled_ats) > 1 OR array_ndims(dq__offer_many.payload_types) > 1 THEN
         RAISE EXCEPTION 'dq_offer_many: arrays must be one-dimensional' USING ERRCODE = '22023';
     END IF;
     IF v_n > 100000 THEN
         RAISE EXCEPTION 'dq_offer_many: keys has % elements, the limit is 100000', v_n USING ERRCODE = '54000';
     END IF;
-    IF coalesce(cardinality(dq_offer_many.payloads), 0) <> v_n THEN
+    IF coalesce(cardinality(dq__offer_many.payloads), 0) <> v_n THEN
         RAISE EXCEPTION 'dq_offer_many: payloads has % elements, keys has %',
-            coalesce(cardinality(dq_offer_many.payloads), 0), v_n USING ERRCODE = '22023';
+            coalesce(cardinality(dq__offer_many.payloads), 0), v_n USING ERRCODE = '22023';
     END IF;
-    IF dq_offer_many.scheduled_ats IS NOT NULL AND cardinality(dq_offer_many.scheduled_ats) <> v_n THEN
+    IF dq__offer_many.scheduled_ats IS NOT NULL AND cardinality(dq__offer_many.scheduled_ats) <> v_n THEN
         RAISE EXCEPTION 'dq_offer_many: scheduled_ats has % elements, keys has %',
-            cardinality(dq_offer_many.scheduled_ats), v_n USING ERRCODE = '22023';
+            cardinality(dq__offer_many.scheduled_ats), v_n USING ERRCODE = '22023';
     END IF;
-    IF dq_offer_many.payload_types IS NOT NULL AND cardinality(dq_offer_many.payload_types) <> v_n THEN
+    IF dq__offer_many.payload_types IS NOT NULL AND cardinality(dq__offer_many.payload_types) <> v_n THEN
         RAISE EXCEPTION 'dq_offer_many: payload_types has % elements, keys has %',
-            cardinality(dq_offer_many.payload_types), v_n USING ERRCODE = '22023';
+            cardinality(dq__offer_many.payload_types), v_n USING ERRCODE = '22023';
     END IF;
     IF v_n = 0 THEN
         RETURN;
@@ -187,17 +204,20 @@ BEGIN
     -- One pass over the input for every element check.
     SELECT min(u.i) FILTER (WHERE u.k IS NULL OR u.k = '' OR char_length(u.k) > 200),
            min(u.i) FILTER (WHERE u.p IS NULL),
-           min(u.i) FILTER (WHERE dq_offer_many.scheduled_ats IS NOT NULL AND u.s IS NULL),
+           min(u.i) FILTER (WHERE dq__offer_many.scheduled_ats IS NOT NULL AND u.s IS NULL),
            min(u.i) FILTER (WHERE u.t = '' OR char_length(u.t) > 100),
-           count(DISTINCT u.k)
-      INTO v_bad_key, v_bad_pay, v_bad_sched, v_bad_type, v_distinct
-      FROM unnest(dq_offer_many.keys, dq_offer_many.payloads,
-                  dq_offer_many.scheduled_ats, dq_offer_many.payload_types)
+           count(DISTINCT u.k),
+           min(u.i) FILTER (WHERE NOT (u.s BETWEEN dq__min_time() AND dq__max_time())),
+           min(u.i) FILTER (WHERE octet_length(u.p) > 1024),
+           max(octet_length(u.p))
+      INTO v_bad_key, v_bad_pay, v_bad_sched, v_bad_type, v_distinct, v_bad_time, v_big, v_big_len
+      FROM unnest(dq__offer_many.keys, dq__offer_many.payloads,
+                  dq__offer_many.scheduled_ats, dq__offer_many.payload_types)
            WITH ORDINALITY AS u(k, p, s, t, i);
 
     -- Positions are 1-based ordinals (whatever the arrays' lower bounds); values are read by ordinal.
     IF v_bad_key IS NOT NULL THEN
-        SELECT u.k INTO v_value FROM unnest(dq_offer_many.keys) WITH ORDINALITY AS u(k, i) WHERE u.i = v_bad_key;
+        SELECT u.k INTO v_value FROM unnest(dq__offer_many.keys) WITH ORDINALITY AS u(k, i) WHERE u.i = v_bad_key;
         PERFORM dq__raise_bad_name('dq_offer_many', format('keys[%s]', v_bad_key), v_value, 200);
     END IF;
     IF v_bad_pay IS NOT NULL THEN
@@ -206,29 +226,45 @@ BEGIN
     IF v_bad_sched IS NOT NULL THEN
         PERFORM dq__raise_null('dq_offer_many', format('scheduled_ats[%s]', v_bad_sched));
     END IF;
+    IF v_bad_time IS NOT NULL THEN
+        PERFORM dq__raise_bad_time('dq_offer_many', format('scheduled_ats[%s]', v_bad_time),
+                                   dq__offer_many.scheduled_ats[array_lower(dq__offer_many.scheduled_ats, 1) + v_bad_time - 1]);
+    END IF;
+    -- Payloads over 1 KiB (the smallest limit a queue may have): compare with the queue's limit,
+    -- naming the first element that is over it.
+    IF v_big IS NOT NULL THEN
+        SELECT u.i, octet_length(u.p) INTO v_big, v_big_len
+          FROM unnest(dq__offer_many.payloads) WITH ORDINALITY AS u(p, i)
+         WHERE octet_length(u.p) > coalesce((SELECT q.max_payload_bytes FROM dq_queues q WHERE q.queue = dq__offer_many.queue),
+                                            dq__default_max_payload_bytes())
+         ORDER BY u.i LIMIT 1;
+        IF FOUND THEN
+            PERFORM dq__check_payload_size('dq_offer_many', format('payloads[%s]', v_big), dq__offer_many.queue, v_big_len);
+        END IF;
+    END IF;
     IF v_bad_type IS NOT NULL THEN
-        SELECT u.t INTO v_value FROM unnest(dq_offer_many.payload_types) WITH ORDINALITY AS u(t, i)
+        SELECT u.t INTO v_value FROM unnest(dq__offer_many.payload_types) WITH ORDINALITY AS u(t, i)
          WHERE u.i = v_bad_type;
         PERFORM dq__raise_bad_name('dq_offer_many', format('payload_types[%s]', v_bad_type), v_value, 100);
     END IF;
     IF v_distinct <> v_n THEN
-        SELECT u.k INTO v_dup FROM unnest(dq_offer_many.keys) AS u(k)
+        SELECT u.k INTO v_dup FROM unnest(dq__offer_many.keys) AS u(k)
          GROUP BY u.k HAVING count(*) > 1 ORDER BY u.k LIMIT 1;
         RAISE EXCEPTION 'dq_offer_many: key "%" appears more than once in keys', v_dup
             USING ERRCODE = '22023';
     END IF;
 
-    IF dq_offer_many.can_update THEN
+    IF dq__offer_many.can_update THEN
         WITH input AS (
             SELECT u.k, u.p, coalesce(u.s, v_now) AS s, coalesce(u.t, 'bytes') AS t, u.i
-              FROM unnest(dq_offer_many.keys, dq_offer_many.payloads,
-                          dq_offer_many.scheduled_ats, dq_offer_many.payload_types)
+              FROM unnest(dq__offer_many.keys, dq__offer_many.payloads,
+                          dq__offer_many.scheduled_ats, dq__offer_many.payload_types)
                    WITH ORDINALITY AS u(k, p, s, t, i)
         ), ins AS (
             INSERT INTO dq_messages AS m
-                   (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at)
-            SELECT dq_offer_many.queue, input.k, input.p, input.t, input.s, input.s, v_now
-              FROM input ORDER BY input.k
+                   (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, cron_prefix)
+            SELECT dq__offer_many.queue, input.k, input.p, input.t, input.s, input.s, v_now, dq__offer_many.cron_prefix
+              FROM input ORDER BY input.k COLLATE "C"
             ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO UPDATE
                SET payload = EXCLUDED.payload,
                    payload_type = EXCLUDED.payload_type,
@@ -236,7 +272,9 @@ BEGIN
                    scheduled_at_initially = EXCLUDED.scheduled_at_initially,
                    created_at = EXCLUDED.created_at,
                    delivery_count = 0,
-                   lock_token = NULL
+                   lock_token = NULL,
+                   last_error = NULL, last_error_at = NULL, due_at = NULL, claimed_at = NULL,
+                   cron_prefix = EXCLUDED.cron_prefix
              WHERE m.payload IS DISTINCT FROM EXCLUDED.payload
                 OR m.payload_type IS DISTINCT FROM EXCLUDED.payload_type
                 OR m.scheduled_at_initially IS DISTINCT FROM EXCLUDED.scheduled_at_initially
@@ -251,14 +289,14 @@ BEGIN
     ELSE
         WITH input AS (
             SELECT u.k, u.p, coalesce(u.s, v_now) AS s, coalesce(u.t, 'bytes') AS t, u.i
-              FROM unnest(dq_offer_many.keys, dq_offer_many.payloads,
-                          dq_offer_many.scheduled_ats, dq_offer_many.payload_types)
+              FROM unnest(dq__offer_many.keys, dq__offer_many.payloads,
+                          dq__offer_many.scheduled_ats, dq__offer_many.payload_types)
                    WITH ORDINALITY AS u(k, p, s, t, i)
         ), ins AS (
             INSERT INTO dq_messages AS m
-                   (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at)
-            SELECT dq_offer_many.queue, input.k, input.p, input.t, input.s, input.s, v_now
-              FROM input ORDER BY input.k
+                   (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, cron_prefix)
+            SELECT dq__offer_many.queue, input.k, input.p, input.t, input.s, input.s, v_now, dq__offer_many.cron_prefix
+              FROM input ORDER BY input.k COLLATE "C"
             ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO NOTHING
             RETURNING m.key AS k, m.scheduled_at AS s
         )
@@ -273,12 +311,53 @@ BEGIN
     -- v_changed_at is NULL when every element was ignored.
     IF v_changed_at IS NOT NULL AND EXISTS (
             SELECT 1 FROM dq_waiters w
-             WHERE w.queue = dq_offer_many.queue
+             WHERE w.queue = dq__offer_many.queue
                AND w.wake_at > greatest(v_changed_at, clock_timestamp())) THEN
-        PERFORM pg_notify(dq_channel(dq_offer_many.queue), dq_offer_many.queue);
+        PERFORM dq__wake(dq__offer_many.queue, v_changed_at);
     END IF;
     RETURN QUERY SELECT r.k, r.o FROM unnest(v_keys, v_outcomes) AS r(k, o);
 END;
 $$;
+COMMENT ON FUNCTION dq__offer_many(text, text[], bytea[], timestamptz[], boolean, text[], text) IS
+  'Internal: the body of dq_offer_many; cron_prefix is recorded as the owner of the rows it creates or updates (dq_install_tick).';
+
+CREATE OR REPLACE FUNCTION dq_offer_many(
+    queue          text,
+    keys           text[],
+    payloads       bytea[],
+    scheduled_ats  timestamptz[] DEFAULT NULL,
+    can_update     boolean DEFAULT true,
+    payload_types  text[] DEFAULT NULL)
+RETURNS TABLE (key text, outcome text)
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, public, pg_temp
+AS $$ SELECT o.key, o.outcome FROM dq__offer_many($1, $2, $3, $4, $5, $6, NULL) AS o $$;
 COMMENT ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[]) IS
-  'dq_offer_many(queue text, keys text[], payloads bytea[], scheduled_ats timestamptz[] default NULL = now for all, can_update boolean default true, payload_types text[] default NULL = ''bytes'') -> TABLE(key text, outcome text) in input order, outcome as dq_offer. Set-based (one INSERT .. ON CONFLICT). Errors: 22004 NULL array or element, 22023 unequal lengths or a repeated key, 22001 key too long, 54000 over 100000 elements; nothing is written on error. Source: seed 003 offerBatch().';
+  'dq_offer_many(queue text, keys text[], payloads bytea[] each <= the queue''s max_payload_bytes (default 1 MiB), scheduled_ats timestamptz[] in 0001-01-02 .. 9999-12-30 UTC, default NULL = now for all, can_update boolean default true, payload_types text[] default NULL = ''bytes'') -> TABLE(key text, outcome text) in input order, outcome as dq_offer. Set-based (one INSERT .. ON CONFLICT, rows in bytewise key order). Errors: 22004 NULL array or element, 22023 unequal lengths or a repeated key, 22001 key too long, 22008 a scheduled_ats element out of range, 54000 over 100000 elements or a payload over the limit; nothing is written on error.';
+
+-- The payload limit of a queue that sets none: 1 MiB. Inlined (SQL, IMMUTABLE, no SET clause).
+CREATE OR REPLACE FUNCTION dq__default_max_payload_bytes() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1048576 $$;
+COMMENT ON FUNCTION dq__default_max_payload_bytes() IS 'Internal: the payload limit of a queue without max_payload_bytes (1 MiB).';
+
+-- 54000 when size (bytes) is over the queue's limit (dq_queues.max_payload_bytes, default 1 MiB).
+-- Called by the offers only for payloads over 1 KiB, the smallest limit a queue may have.
+CREATE OR REPLACE FUNCTION dq__check_payload_size(fn text, param text, queue text, size integer)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+DECLARE
+    v_limit integer;
+BEGIN
+    SELECT q.max_payload_bytes INTO v_limit FROM dq_queues q WHERE q.queue = dq__check_payload_size.queue;
+    v_limit := coalesce(v_limit, dq__default_max_payload_bytes());
+    IF size > v_limit THEN
+        RAISE EXCEPTION '%: % is % bytes, the limit of queue % is % bytes', fn, param, size, queue, v_limit
+            USING ERRCODE = '54000',
+                  HINT = 'Store large data elsewhere and offer a reference, or raise the limit with dq_configure_queue(queue, max_payload_bytes => ...).';
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION dq__check_payload_size(text, text, text, integer) IS
+  'Internal: raises 54000 program_limit_exceeded when a payload of size bytes is over the queue''s max_payload_bytes (default 1 MiB).';

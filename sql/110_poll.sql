@@ -8,6 +8,8 @@
 -- concurrent pollers never pick the same row; a row that another transaction changed after our
 -- snapshot is re-checked against `scheduled_at <= now` before it is locked (EvalPlanQual), so a
 -- row that was just acquired (its scheduled_at moved into the future) is not taken twice.
+-- Each delivery records when it was due (due_at, the scheduled_at it replaces) and when it was
+-- claimed (claimed_at), for the archive and for lateness.
 CREATE OR REPLACE FUNCTION dq_poll_many(
     queue         text,
     max_count     integer DEFAULT 1,
@@ -34,6 +36,7 @@ DECLARE
     v_counts  integer[];
     v_max     integer;
     v_dlq     text;
+    v_until   timestamptz;
 BEGIN
     IF dq_poll_many.queue IS NULL OR dq_poll_many.queue = '' OR char_length(dq_poll_many.queue) > 100 THEN
         PERFORM dq__raise_bad_name('dq_poll_many', 'queue', dq_poll_many.queue, 100);
@@ -45,13 +48,8 @@ BEGIN
         RAISE EXCEPTION 'dq_poll_many: max_count is %, it must be between 1 and 10000', dq_poll_many.max_count
             USING ERRCODE = '22023';
     END IF;
-    IF dq_poll_many.lock_timeout IS NULL THEN
-        PERFORM dq__raise_null('dq_poll_many', 'lock_timeout');
-    END IF;
-    IF dq_poll_many.lock_timeout <= interval '0' THEN
-        RAISE EXCEPTION 'dq_poll_many: lock_timeout is %, it must be positive', dq_poll_many.lock_timeout
-            USING ERRCODE = '22023';
-    END IF;
+    -- The lock expiry, checked by its effect (positive, within the stored range).
+    v_until := dq__time_after('dq_poll_many', 'lock_timeout', dq_poll_many.lock_timeout, v_now, false);
 
     -- Two statements, both planned once and reused (plan_cache_mode = force_generic_plan): with
     -- the due bound and the limit as parameters, a custom plan would be rebuilt on every call
@@ -89,9 +87,11 @@ BEGIN
     RETURN QUERY
     WITH acquired AS (
         UPDATE dq_messages m
-           SET scheduled_at = v_now + dq_poll_many.lock_timeout,
+           SET scheduled_at = v_until,
                lock_token = gen_random_uuid(),
-               delivery_count = m.delivery_count + 1
+               delivery_count = m.delivery_count + 1,
+               due_at = due.due_at,
+               claimed_at = v_now
           FROM unnest(v_ids, v_due) WITH ORDINALITY AS due(id, due_at, n)
          WHERE m.id = due.id
         RETURNING m.id, m.queue, m.key, m.payload, m.payload_type, due.due_at,
@@ -105,4 +105,4 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_poll_many(text, integer, interval) IS
-  'dq_poll_many(queue text, max_count integer 1..10000 default 1, lock_timeout interval > 0 default 5 min) -> SETOF (id, queue, key, payload, payload_type, scheduled_at = due time of this delivery, scheduled_at_initially, created_at, delivery_count (>1 = redelivery), lock_token uuid, locked_until timestamptz): acquires up to max_count due messages, earliest first, FOR UPDATE SKIP LOCKED; each gets a fresh lock token and stays invisible until locked_until; a due message already delivered max_deliveries times (dq_configure_queue) goes to the dead-letter queue instead. Errors: 22004 NULL, 22023 max_count or lock_timeout out of range. Source: seed 003 tryPollMany, seed 000 visibility timeout.';
+  'dq_poll_many(queue text, max_count integer 1..10000 default 1, lock_timeout interval > 0 default 5 min) -> SETOF (id, queue, key, payload, payload_type, scheduled_at = due time of this delivery, scheduled_at_initially, created_at, delivery_count (>1 = redelivery), lock_token uuid, locked_until timestamptz): acquires up to max_count due messages, earliest first, FOR UPDATE SKIP LOCKED; each gets a fresh lock token and stays invisible until locked_until; a due message already delivered max_deliveries times (dq_configure_queue) goes to the dead-letter queue instead. Errors: 22004 NULL, 22023 max_count out of range or lock_timeout not positive (by its effect: now + lock_timeout after now), 22008 now + lock_timeout after 9999-12-30. Source: the visibility timeout of Amazon SQS (SQS Developer Guide, "Amazon SQS visibility timeout").';

@@ -33,7 +33,7 @@ BEGIN
         DELETE FROM dq_messages m WHERE m.lock_token = dq_ack.lock_token RETURNING m.*
     ), archived AS (
         INSERT INTO dq_archive (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, delivery_count, outcome, acked_at, last_error)
-        SELECT g.id, g.queue, g.key, g.payload, g.payload_type, g.scheduled_at, g.scheduled_at_initially,
+        SELECT g.id, g.queue, g.key, g.payload, g.payload_type, coalesce(g.due_at, g.scheduled_at), g.scheduled_at_initially,
                g.created_at, g.delivery_count, 'acked', clock_timestamp(), g.last_error
           FROM gone g
          WHERE EXISTS (SELECT 1 FROM dq_queues q WHERE q.queue = g.queue AND q.archive)
@@ -43,7 +43,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_ack(uuid) IS
-  'dq_ack(lock_token uuid) -> boolean: deletes the message still held under this token (archived with outcome acked when its queue archives); false for a stale token (nothing deleted). Errors: 22004 NULL. Source: seed 000 race-safe acknowledge.';
+  'dq_ack(lock_token uuid) -> boolean: deletes the message still held under this token (archived with outcome acked when its queue archives, scheduled_at = when this delivery was due); false for a stale token (nothing deleted). Errors: 22004 NULL. Source: DeleteMessage with a receipt handle (SQS Developer Guide).';
 
 CREATE OR REPLACE FUNCTION dq_ack(lock_tokens uuid[])
 RETURNS integer
@@ -63,7 +63,7 @@ BEGIN
         DELETE FROM dq_messages m WHERE m.lock_token = ANY (dq_ack.lock_tokens) RETURNING m.*
     ), archived AS (
         INSERT INTO dq_archive (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, delivery_count, outcome, acked_at, last_error)
-        SELECT g.id, g.queue, g.key, g.payload, g.payload_type, g.scheduled_at, g.scheduled_at_initially,
+        SELECT g.id, g.queue, g.key, g.payload, g.payload_type, coalesce(g.due_at, g.scheduled_at), g.scheduled_at_initially,
                g.created_at, g.delivery_count, 'acked', clock_timestamp(), g.last_error
           FROM gone g
          WHERE EXISTS (SELECT 1 FROM dq_queues q WHERE q.queue = g.queue AND q.archive)
@@ -90,25 +90,22 @@ DECLARE
     v_count  integer;
     v_max    integer;
     v_dlq    text;
+    v_now    timestamptz;
 BEGIN
     IF dq_nack.lock_token IS NULL THEN
         PERFORM dq__raise_null('dq_nack', 'lock_token');
     END IF;
-    IF dq_nack.delay IS NULL THEN
-        PERFORM dq__raise_null('dq_nack', 'delay');
-    END IF;
-    IF dq_nack.delay < interval '0' THEN
-        RAISE EXCEPTION 'dq_nack: delay is %, it must not be negative', dq_nack.delay USING ERRCODE = '22023';
-    END IF;
+    v_now := clock_timestamp();
+    v_at := dq__time_after('dq_nack', 'delay', dq_nack.delay, v_now, true);
     IF char_length(dq_nack.error) > 10000 THEN
         RAISE EXCEPTION 'dq_nack: error is % characters, the limit is 10000', char_length(dq_nack.error)
             USING ERRCODE = '22001';
     END IF;
     UPDATE dq_messages m
-       SET scheduled_at = clock_timestamp() + dq_nack.delay,
+       SET scheduled_at = v_at,
            lock_token = NULL,
            last_error = coalesce(dq_nack.error, m.last_error),
-           last_error_at = CASE WHEN dq_nack.error IS NOT NULL THEN clock_timestamp() ELSE m.last_error_at END
+           last_error_at = CASE WHEN dq_nack.error IS NOT NULL THEN v_now ELSE m.last_error_at END
      WHERE m.lock_token = dq_nack.lock_token
     RETURNING m.id, m.queue, m.scheduled_at, m.delivery_count INTO v_id, v_queue, v_at, v_count;
     IF NOT FOUND THEN
@@ -122,13 +119,13 @@ BEGIN
     END IF;
     IF EXISTS (SELECT 1 FROM dq_waiters w
                 WHERE w.queue = v_queue AND w.wake_at > greatest(v_at, clock_timestamp())) THEN
-        PERFORM pg_notify(dq_channel(v_queue), v_queue);
+        PERFORM dq__wake(v_queue, v_at);
     END IF;
     RETURN true;
 END;
 $$;
 COMMENT ON FUNCTION dq_nack(uuid, interval, text) IS
-  'dq_nack(lock_token uuid, delay interval >= 0 default 0, error text <= 10000 chars default NULL) -> boolean: gives the message back, visible again at now + delay, keeping its delivery_count and recording error as last_error; at the queue''s max_deliveries it goes to the dead-letter queue instead. False for a stale token. Errors: 22004 NULL, 22023 negative delay, 22001 error too long. Source: seed 002 reject; seed 001 dead-letter use.';
+  'dq_nack(lock_token uuid, delay interval >= 0 default 0, error text <= 10000 chars default NULL) -> boolean: gives the message back, visible again at now + delay, keeping its delivery_count and recording error as last_error; at the queue''s max_deliveries it goes to the dead-letter queue instead. False for a stale token. Errors: 22004 NULL, 22023 delay whose effect is negative (now + delay before now), 22008 now + delay after 9999-12-30, 22001 error too long. Source: ChangeMessageVisibility and dead-letter queues (SQS Developer Guide).';
 
 CREATE OR REPLACE FUNCTION dq_extend(lock_token uuid, lock_timeout interval)
 RETURNS timestamptz
@@ -144,19 +141,13 @@ BEGIN
     IF dq_extend.lock_token IS NULL THEN
         PERFORM dq__raise_null('dq_extend', 'lock_token');
     END IF;
-    IF dq_extend.lock_timeout IS NULL THEN
-        PERFORM dq__raise_null('dq_extend', 'lock_timeout');
-    END IF;
-    IF dq_extend.lock_timeout <= interval '0' THEN
-        RAISE EXCEPTION 'dq_extend: lock_timeout is %, it must be positive', dq_extend.lock_timeout
-            USING ERRCODE = '22023';
-    END IF;
+    v_until := dq__time_after('dq_extend', 'lock_timeout', dq_extend.lock_timeout, clock_timestamp(), false);
     UPDATE dq_messages m
-       SET scheduled_at = clock_timestamp() + dq_extend.lock_timeout
+       SET scheduled_at = v_until
      WHERE m.lock_token = dq_extend.lock_token
     RETURNING m.scheduled_at INTO v_until;
     RETURN v_until;
 END;
 $$;
 COMMENT ON FUNCTION dq_extend(uuid, interval) IS
-  'dq_extend(lock_token uuid, lock_timeout interval > 0) -> timestamptz: heartbeat; the message stays invisible until the returned now + lock_timeout; NULL when the token no longer holds the message. Errors: 22004 NULL, 22023 lock_timeout not positive. Source: seed 004 heartbeats.';
+  'dq_extend(lock_token uuid, lock_timeout interval > 0) -> timestamptz: heartbeat; the message stays invisible until the returned now + lock_timeout; NULL when the token no longer holds the message. Errors: 22004 NULL, 22023 lock_timeout not positive (by its effect), 22008 now + lock_timeout after 9999-12-30. Source: ChangeMessageVisibility (SQS Developer Guide).';

@@ -1,8 +1,13 @@
 -- Reading and removing by key: dq_cancel, dq_get, dq_next_due.
 
+-- dq_cancel deletes every message of the queue with this key: the ordinary message and any dead
+-- letters that share the key. A deleted future occurrence of a named schedule is offered again by
+-- the next dq_cron_tick (dq__cron_note_deleted, sql/200_cron.sql): cancelling an occurrence does not
+-- skip it; pause the schedule for that.
 -- Concurrency: a plain DELETE by (queue, key); if a poller holds the row lock it waits for
 -- that transaction, then deletes whatever version is current (a cancelled message in flight
--- is gone: its holder's ack then returns false).
+-- is gone: its holder's ack then returns false). The schedule is marked before the DELETE, so this
+-- never holds a message lock while waiting for a schedule's row.
 CREATE OR REPLACE FUNCTION dq_cancel(queue text, key text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
@@ -18,11 +23,12 @@ BEGIN
     IF dq_cancel.key IS NULL OR dq_cancel.key = '' OR char_length(dq_cancel.key) > 200 THEN
         PERFORM dq__raise_bad_name('dq_cancel', 'key', dq_cancel.key, 200);
     END IF;
+    PERFORM dq__cron_note_deleted(dq_cancel.queue, dq_cancel.key);
     WITH gone AS (
         DELETE FROM dq_messages m WHERE m.queue = dq_cancel.queue AND m.key = dq_cancel.key RETURNING m.*
     ), archived AS (
         INSERT INTO dq_archive (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, delivery_count, outcome, acked_at, last_error)
-        SELECT g.id, g.queue, g.key, g.payload, g.payload_type, g.scheduled_at, g.scheduled_at_initially,
+        SELECT g.id, g.queue, g.key, g.payload, g.payload_type, coalesce(g.due_at, g.scheduled_at), g.scheduled_at_initially,
                g.created_at, g.delivery_count, 'cancelled', clock_timestamp(), g.last_error
           FROM gone g
          WHERE EXISTS (SELECT 1 FROM dq_queues q WHERE q.queue = g.queue AND q.archive)
@@ -32,7 +38,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_cancel(text, text) IS
-  'dq_cancel(queue text, key text) -> boolean: deletes the message with this key, in flight or not (archived with outcome cancelled when the queue archives); false when absent. Errors: 22004/22023/22001 queue or key.';
+  'dq_cancel(queue text, key text) -> boolean: deletes the messages with this key in the queue (the ordinary one and any dead letters sharing the key), in flight or not (archived with outcome cancelled when the queue archives); false when absent. A future occurrence of a named schedule comes back at the next dq_cron_tick. Errors: 22004/22023/22001 queue or key.';
 
 CREATE OR REPLACE FUNCTION dq_get(queue text, key text)
 RETURNS SETOF dq_message
@@ -53,11 +59,12 @@ BEGIN
            CASE WHEN m.lock_token IS NOT NULL AND m.scheduled_at > clock_timestamp()
                 THEN m.scheduled_at END
       FROM dq_messages m
-     WHERE m.queue = dq_get.queue AND m.key = dq_get.key;
+     WHERE m.queue = dq_get.queue AND m.key = dq_get.key
+     ORDER BY m.dead_at NULLS FIRST, m.id;
 END;
 $$;
 COMMENT ON FUNCTION dq_get(text, text) IS
-  'dq_get(queue text, key text) -> zero or one row (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, delivery_count, locked_until = NULL unless in flight): a plain read, no lock, no lock token. Errors: 22004/22023/22001 queue or key. Source: the reference library''s containsMessage/read (seed 003).';
+  'dq_get(queue text, key text) -> the messages with this key (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, delivery_count, locked_until = NULL unless in flight): the ordinary message first, then dead letters sharing the key (dead-letter queues), oldest first; a plain read, no lock, no lock token. Errors: 22004/22023/22001 queue or key.';
 
 CREATE OR REPLACE FUNCTION dq_next_due(queue text)
 RETURNS timestamptz

@@ -3,16 +3,29 @@
 -- A queue configured with max_deliveries N and a dead-letter queue D: a message delivered N times
 -- that comes due again (its handler failed and dq_nack gave it back, or its lock expired again
 -- and again because its worker died) is moved to queue D instead of being delivered an (N+1)-th
--- time. The move keeps key, payload, payload_type, created_at and delivery_count, and records
--- last_error / last_error_at (dq_nack's error text, or the lock expiry), dead_from (the queue it
--- died in) and dead_at. D is an ordinary queue: it can be polled, inspected with dq_get, and sent
--- back with dq_redrive. If D already holds a dead letter with the same key, the newer replaces it.
+-- time. The model is the redrive policy of Amazon SQS (SQS Developer Guide, "Using dead-letter
+-- queues in Amazon SQS").
+--
+-- The move keeps key, payload, payload_type and created_at, and records last_error / last_error_at
+-- (dq_nack's error text, or the expiry of its lock), dead_from (the queue it died in), dead_at and
+-- dead_delivery_count (its delivery_count there). In D it starts again with delivery_count 0, so D's
+-- own max_deliveries counts D's deliveries. D is an ordinary queue: it can be polled, inspected with
+-- dq_get, and sent back with dq_redrive.
+--
+-- A dead letter never replaces another message. It records the id it had where it died
+-- (dead_from_id, also the id of its archive row), and its identity is (D, key, dead_from_id): the
+-- unique constraint dq_messages_queue_key_key is NULLS NOT DISTINCT over (queue, key, dead_from_id),
+-- one ordinary message per (queue, key) and any number of dead letters beside it. Dead letters of
+-- two queues with one key, or of one key that died twice, are all kept, and an offer to D of that
+-- key creates an ordinary message beside them. dq_configure_queue refuses a
+-- chain of dead-letter queues that loops back to the queue.
 
 -- Move the given rows (locked by the caller's transaction) to dead_letter_queue. A row still
 -- carrying its lock token died of lock expiry: that is recorded as its last error, at the time the
 -- lock expired (its scheduled_at). Concurrency: the caller holds the rows' locks (poll's FOR UPDATE
--- SKIP LOCKED, nack's UPDATE); the insert into the dead-letter queue is an INSERT .. ON CONFLICT
--- DO UPDATE, atomic against a concurrent dead-lettering of the same key.
+-- SKIP LOCKED, nack's UPDATE). The insert is a plain INSERT in bytewise key order, the order every
+-- insert into dq_messages uses: it cannot conflict (dead_from_id is the unique id of the row that
+-- died).
 CREATE OR REPLACE FUNCTION dq__dead_letter(ids bigint[], dead_letter_queue text, at timestamptz)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
@@ -34,25 +47,19 @@ BEGIN
     ), archived AS (
         INSERT INTO dq_archive (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially,
                                 created_at, delivery_count, outcome, acked_at, last_error)
-        SELECT g.id, g.queue, g.key, g.payload, g.payload_type, g.scheduled_at, g.scheduled_at_initially,
+        SELECT g.id, g.queue, g.key, g.payload, g.payload_type, coalesce(g.due_at, g.scheduled_at), g.scheduled_at_initially,
                g.created_at, g.delivery_count, 'dead', dq__dead_letter.at, g.final_error
           FROM dead g
          WHERE EXISTS (SELECT 1 FROM dq_queues q WHERE q.queue = g.queue AND q.archive)
     ), moved AS (
         INSERT INTO dq_messages AS d
                (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,
-                delivery_count, last_error, last_error_at, dead_from, dead_at)
+                delivery_count, dead_delivery_count, last_error, last_error_at, dead_from, dead_at, dead_from_id)
         SELECT dq__dead_letter.dead_letter_queue, dead.key, dead.payload, dead.payload_type, dq__dead_letter.at,
-               dq__dead_letter.at, dead.created_at, dead.delivery_count, dead.final_error, dead.final_error_at,
-               dead.queue, dq__dead_letter.at
+               dq__dead_letter.at, dead.created_at, 0, dead.delivery_count, dead.final_error, dead.final_error_at,
+               dead.queue, dq__dead_letter.at, dead.id
           FROM dead
-         ORDER BY dead.key
-        ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO UPDATE
-           SET payload = EXCLUDED.payload, payload_type = EXCLUDED.payload_type,
-               scheduled_at = EXCLUDED.scheduled_at, scheduled_at_initially = EXCLUDED.scheduled_at_initially,
-               created_at = EXCLUDED.created_at, delivery_count = EXCLUDED.delivery_count, lock_token = NULL,
-               last_error = EXCLUDED.last_error, last_error_at = EXCLUDED.last_error_at,
-               dead_from = EXCLUDED.dead_from, dead_at = EXCLUDED.dead_at
+         ORDER BY dead.key COLLATE "C"
         RETURNING 1
     )
     SELECT count(*) INTO v_count FROM moved;
@@ -63,10 +70,13 @@ COMMENT ON FUNCTION dq__dead_letter(bigint[], text, timestamptz) IS
   'Internal: moves locked rows to a dead-letter queue (see sql/140_dead_letters.sql).';
 
 -- Send dead letters back to the queues they died in, due now, with delivery_count 0 (the error
--- stays in last_error for the record). Concurrency: candidates are taken FOR UPDATE SKIP LOCKED
--- (concurrent redrives share the work); a dead letter whose key is live again in its queue stays
--- where it is (INSERT .. ON CONFLICT DO NOTHING, and only what was inserted is deleted), so
--- nothing is lost or overwritten.
+-- stays in last_error for the record), as ordinary messages. Concurrency: candidates are taken FOR
+-- UPDATE SKIP LOCKED (concurrent redrives share the work, and a poll or ack in progress is not
+-- waited for); a dead letter held by a consumer (lock not expired) is left alone, so its ack still
+-- succeeds and it is not handled twice; a dead letter whose key is live again in its queue stays
+-- where it is (INSERT .. ON CONFLICT DO NOTHING, and only what was inserted is deleted), so nothing
+-- is lost or overwritten. Each dead letter goes back to its own dead_from, even when several share
+-- a key.
 CREATE OR REPLACE FUNCTION dq_redrive(dead_letter_queue text, max_count integer DEFAULT 1000)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
@@ -89,9 +99,10 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     WITH cand AS (
-        SELECT c.id, c.dead_from, c.key, c.payload, c.payload_type, c.created_at, c.last_error, c.last_error_at
+        SELECT c.id, c.dead_from, c.key, c.payload, c.payload_type, c.created_at, c.last_error, c.last_error_at, c.dead_at
           FROM dq_messages c
          WHERE c.queue = dq_redrive.dead_letter_queue AND c.dead_from IS NOT NULL
+           AND (c.lock_token IS NULL OR c.scheduled_at <= v_now)
          ORDER BY c.dead_at, c.id
          LIMIT dq_redrive.max_count
            FOR UPDATE SKIP LOCKED
@@ -102,13 +113,18 @@ BEGIN
         SELECT cand.dead_from, cand.key, cand.payload, cand.payload_type, v_now, v_now, cand.created_at,
                0, cand.last_error, cand.last_error_at
           FROM cand
-         ORDER BY cand.dead_from, cand.key
+         ORDER BY cand.dead_from, cand.key COLLATE "C"
         ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO NOTHING
         RETURNING m.queue, m.key
     ), gone AS (
+        -- Two dead letters of one source and key (it died twice): the first inserted goes back, the
+        -- other conflicts with it and stays. DISTINCT ON keeps the join from pairing the one
+        -- insertion with both.
         DELETE FROM dq_messages d
-         USING cand, ins
-         WHERE d.id = cand.id AND ins.queue = cand.dead_from AND ins.key = cand.key
+         USING (SELECT DISTINCT ON (cand.dead_from, cand.key) cand.id
+                  FROM cand JOIN ins ON ins.queue = cand.dead_from AND ins.key = cand.key
+                 ORDER BY cand.dead_from, cand.key, cand.dead_at, cand.id) back
+         WHERE d.id = back.id
         RETURNING 1
     )
     SELECT count(*) INTO v_count FROM gone;
@@ -119,4 +135,4 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_redrive(text, integer) IS
-  'dq_redrive(dead_letter_queue text, max_count integer 1..100000 default 1000) -> integer: sends up to max_count dead letters back to the queues they died in (due now, delivery_count 0); one whose key is live again there stays in the dead-letter queue. Errors: 22004/22023/22001 dead_letter_queue, 22004/22023 max_count.';
+  'dq_redrive(dead_letter_queue text, max_count integer 1..100000 default 1000) -> integer: sends up to max_count dead letters back to the queues they died in (each to its own, due now, delivery_count 0, as ordinary messages); one whose key is live again there stays in the dead-letter queue, and one held by a consumer (lock not expired) is skipped. Errors: 22004/22023/22001 dead_letter_queue, 22004/22023 max_count. Source: dead-letter queue redrive (SQS Developer Guide).';

@@ -6,6 +6,8 @@
 -- no moment without a dq_configure_queue, and 0.1 calls (queue, max_deliveries, dead_letter_queue)
 -- resolve to the new function unchanged.
 DROP FUNCTION IF EXISTS dq_configure_queue(text, integer, text);
+-- 0.3 adds max_payload_bytes, the same way: calls of the 0.2 form resolve to the new function.
+DROP FUNCTION IF EXISTS dq_configure_queue(text, integer, text, boolean, interval, boolean);
 
 CREATE OR REPLACE FUNCTION dq_configure_queue(
     queue              text,
@@ -13,14 +15,17 @@ CREATE OR REPLACE FUNCTION dq_configure_queue(
     dead_letter_queue  text DEFAULT NULL,
     archive            boolean DEFAULT NULL,
     retention          interval DEFAULT NULL,
-    notify             boolean DEFAULT NULL)
+    notify             boolean DEFAULT NULL,
+    max_payload_bytes  integer DEFAULT NULL)
 RETURNS dq_queues
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, public, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_row dq_queues;
+    v_row    dq_queues;
+    v_next   text;
+    v_chain  text[];
 BEGIN
     IF dq_configure_queue.queue IS NULL OR dq_configure_queue.queue = '' OR char_length(dq_configure_queue.queue) > 100 THEN
         PERFORM dq__raise_bad_name('dq_configure_queue', 'queue', dq_configure_queue.queue, 100);
@@ -43,30 +48,59 @@ BEGIN
         RAISE EXCEPTION 'dq_configure_queue: retention is %, it must be positive (or NULL to keep archive rows forever)',
             dq_configure_queue.retention USING ERRCODE = '22023';
     END IF;
+    IF dq_configure_queue.retention IS NOT NULL THEN
+        PERFORM dq__time_after('dq_configure_queue', 'retention', dq_configure_queue.retention, now(), false);
+    END IF;
+    IF dq_configure_queue.max_payload_bytes NOT BETWEEN 1024 AND 1073741824 THEN
+        RAISE EXCEPTION 'dq_configure_queue: max_payload_bytes is %, it must be between 1024 and 1073741824 (or NULL to keep the current limit; the default is 1048576)',
+            dq_configure_queue.max_payload_bytes USING ERRCODE = '22023';
+    END IF;
+    -- A chain of dead-letter queues must not loop back to this queue: a message would move around
+    -- it forever. All changes of dead-letter queues take one transaction-level advisory lock, so two
+    -- concurrent calls that would close a loop between them are serialised: the second one (a new
+    -- statement snapshot under READ COMMITTED) sees the first one's row and fails.
+    IF dq_configure_queue.dead_letter_queue IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock(hashtextextended('dq_configure_queue dead_letter_queue', 0));
+        v_chain := ARRAY[dq_configure_queue.queue, dq_configure_queue.dead_letter_queue];
+        v_next := dq_configure_queue.dead_letter_queue;
+        LOOP
+            SELECT q.dead_letter_queue INTO v_next FROM dq_queues q
+             WHERE q.queue = v_next AND q.queue <> dq_configure_queue.queue;
+            EXIT WHEN v_next IS NULL;
+            v_chain := v_chain || v_next;
+            IF v_next = dq_configure_queue.queue THEN
+                RAISE EXCEPTION 'dq_configure_queue: dead_letter_queue % would make a cycle of dead-letter queues: %',
+                    dq_configure_queue.dead_letter_queue, array_to_string(v_chain, ' -> ') USING ERRCODE = '22023';
+            END IF;
+            EXIT WHEN cardinality(v_chain) > 1000;  -- a loop not through this queue (not created by this function)
+        END LOOP;
+    END IF;
     -- max_deliveries and dead_letter_queue are set together (NULL, NULL clears the limit); archive,
     -- retention and notify keep their current value when passed NULL.
-    INSERT INTO dq_queues AS q (queue, max_deliveries, dead_letter_queue, archive, retention, notify, updated_at)
+    INSERT INTO dq_queues AS q (queue, max_deliveries, dead_letter_queue, archive, retention, notify,
+                                max_payload_bytes, updated_at)
     VALUES (dq_configure_queue.queue, dq_configure_queue.max_deliveries, dq_configure_queue.dead_letter_queue,
             coalesce(dq_configure_queue.archive, false), dq_configure_queue.retention,
-            coalesce(dq_configure_queue.notify, true), now())
+            coalesce(dq_configure_queue.notify, true), dq_configure_queue.max_payload_bytes, now())
     ON CONFLICT (queue) DO UPDATE
        SET max_deliveries = EXCLUDED.max_deliveries,
            dead_letter_queue = EXCLUDED.dead_letter_queue,
            archive = coalesce(dq_configure_queue.archive, q.archive),
            retention = coalesce(dq_configure_queue.retention, q.retention),
            notify = coalesce(dq_configure_queue.notify, q.notify),
+           max_payload_bytes = coalesce(dq_configure_queue.max_payload_bytes, q.max_payload_bytes),
            updated_at = EXCLUDED.updated_at
     RETURNING q.* INTO v_row;
     RETURN v_row;
 END;
 $$;
-COMMENT ON FUNCTION dq_configure_queue(text, integer, text, boolean, interval, boolean) IS
-  'dq_configure_queue(queue text, max_deliveries integer >= 1 or NULL = unlimited, dead_letter_queue text (required with max_deliveries, not the queue itself), archive boolean (NULL: unchanged, default off), retention interval > 0 (NULL: unchanged; archive rows kept forever when never set), notify boolean (NULL: unchanged, default on)) -> dq_queues: sets the queue''s configuration; an unconfigured queue has no limit, no archive and notifications on. Errors: 22004/22023/22001 queue or dead_letter_queue, 22023 max_deliveries < 1, missing dead_letter_queue, dead_letter_queue = queue, retention <= 0. Concurrency: one INSERT .. ON CONFLICT DO UPDATE on the queue''s row.';
+COMMENT ON FUNCTION dq_configure_queue(text, integer, text, boolean, interval, boolean, integer) IS
+  'dq_configure_queue(queue text, max_deliveries integer >= 1 or NULL = unlimited, dead_letter_queue text (required with max_deliveries, not the queue itself, not a chain leading back to it), archive boolean (NULL: unchanged, default off), retention interval > 0 (NULL: unchanged; archive rows kept forever when never set), notify boolean (NULL: unchanged, default on), max_payload_bytes integer 1024..1073741824 (NULL: unchanged, default 1048576 = 1 MiB)) -> dq_queues: sets the queue''s configuration; an unconfigured queue has no limit, no archive, notifications on and a 1 MiB payload limit. Errors: 22004/22023/22001 queue or dead_letter_queue, 22023 max_deliveries < 1, missing dead_letter_queue, dead_letter_queue = queue or a cycle of dead-letter queues, retention <= 0, max_payload_bytes out of range. Concurrency: one INSERT .. ON CONFLICT DO UPDATE on the queue''s row; changes of dead-letter queues are serialised by an advisory lock. Source: redrive policy and MaximumMessageSize (SQS Developer Guide).';
 
--- Delete every message of a queue (the reference library's dropAllMessages(confirm)). Not
--- archived: a purge is not an outcome of the messages. In-flight messages are deleted too (their
--- holders' acks then return false). Concurrency: one DELETE; rows locked by a poll in progress
--- are deleted once that transaction ends.
+-- Delete every message of a queue. Not archived: a purge is not an outcome of the messages.
+-- In-flight messages are deleted too (their holders' acks then return false). Future occurrences
+-- of named schedules are offered again by the next dq_cron_tick (sql/200_cron.sql). Concurrency:
+-- one DELETE; rows locked by a poll in progress are deleted once that transaction ends.
 CREATE OR REPLACE FUNCTION dq_purge(queue text, confirm boolean DEFAULT false)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
@@ -81,8 +115,9 @@ BEGIN
     END IF;
     IF dq_purge.confirm IS DISTINCT FROM true THEN
         RAISE EXCEPTION 'dq_purge: confirm must be true to delete every message of queue %', dq_purge.queue
-            USING ERRCODE = '22023', HINT = 'SELECT dq_purge(''' || dq_purge.queue || ''', confirm => true)';
+            USING ERRCODE = '22023', HINT = format('SELECT dq_purge(%L, confirm => true)', dq_purge.queue);
     END IF;
+    PERFORM dq__cron_note_deleted(dq_purge.queue, NULL);
     DELETE FROM dq_messages m WHERE m.queue = dq_purge.queue;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RAISE NOTICE 'dq_purge: deleted % messages of queue %', v_count, dq_purge.queue;
@@ -90,7 +125,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_purge(text, boolean) IS
-  'dq_purge(queue text, confirm boolean default false) -> bigint: deletes every message of the queue, in flight or not, without archiving, and returns how many (NOTICE). Errors: 22004/22023/22001 queue; 22023 unless confirm => true (nothing deleted). Source: seed 003 dropAllMessages(confirm).';
+  'dq_purge(queue text, confirm boolean default false) -> bigint: deletes every message of the queue, in flight or not, without archiving, and returns how many (NOTICE); future occurrences of named schedules come back at the next dq_cron_tick. Errors: 22004/22023/22001 queue; 22023 unless confirm => true (nothing deleted). Source: PurgeQueue (SQS Developer Guide).';
 
 -- After a known crash of every consumer: make the queue's in-flight messages due now instead of
 -- waiting for their locks to expire. delivery_count is kept (the crashed deliveries count).
@@ -124,7 +159,7 @@ $$;
 COMMENT ON FUNCTION dq_release_locks(text) IS
   'dq_release_locks(queue text) -> integer: makes every in-flight message of the queue due now (lock tokens cleared, delivery_count kept) and returns how many (NOTICE); for use after a known crash of the consumers. Errors: 22004/22023/22001 queue.';
 
--- Retention (seed 002): archive rows older than their queue's retention, oldest first, at most
+-- Retention: archive rows older than their queue's retention, oldest first, at most
 -- batch_size per call (one short transaction; the index (queue, acked_at) finds them).
 CREATE OR REPLACE FUNCTION dq_prune_archive(batch_size integer DEFAULT 10000)
 RETURNS integer
@@ -317,7 +352,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_queue_stats(text) IS
-  'dq_queue_stats(queue text) -> one row: ready (due now, expired locks included), scheduled (future, unlocked), in_flight (locked, lock not expired), redelivered (in flight with delivery_count > 1), dead (dead letters that died in this queue), oldest_ready_age interval, next_due timestamptz, acked_last_minute / acked_last_hour (from the archive; NULL when the queue does not archive), approximate (true when a count passed the exact limit of 20000 rows and was estimated). Errors: 22004/22023/22001 queue. Source: seed 004 monitoring questions.';
+  'dq_queue_stats(queue text) -> one row: ready (due now, expired locks included), scheduled (future, unlocked), in_flight (locked, lock not expired), redelivered (in flight with delivery_count > 1), dead (dead letters that died in this queue), oldest_ready_age interval, next_due timestamptz, acked_last_minute / acked_last_hour (from the archive; NULL when the queue does not archive), approximate (true when a count passed the exact limit of 20000 rows and was estimated). Errors: 22004/22023/22001 queue.';
 
 -- One row per queue: every queue with messages (found by a skip scan of the (queue, scheduled_at)
 -- index, one probe per queue, not a scan of the table) and every configured queue.

@@ -301,10 +301,8 @@ BEGIN
     END IF;
     IF spec.kind = 'every' THEN
         v_first := floor(extract(epoch FROM after) * 1000 / spec.period_ms)::bigint + 1;
-        v_last := v_first + max_count - 1;
-        IF isfinite(until) THEN
-            v_last := least(v_last, floor(extract(epoch FROM until) * 1000 / spec.period_ms)::bigint);
-        END IF;
+        v_last := least(v_first + max_count - 1,
+                        floor(extract(epoch FROM least(until, dq__max_time())) * 1000 / spec.period_ms)::bigint);
         RETURN ARRAY(SELECT timestamptz '1970-01-01 00:00:00+00' + (k * spec.period_ms) * interval '1 millisecond'
                        FROM generate_series(v_first, v_last) k ORDER BY k);
     END IF;
@@ -364,11 +362,11 @@ BEGIN
         END IF;
         v_day := v_day + 1;
     END LOOP;
-    RETURN ARRAY(SELECT DISTINCT x FROM unnest(v_out) x ORDER BY x LIMIT max_count);
+    RETURN ARRAY(SELECT DISTINCT x FROM unnest(v_out) x WHERE x <= dq__max_time() ORDER BY x LIMIT max_count);
 END;
 $$;
 COMMENT ON FUNCTION dq__cron_between(dq_cron_spec, text, timestamptz, timestamptz, integer) IS
-  'Internal: the occurrences of a parsed schedule in (after, until], earliest first, at most max_count (an infinite until searches 50 years).';
+  'Internal: the occurrences of a parsed schedule in (after, until], earliest first, at most max_count (an infinite until searches 50 years); never after 9999-12-30 UTC.';
 
 CREATE OR REPLACE FUNCTION dq_cron_occurrences(
     schedule   text,
@@ -398,8 +396,13 @@ BEGIN
     IF dq_cron_occurrences.until IS NULL THEN
         PERFORM dq__raise_null('dq_cron_occurrences', 'until');
     END IF;
-    IF NOT isfinite(dq_cron_occurrences.after) THEN
-        RAISE EXCEPTION 'dq_cron_occurrences: after must be finite' USING ERRCODE = '22023';
+    IF NOT (dq_cron_occurrences.after BETWEEN dq__min_time() AND dq__max_time()) THEN
+        PERFORM dq__raise_bad_time('dq_cron_occurrences', 'after', dq_cron_occurrences.after);
+    END IF;
+    IF dq_cron_occurrences.until <> 'infinity'
+       AND NOT (dq_cron_occurrences.until BETWEEN dq__min_time() AND dq__max_time()) THEN
+        RAISE EXCEPTION 'dq_cron_occurrences: until is %, it must be ''infinity'' or a finite time between 0001-01-02 and 9999-12-30 UTC',
+            dq_cron_occurrences.until USING ERRCODE = '22008';
     END IF;
     IF dq_cron_occurrences.max_count IS NULL THEN
         PERFORM dq__raise_null('dq_cron_occurrences', 'max_count');
@@ -415,7 +418,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) IS
-  'dq_cron_occurrences(schedule text <=1000 chars, timezone text IANA name default ''UTC'', after timestamptz default now(), until timestamptz default infinity (then at most 50 years ahead), max_count integer 1..10000 default 10) -> SETOF timestamptz: the instants at which the schedule fires in (after, until], earliest first, by the rules of docs/cron.md (DST gap: shifted forward; ambiguous: first instant). Changes nothing. Errors: 22004 NULL, 22023 bad schedule/timezone/max_count/after, 22001 schedule too long.';
+  'dq_cron_occurrences(schedule text <=1000 chars, timezone text IANA name default ''UTC'', after timestamptz default now(), until timestamptz default infinity (then at most 50 years ahead), max_count integer 1..10000 default 10) -> SETOF timestamptz: the instants at which the schedule fires in (after, until], earliest first, by the rules of docs/cron.md (DST gap: shifted forward; ambiguous: first instant). Changes nothing; never returns a time after 9999-12-30 UTC. Errors: 22004 NULL, 22023 bad schedule/timezone/max_count, 22008 after (or a finite until) outside 0001-01-02 .. 9999-12-30 UTC, 22001 schedule too long.';
 
 -- The configuration hash of a definition: 16 hex digits of SHA-256 over a length-prefixed encoding
 -- of queue, the schedule (lower case, whitespace collapsed), the zone, payload_type and payload.
@@ -486,14 +489,17 @@ COMMENT ON FUNCTION dq__cron_check_prefix(text, text, text, text, boolean) IS
 --  1. Installers of one (queue, key_prefix) are serialised by a transaction-level advisory lock, so
 --     two installs with different hashes cannot both keep their messages: the second one's DELETE
 --     (a new statement snapshot under READ COMMITTED) sees and removes the first one's.
---  2. Messages of this prefix with another hash are deleted when they are still future occurrences
+--  2. Messages this prefix created (cron_prefix = key_prefix: ownership is recorded on each
+--     message, never guessed from its key, so an ordinary message keyed like an occurrence is never
+--     touched) with another hash are deleted when they are still future occurrences
 --     (scheduled_at_initially after the transaction's now()) and not in flight (no lock token). A
 --     message in flight is left to its consumer (deleting it would make its ack fail and its work
 --     invisible), and an occurrence already due is left to be delivered: it has happened.
 --  3. Times still held by an in-flight message of another hash are not offered again under this
 --     hash: one message per (prefix, instant), so a definition change never runs an instant twice.
---  4. The rest goes through dq_offer_many (its INSERT .. ON CONFLICT and its wake-up NOTIFY rule),
---     with can_update false: an existing key is ignored, so installing again changes nothing.
+--  4. The rest goes through dq_offer_many's body (its INSERT .. ON CONFLICT, its checks and its
+--     wake-up NOTIFY rule), recording key_prefix as the owner, with can_update false: an existing
+--     key is ignored, so installing again changes nothing.
 CREATE OR REPLACE FUNCTION dq_install_tick(
     queue          text,
     key_prefix     text,
@@ -548,9 +554,10 @@ BEGIN
         PERFORM dq__raise_null('dq_install_tick', format('scheduled_ats[%s]', v_bad));
     END IF;
     SELECT min(u.i) INTO v_bad FROM unnest(dq_install_tick.scheduled_ats) WITH ORDINALITY AS u(s, i)
-     WHERE NOT isfinite(u.s);
+     WHERE NOT (u.s BETWEEN dq__min_time() AND dq__max_time());
     IF v_bad IS NOT NULL THEN
-        RAISE EXCEPTION 'dq_install_tick: scheduled_ats[%] must be finite', v_bad USING ERRCODE = '22023';
+        PERFORM dq__raise_bad_time('dq_install_tick', format('scheduled_ats[%s]', v_bad),
+                                   dq_install_tick.scheduled_ats[array_lower(dq_install_tick.scheduled_ats, 1) + v_bad - 1]);
     END IF;
     SELECT min(u.i) INTO v_bad FROM unnest(dq_install_tick.payloads) WITH ORDINALITY AS u(p, i) WHERE u.p IS NULL;
     IF v_bad IS NOT NULL THEN
@@ -573,6 +580,8 @@ BEGIN
      WHERE m.queue = dq_install_tick.queue
        AND m.key >= (dq_install_tick.key_prefix || '/') COLLATE "C"  -- this prefix's keys only: a range
        AND m.key < (dq_install_tick.key_prefix || '0') COLLATE "C"   -- of the (queue, key) index ('0' follows '/')
+       AND m.dead_from_id IS NULL
+       AND m.cron_prefix = dq_install_tick.key_prefix          -- only messages this prefix created
        AND m.scheduled_at > now()
        AND m.scheduled_at_initially > now()
        AND m.lock_token IS NULL
@@ -588,6 +597,8 @@ BEGIN
        AND m.queue = dq_install_tick.queue
        AND m.key >= (dq_install_tick.key_prefix || '/') COLLATE "C"
        AND m.key < (dq_install_tick.key_prefix || '0') COLLATE "C"
+       AND m.dead_from_id IS NULL
+       AND m.cron_prefix = dq_install_tick.key_prefix
        AND m.scheduled_at_initially = ANY (dq_install_tick.scheduled_ats)
        AND dq__cron_key_hash(m.key, dq_install_tick.key_prefix) <> dq_install_tick.config_hash;
 
@@ -602,13 +613,13 @@ BEGIN
     END IF;
 
     SELECT count(*) FILTER (WHERE o.outcome = 'created') INTO v_created
-      FROM dq_offer_many(dq_install_tick.queue, v_keys, v_pays, v_times, dq_install_tick.can_update,
-                         array_fill(v_type, ARRAY[cardinality(v_keys)])) o;
+      FROM dq__offer_many(dq_install_tick.queue, v_keys, v_pays, v_times, dq_install_tick.can_update,
+                          array_fill(v_type, ARRAY[cardinality(v_keys)]), dq_install_tick.key_prefix) o;
     RETURN v_created;
 END;
 $$;
 COMMENT ON FUNCTION dq_install_tick(text, text, text, timestamptz[], bytea[], text, boolean) IS
-  'dq_install_tick(queue text <=100, key_prefix text <=100, config_hash text <=64 without "/", scheduled_ats timestamptz[] <=100000 distinct milliseconds, payloads bytea[] same length, payload_type text default ''bytes'', can_update boolean default false) -> integer messages created: in one transaction, deletes this prefix''s future, not-in-flight messages of other hashes in the queue, then offers key_prefix/config_hash/<epoch ms> for each time through dq_offer_many (insert-if-absent unless can_update; an instant still held in flight by another hash is skipped). Installers of one (queue, key_prefix) serialise on an advisory lock. Call under READ COMMITTED. Errors: 22004 NULL, 22023 empty/invalid/unequal lengths/repeated millisecond, 22001 too long, 54000 over 100000 times. Source: seed 003 installTick.';
+  'dq_install_tick(queue text <=100, key_prefix text <=100, config_hash text <=64 without "/", scheduled_ats timestamptz[] <=100000 distinct milliseconds, payloads bytea[] same length, payload_type text default ''bytes'', can_update boolean default false) -> integer messages created: in one transaction, deletes the future, not-in-flight messages of other hashes that this key_prefix created in the queue (never other messages, whatever their keys), then offers key_prefix/config_hash/<epoch ms> for each time as dq_offer_many does, recording key_prefix as their owner (insert-if-absent unless can_update; an instant still held in flight by another hash is skipped). Installers of one (queue, key_prefix) serialise on an advisory lock. Call under READ COMMITTED. Errors: 22004 NULL, 22023 empty/invalid/unequal lengths/repeated millisecond, 22008 a time outside 0001-01-02 .. 9999-12-30 UTC, 22001 too long, 54000 over 100000 times or a payload over the queue''s limit.';
 
 CREATE OR REPLACE FUNCTION dq_uninstall_tick(queue text, key_prefix text, config_hash text DEFAULT NULL)
 RETURNS integer
@@ -627,6 +638,8 @@ BEGIN
      WHERE m.queue = dq_uninstall_tick.queue
        AND m.key >= (dq_uninstall_tick.key_prefix || '/') COLLATE "C"  -- a range of the (queue, key) index
        AND m.key < (dq_uninstall_tick.key_prefix || '0') COLLATE "C"
+       AND m.dead_from_id IS NULL
+       AND m.cron_prefix = dq_uninstall_tick.key_prefix        -- only messages this prefix created
        AND m.scheduled_at > now()
        AND m.scheduled_at_initially > now()
        AND m.lock_token IS NULL
@@ -638,7 +651,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_uninstall_tick(text, text, text) IS
-  'dq_uninstall_tick(queue text, key_prefix text, config_hash text default NULL = every hash) -> integer messages deleted: the future (not yet due), not-in-flight occurrence messages key_prefix/<hash>/<epoch ms> of the queue. Occurrences already due or in flight are left to their consumers. Errors: 22004 NULL, 22023 empty or "/" in config_hash, 22001 too long. Source: seed 003 uninstallTick.';
+  'dq_uninstall_tick(queue text, key_prefix text, config_hash text default NULL = every hash) -> integer messages deleted: the future (not yet due), not-in-flight occurrence messages key_prefix/<hash>/<epoch ms> of the queue that dq_install_tick created for this key_prefix (never other messages). Occurrences already due or in flight are left to their consumers. Errors: 22004 NULL, 22023 empty or "/" in config_hash, 22001 too long.';
 
 -- ----------------------------------------------------------------------------- named schedules
 
@@ -646,6 +659,17 @@ COMMENT ON FUNCTION dq_uninstall_tick(text, text, text) IS
 -- p_now + lookahead (at most 10000 per call: the next tick continues), and always the next
 -- occurrence after p_now. The caller holds the schedule's row lock. Occurrences missed while no
 -- tick ran for longer than the lookahead are not back-filled (they would all fire at once, late).
+--
+-- Bound: a schedule has at most dq__cron_pending_limit() (10,000) pending occurrences. When the
+-- lookahead could hold more (at most cardinality(times) a local day, or one per period), the window
+-- ends at the 10,000th occurrence after p_now instead of p_now + lookahead, and each tick tops it up.
+--
+-- Refill: dq_cancel and dq_purge record in refill_from the earliest future occurrence of this
+-- schedule they deleted (dq__cron_note_deleted). The window from there is offered again (insert if
+-- absent), except occurrences due within dq__cron_refill_margin() (1 minute) of the clock: an
+-- occurrence that is already due may have been delivered and acknowledged (a delivered occurrence
+-- leaves no trace), and only the margin guarantees that this insert cannot come after such a
+-- delivery (the insert would have to be delayed past the margin).
 CREATE OR REPLACE FUNCTION dq__cron_advance(p_name text, p_now timestamptz)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
@@ -656,25 +680,39 @@ DECLARE
     v_spec     dq_cron_spec;
     v_from     timestamptz;
     v_to       timestamptz;
+    v_cap      timestamptz;
     v_times    timestamptz[];
+    v_refill   timestamptz[] := '{}';
     v_n        integer;
     v_through  timestamptz;
     v_created  integer := 0;
-    c_limit    CONSTANT integer := 10000;
+    c_limit    CONSTANT integer := dq__cron_pending_limit();
 BEGIN
     SELECT * INTO r FROM dq_cron c WHERE c.name = p_name;
     IF NOT FOUND OR r.paused THEN
         RETURN 0;
     END IF;
     v_spec := dq__cron_parse('dq_cron_tick', r.schedule);
-    v_from := greatest(r.installed_through, p_now);
     v_to := p_now + r.lookahead;
+    IF dq__cron_max_in(v_spec, r.lookahead) > c_limit THEN
+        v_cap := (dq__cron_between(v_spec, r.timezone, p_now, v_to, c_limit))[c_limit];
+        v_to := coalesce(v_cap, v_to);
+    END IF;
+    v_from := greatest(r.installed_through, p_now);
     v_times := dq__cron_between(v_spec, r.timezone, v_from, v_to, c_limit);
     IF cardinality(v_times) = 0 AND (r.last_installed_at IS NULL OR r.last_installed_at <= p_now) THEN
         v_times := dq__cron_between(v_spec, r.timezone, v_from, 'infinity', 1);
     END IF;
     v_n := cardinality(v_times);
     v_through := CASE WHEN v_n = c_limit THEN v_times[v_n] ELSE greatest(v_from, v_to, v_times[v_n]) END;
+    IF r.refill_from IS NOT NULL AND r.installed_through IS NOT NULL THEN
+        v_refill := dq__cron_between(v_spec, r.timezone,
+                                     greatest(r.refill_from - interval '1 microsecond',
+                                              clock_timestamp() + dq__cron_refill_margin()),
+                                     least(r.installed_through, v_to), c_limit);
+    END IF;
+    v_times := ARRAY(SELECT DISTINCT t FROM unnest(v_refill || v_times) t ORDER BY t);
+    v_n := cardinality(v_times);
     IF v_n > 0 THEN
         v_created := dq_install_tick(r.queue, r.name, r.config_hash, v_times,
                                      array_fill(r.payload, ARRAY[v_n]), r.payload_type, false);
@@ -682,13 +720,80 @@ BEGIN
     UPDATE dq_cron c
        SET installed_through = v_through,
            last_installed_at = greatest(r.last_installed_at, v_times[v_n]),
-           next_at = coalesce((dq__cron_between(v_spec, r.timezone, v_through, 'infinity', 1))[1], 'infinity')
+           next_at = coalesce((dq__cron_between(v_spec, r.timezone, v_through, 'infinity', 1))[1], 'infinity'),
+           refill_from = NULL,
+           last_error = NULL,
+           last_error_at = NULL
      WHERE c.name = p_name;
     RETURN v_created;
 END;
 $$;
 COMMENT ON FUNCTION dq__cron_advance(text, timestamptz) IS
-  'Internal: installs the missing occurrences of one schedule (row locked by the caller) up to now + lookahead (<= 10000 per call) and at least the next one; returns messages created.';
+  'Internal: installs the missing occurrences of one schedule (row locked by the caller) up to now + lookahead or the 10,000th pending occurrence, at least the next one, and those deleted by dq_cancel/dq_purge due more than 1 minute ahead; returns messages created.';
+
+-- At most this many pending (installed, not yet due) occurrences per schedule.
+CREATE OR REPLACE FUNCTION dq__cron_pending_limit() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 10000 $$;
+COMMENT ON FUNCTION dq__cron_pending_limit() IS 'Internal: the most pending occurrences a schedule holds (10000).';
+
+-- Occurrences deleted less than this before they are due are not offered again (see dq__cron_advance).
+CREATE OR REPLACE FUNCTION dq__cron_refill_margin() RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT interval '1 minute' $$;
+COMMENT ON FUNCTION dq__cron_refill_margin() IS 'Internal: deleted occurrences due within this of the clock are not offered again (1 minute).';
+
+-- An upper bound of the occurrences of a schedule in any window of length `span`: one per period
+-- for 'every'; for 'cron' and 'daily', the times of a day over every local date the window can
+-- touch (a window of n days touches at most n + 2 dates, DST days being 23 to 25 hours long).
+CREATE OR REPLACE FUNCTION dq__cron_max_in(spec dq_cron_spec, span interval)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN ($1).kind = 'every'
+                THEN ceil(extract(epoch FROM $2) * 1000 / ($1).period_ms)::bigint
+                ELSE cardinality(($1).times)::bigint * (ceil(extract(epoch FROM $2) / 86400)::bigint + 2) END
+$$;
+COMMENT ON FUNCTION dq__cron_max_in(dq_cron_spec, interval) IS
+  'Internal: an upper bound of the occurrences of a parsed schedule in any window of length span.';
+
+-- dq_cancel and dq_purge call this before deleting: the named schedules owning future occurrences
+-- among the messages about to be deleted (queue, and key unless NULL) record the earliest of them in
+-- refill_from, and the next dq_cron_tick offers them again (dq__cron_advance). The schedules' rows
+-- are locked in name order before any message is touched, so the caller never holds a message lock
+-- while waiting for a schedule (a tick holds the schedule, then the messages: no cycle).
+CREATE OR REPLACE FUNCTION dq__cron_note_deleted(queue text, key text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_names  text[];
+    v_froms  timestamptz[];
+BEGIN
+    SELECT array_agg(o.cron_prefix ORDER BY o.cron_prefix), array_agg(o.first ORDER BY o.cron_prefix)
+      INTO v_names, v_froms
+      FROM (SELECT m.cron_prefix, min(m.scheduled_at_initially) AS first
+              FROM dq_messages m
+             WHERE m.queue = dq__cron_note_deleted.queue
+               AND (dq__cron_note_deleted.key IS NULL OR m.key = dq__cron_note_deleted.key)
+               AND m.cron_prefix IS NOT NULL
+               AND m.scheduled_at_initially > now()
+             GROUP BY m.cron_prefix) o;
+    IF v_names IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM 1 FROM dq_cron c
+     WHERE c.name = ANY (v_names) AND c.queue = dq__cron_note_deleted.queue
+     ORDER BY c.name
+       FOR NO KEY UPDATE;
+    UPDATE dq_cron c
+       SET refill_from = least(coalesce(c.refill_from, d.first), d.first)
+      FROM unnest(v_names, v_froms) AS d(name, first)
+     WHERE c.name = d.name AND c.queue = dq__cron_note_deleted.queue AND NOT c.paused;
+END;
+$$;
+COMMENT ON FUNCTION dq__cron_note_deleted(text, text) IS
+  'Internal: before dq_cancel/dq_purge delete messages, records in their schedules the earliest future occurrence deleted, for the next tick to offer again.';
 
 CREATE OR REPLACE FUNCTION dq_cron_install(
     name          text,
@@ -736,6 +841,11 @@ BEGIN
         RAISE EXCEPTION 'dq_cron_install: lookahead is %, it must be positive and at most 366 days',
             dq_cron_install.lookahead USING ERRCODE = '22023';
     END IF;
+    PERFORM dq__time_after('dq_cron_install', 'lookahead', dq_cron_install.lookahead, now(), false);
+    IF octet_length(dq_cron_install.payload) > 1024 THEN
+        PERFORM dq__check_payload_size('dq_cron_install', 'payload', dq_cron_install.queue,
+                                       octet_length(dq_cron_install.payload));
+    END IF;
     v_spec := dq__cron_parse('dq_cron_install', dq_cron_install.schedule);
     v_zone := dq__cron_zone('dq_cron_install', dq_cron_install.timezone);
     IF cardinality(dq__cron_between(v_spec, v_zone, now(), 'infinity', 1)) = 0 THEN
@@ -778,7 +888,7 @@ BEGIN
        SET queue = dq_cron_install.queue, schedule = dq_cron_install.schedule, timezone = v_zone,
            payload = dq_cron_install.payload, payload_type = v_type, lookahead = dq_cron_install.lookahead,
            config_hash = v_hash, installed_through = NULL, last_installed_at = NULL, next_at = NULL,
-           updated_at = now()
+           refill_from = NULL, last_error = NULL, last_error_at = NULL, updated_at = now()
      WHERE c.name = dq_cron_install.name;
     IF r.paused THEN
         PERFORM dq_uninstall_tick(dq_cron_install.queue, dq_cron_install.name, NULL);
@@ -789,7 +899,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_cron_install(text, text, text, bytea, text, text, interval) IS
-  'dq_cron_install(name text <=100, queue text <=100, schedule text <=1000 (cron, @macro, every <interval>, daily at HH:MM[:SS][, ...]), payload bytea, timezone text IANA default ''UTC'', payload_type text default ''bytes'', lookahead interval (0, 366 days] default 1 hour) -> text config hash: creates or replaces the named schedule and installs its occurrences up to now + lookahead (at least the next one) as messages <name>/<hash>/<epoch ms>. The same definition again changes nothing (a new lookahead only is stored); a changed one replaces every future occurrence in this transaction; a paused schedule stays paused. Errors: 22004 NULL, 22023 bad schedule/timezone/lookahead or never fires, 22001 too long.';
+  'dq_cron_install(name text <=100, queue text <=100, schedule text <=1000 (cron, @macro, every <interval>, daily at HH:MM[:SS][, ...]), payload bytea, timezone text IANA default ''UTC'', payload_type text default ''bytes'', lookahead interval (0, 366 days] default 1 hour) -> text config hash: creates or replaces the named schedule and installs its occurrences up to now + lookahead (at least the next one) as messages <name>/<hash>/<epoch ms> owned by the schedule (at most 10,000 pending: the window ends at the 10,000th occurrence when the lookahead would hold more). The same definition again changes nothing (a new lookahead only is stored); a changed one replaces every future occurrence it owns in this transaction (never other messages); a paused schedule stays paused. Errors: 22004 NULL, 22023 bad schedule/timezone/lookahead or never fires, 22001 too long, 54000 payload over the queue''s max_payload_bytes.';
 
 CREATE OR REPLACE FUNCTION dq_cron_install(
     name          text,
@@ -857,7 +967,7 @@ BEGIN
         PERFORM dq__raise_bad_name('dq_cron_pause', 'name', dq_cron_pause.name, 100);
     END IF;
     UPDATE dq_cron c
-       SET paused = true, installed_through = NULL, last_installed_at = NULL, next_at = NULL,
+       SET paused = true, installed_through = NULL, last_installed_at = NULL, next_at = NULL, refill_from = NULL,
            updated_at = CASE WHEN c.paused THEN c.updated_at ELSE now() END
      WHERE c.name = dq_cron_pause.name
     RETURNING c.queue INTO v_queue;
@@ -901,12 +1011,18 @@ COMMENT ON FUNCTION dq_cron_resume(text) IS
 --
 -- Cheap when there is nothing to do: a schedule needs work only when its next uninstalled occurrence
 -- (next_at) falls within now + lookahead, or when its last installed occurrence has passed (so that
--- at least the next one is always installed); that is one comparison per row, no evaluation.
+-- at least the next one is always installed), or when dq_cancel/dq_purge deleted some of its future
+-- occurrences (refill_from); that is one comparison per row, no evaluation.
 -- Concurrency: the schedules needing work are locked FOR NO KEY UPDATE SKIP LOCKED, so concurrent
 -- ticks never wait for each other nor fail: each schedule is advanced by exactly one of them, and a
 -- schedule being changed by dq_cron_install/pause/uninstall is skipped (that call installs itself).
 -- Even without the locks an occurrence could not be offered twice: its key is unique per queue.
 -- Call it under READ COMMITTED (the default; pg_cron's jobs do).
+-- Isolation: one schedule that fails (a time zone tzdata no longer has, a payload over a lowered
+-- limit) does not stop the others. The whole pass runs in one subtransaction (not one per schedule:
+-- more than 64 subtransactions in a transaction slow every session's snapshots); when a schedule
+-- fails, the pass is rolled back, the schedule is recorded (WARNING, last_error, last_error_at) and
+-- the pass runs again without it. A later tick tries it again; success clears last_error.
 CREATE OR REPLACE FUNCTION dq_cron_tick()
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
@@ -915,34 +1031,92 @@ AS $$
 DECLARE
     v_now      timestamptz := now();
     v_name     text;
-    v_created  integer := 0;
+    v_current  text;
+    v_failed   text[] := '{}';
+    v_created  integer;
+    v_error    text;
 BEGIN
-    FOR v_name IN
-        SELECT c.name FROM dq_cron c
-         WHERE NOT c.paused
-           AND (c.next_at IS NULL
-                OR c.next_at <= v_now + c.lookahead
-                OR (c.last_installed_at <= v_now AND c.next_at < 'infinity'))
-         ORDER BY c.name
-           FOR NO KEY UPDATE SKIP LOCKED
     LOOP
-        v_created := v_created + dq__cron_advance(v_name, v_now);
+        v_created := 0;
+        v_current := NULL;
+        BEGIN
+            FOR v_name IN
+                SELECT c.name FROM dq_cron c
+                 WHERE NOT c.paused
+                   AND (c.next_at IS NULL
+                        OR c.next_at <= v_now + c.lookahead
+                        OR (c.last_installed_at <= v_now AND c.next_at < 'infinity')
+                        OR c.refill_from IS NOT NULL)
+                   AND NOT (c.name = ANY (v_failed))
+                 ORDER BY c.name
+                   FOR NO KEY UPDATE SKIP LOCKED
+            LOOP
+                v_current := v_name;
+                v_created := v_created + dq__cron_advance(v_name, v_now);
+                v_current := NULL;
+            END LOOP;
+            RETURN v_created;
+        EXCEPTION WHEN OTHERS THEN
+            IF v_current IS NULL THEN
+                RAISE;  -- not a schedule's failure
+            END IF;
+            GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
+            v_failed := v_failed || v_current;
+        END;
+        RAISE WARNING 'dq_cron_tick: schedule % failed and was skipped: %', v_current, v_error;
+        UPDATE dq_cron c SET last_error = left(v_error, 10000), last_error_at = clock_timestamp()
+         WHERE c.name = v_current;
     END LOOP;
-    RETURN v_created;
 END;
 $$;
 COMMENT ON FUNCTION dq_cron_tick() IS
-  'dq_cron_tick() -> integer messages created: for every active schedule, installs its occurrences in (now, now + lookahead] not yet installed (at most 10000 per schedule per call; the next call continues) and always at least the next one. Concurrent calls never block each other nor duplicate an occurrence (FOR NO KEY UPDATE SKIP LOCKED; unique keys). Run every minute by the pg_cron job dq-cron-tick. Call under READ COMMITTED.';
+  'dq_cron_tick() -> integer messages created: for every active schedule, installs its occurrences in (now, now + lookahead] not yet installed (at most 10,000 pending per schedule; the next call continues), always at least the next one, and again those deleted by dq_cancel/dq_purge that are due more than 1 minute ahead. A schedule that fails is skipped with a WARNING and its last_error set; the others are installed. Concurrent calls never block each other nor duplicate an occurrence (FOR NO KEY UPDATE SKIP LOCKED; unique keys). Run every minute by the pg_cron job dq-cron-tick. Call under READ COMMITTED.';
+
+-- The next occurrences of a stored schedule, or NULL when it cannot be evaluated (a zone that
+-- tzdata no longer has): one broken schedule must not hide the others from dq_cron_schedules (its
+-- error is in last_error once a tick has tried it). The exception block costs a subtransaction per
+-- schedule listed; this is an operator's read, not a hot path.
+CREATE OR REPLACE FUNCTION dq__cron_next(schedule text, timezone text, max_count integer)
+RETURNS timestamptz[]
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+BEGIN
+    RETURN dq__cron_between(dq__cron_parse('dq_cron_schedules', schedule), timezone, now(), 'infinity', max_count);
+EXCEPTION WHEN data_exception OR invalid_parameter_value THEN
+    RETURN NULL;
+END;
+$$;
+COMMENT ON FUNCTION dq__cron_next(text, text, integer) IS
+  'Internal: the next max_count occurrences of a stored schedule after now, NULL when it cannot be evaluated.';
+
+-- The schedules with their next occurrences, for dq_cron_schedules. SECURITY DEFINER (granted to
+-- dq_admin): the evaluation calls internal functions that no application role may execute, and a
+-- view checks the functions it calls against the role that reads it (PostgreSQL manual, CREATE VIEW).
+CREATE OR REPLACE FUNCTION dq_cron_list()
+RETURNS TABLE (name text, queue text, schedule text, timezone text, payload_type text, lookahead interval,
+               config_hash text, paused boolean, next_occurrences timestamptz[], installed_through timestamptz,
+               last_installed_at timestamptz, next_uninstalled_at timestamptz, created_at timestamptz,
+               updated_at timestamptz, last_error text, last_error_at timestamptz)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+SELECT c.name, c.queue, c.schedule, c.timezone, c.payload_type, c.lookahead, c.config_hash, c.paused,
+       CASE WHEN NOT c.paused THEN dq__cron_next(c.schedule, c.timezone, 5) END,
+       c.installed_through, c.last_installed_at, c.next_at, c.created_at, c.updated_at, c.last_error, c.last_error_at
+  FROM dq_cron c
+ ORDER BY c.name
+$$;
+COMMENT ON FUNCTION dq_cron_list() IS
+  'dq_cron_list() -> the named schedules (the rows of the view dq_cron_schedules): definition, paused, next 5 occurrences after now (NULL when paused), the tick''s bookkeeping and the last evaluation error. Role dq_admin.';
 
 CREATE OR REPLACE VIEW dq_cron_schedules AS
-SELECT c.name, c.queue, c.schedule, c.timezone, c.payload_type, c.lookahead, c.config_hash, c.paused,
-       CASE WHEN NOT c.paused
-            THEN dq__cron_between(dq__cron_parse('dq_cron_schedules', c.schedule), c.timezone, now(), 'infinity', 5)
-       END AS next_occurrences,
-       c.installed_through, c.last_installed_at, c.next_at AS next_uninstalled_at, c.created_at, c.updated_at
-  FROM dq_cron c;
+SELECT l.name, l.queue, l.schedule, l.timezone, l.payload_type, l.lookahead, l.config_hash, l.paused,
+       l.next_occurrences, l.installed_through, l.last_installed_at, l.next_uninstalled_at, l.created_at,
+       l.updated_at, l.last_error, l.last_error_at
+  FROM dq_cron_list() l;
 COMMENT ON VIEW dq_cron_schedules IS
-  'The named schedules (dq_cron_install) with their next 5 occurrences after now (NULL when paused) and the tick''s bookkeeping (installed_through, last_installed_at, next_uninstalled_at).';
+  'The named schedules (dq_cron_install) with their next 5 occurrences after now (NULL when paused or when the schedule cannot be evaluated), the tick''s bookkeeping (installed_through, last_installed_at, next_uninstalled_at) and the last evaluation error (last_error, last_error_at; cleared by the next successful tick).';
 
 -- pg_cron hygiene. pg_cron writes one cron.job_run_details row per run and never deletes any
 -- (pg_cron issue 416; "cron.log_run" turns logging off server-wide, losing the record of failures).

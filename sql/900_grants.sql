@@ -28,12 +28,12 @@ BEGIN
     LOOP
         v_kind := CASE v_fn.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END;
         EXECUTE format('REVOKE ALL ON %s %s FROM PUBLIC', v_kind, v_fn.sig);
-        -- Functions called in a view are checked against the view's user (PostgreSQL, CREATE VIEW):
-        -- the ones dq_cron_schedules calls are granted to the role that reads it.
-        IF v_fn.proname IN ('dq__cron_between', 'dq__cron_parse') THEN
-            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO dq_admin', v_fn.sig);
+        -- Internals are executable by no application role (releases before 0.3 granted two of them
+        -- to dq_admin for dq_cron_schedules, which now reads through the SECURITY DEFINER dq_cron_list).
+        IF v_fn.proname LIKE 'dq\_\_%' THEN
+            EXECUTE format('REVOKE ALL ON %s %s FROM dq_producer, dq_consumer, dq_admin', v_kind, v_fn.sig);
+            CONTINUE;
         END IF;
-        CONTINUE WHEN v_fn.proname LIKE 'dq\_\_%';
         IF v_fn.prokind = 'f' THEN  -- a procedure that commits cannot be SECURITY DEFINER
             EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER', v_fn.sig);
         END IF;

@@ -14,9 +14,11 @@ from pyqueue import DelayedQueue
 
 
 def row(conn, queue: str, key: str):
+    """The delivery count where it died (dead letters) or its own (ordinary messages), the error
+    fields and the dead-letter fields of the one message with this key."""
     return conn.execute(
-        "SELECT delivery_count, last_error, last_error_at IS NOT NULL, dead_from, dead_at IS NOT NULL, lock_token "
-        "FROM dq_messages WHERE queue = %s AND key = %s", (queue, key)).fetchone()
+        "SELECT coalesce(dead_delivery_count, delivery_count), last_error, last_error_at IS NOT NULL, dead_from, "
+        "dead_at IS NOT NULL, lock_token FROM dq_messages WHERE queue = %s AND key = %s", (queue, key)).fetchone()
 
 
 def test_nack_at_the_limit_dead_letters_with_the_error(conn) -> None:
@@ -63,14 +65,21 @@ def test_poll_delivers_the_rest_of_a_batch_that_had_a_dead_letter(conn) -> None:
     assert row(conn, "jobs.dead", "b") is not None
 
 
-def test_newer_dead_letter_replaces_an_older_one_with_the_same_key(conn) -> None:
+def test_a_key_that_dies_twice_keeps_both_dead_letters(conn) -> None:
+    # Used to be "the newer replaces the older": the older dead letter was lost without a trace.
     conn.execute("SELECT dq_configure_queue('jobs', 1, 'jobs.dead')")
     for payload in ("old", "new"):
         conn.execute("SELECT dq_offer('jobs', 'k', %s)", (payload,))
         (token,) = conn.execute("SELECT lock_token FROM dq_poll_many('jobs')").fetchone()
         conn.execute("SELECT dq_nack(%s, '0', %s)", (token, f"failed {payload}"))
-    assert conn.execute("SELECT payload, last_error FROM dq_messages WHERE queue = 'jobs.dead'").fetchall() == [
-        (b"new", "failed new")]
+    assert conn.execute(
+        "SELECT payload, last_error, delivery_count, dead_delivery_count FROM dq_messages WHERE queue = 'jobs.dead' "
+        "ORDER BY dead_at, id").fetchall() == [(b"old", "failed old", 0, 1), (b"new", "failed new", 0, 1)]
+    # dq_get lists both; the first redrive sends one back, the other waits for the key to be free.
+    assert [r[0] for r in conn.execute("SELECT payload FROM dq_get('jobs.dead', 'k')")] == [b"old", b"new"]
+    assert conn.execute("SELECT dq_redrive('jobs.dead')").fetchone()[0] == 1
+    assert conn.execute("SELECT payload FROM dq_messages WHERE queue = 'jobs'").fetchall() == [(b"old",)]
+    assert conn.execute("SELECT payload FROM dq_messages WHERE queue = 'jobs.dead'").fetchall() == [(b"new",)]
 
 
 def test_redrive_sends_back_and_never_overwrites_a_live_key(conn) -> None:
