@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlhelpers import PROJECT, run_workers, table_rows
+from sqlhelpers import PROJECT, run_workers, table_rows, wait_until_server_time
 
 from pyqueue import cron
 from pyqueue.errors import InvalidArgument
@@ -306,14 +306,29 @@ def test_at_least_the_next_occurrence_is_installed(conn):
     assert conn.execute("SELECT dq_cron_tick()").fetchone() == (0,)
 
 
-def test_work_per_schedule_per_tick_is_bounded(conn):
-    # every second for a day = 86400 occurrences: 10000 per call, the next tick continues.
-    install(conn, "s", "every 1 second", lookahead="1 day")
-    assert len(messages(conn, "q")) == 10000
-    assert conn.execute("SELECT dq_cron_tick()").fetchone() == (10000,)
+@pytest.mark.parametrize("lookahead", ["1 day", "366 days"])
+def test_pending_occurrences_per_schedule_are_capped_at_10000(conn, lookahead):
+    # every second for a day = 86,400 occurrences (366 days: 31.6 million): a schedule has at most
+    # 10,000 pending; the install offers the first 10,000 and each tick only tops the window up to
+    # 10,000 after its now() (issue 12, item 6), instead of adding 10,000 more per tick.
+    install(conn, "s", "every 1 second", lookahead=lookahead)
     msgs = messages(conn, "q")
-    assert len(msgs) == 20000
-    assert all((b[1] - a[1]) == timedelta(seconds=1) for a, b in zip(msgs, msgs[1:], strict=False))
+    assert len(msgs) == 10000
+    first = msgs[0][1]
+    for wait in (None, first + timedelta(seconds=1.5), first + timedelta(seconds=3)):
+        if wait is not None:
+            wait_until_server_time(conn, wait)  # some occurrences fall due: the tick tops up for them
+        before = len(messages(conn, "q"))
+        tick_now, created = conn.execute("SELECT now(), dq_cron_tick()").fetchone()  # type: ignore[misc]
+        msgs = messages(conn, "q")
+        assert len(msgs) == before + created
+        due = sum(1 for _, at in msgs if at <= tick_now)  # counts, not instants: nothing prints now()
+        pending = sum(1 for _, at in msgs if at > tick_now)
+        assert pending == 10000, (pending, created)
+        assert len(msgs) <= 10000 + due
+        from_first = msgs[0][1] == first
+        assert from_first  # nothing lost at the start, no gap, no repeat
+        assert all((b[1] - a[1]) == timedelta(seconds=1) for a, b in zip(msgs, msgs[1:], strict=False))
 
 
 def test_view_lists_schedules_with_next_occurrences(conn):
