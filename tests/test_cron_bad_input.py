@@ -52,9 +52,19 @@ CASES = [
          "22004", "dq_install_tick:", "scheduled_ats[2]"),
     case("it-payload-element-null", f"SELECT dq_install_tick('q', 'keep', 'h', {T2}, ARRAY['\\x01', NULL]::bytea[])",
          "22004", "dq_install_tick:", "payloads[2]"),
+    # issue 12, item 1: every instant within [0001-01-02, 9999-12-30] UTC, else 22008
     case("it-infinite", "SELECT dq_install_tick('q', 'keep', 'h', ARRAY['2100-01-01Z', 'infinity']::timestamptz[],"
                         f" {P2})",
-         "22023", "dq_install_tick:", "scheduled_ats[2]", "finite"),
+         "22008", "dq_install_tick:", "scheduled_ats[2]", "9999-12-30"),
+    case("it-minus-infinite", "SELECT dq_install_tick('q', 'keep', 'h', ARRAY['2100-01-01Z',"
+                              f" '-infinity']::timestamptz[], {P2})",
+         "22008", "dq_install_tick:", "scheduled_ats[2]", "9999-12-30"),
+    case("it-year-10000", "SELECT dq_install_tick('q', 'keep', 'h', ARRAY['2100-01-01Z',"
+                          f" '10000-01-01Z']::timestamptz[], {P2})",
+         "22008", "dq_install_tick:", "scheduled_ats[2]", "9999-12-30"),
+    case("it-bc", "SELECT dq_install_tick('q', 'keep', 'h', ARRAY['2100-01-01Z',"
+                  f" '4713-01-01 00:00:00+00 BC']::timestamptz[], {P2})",
+         "22008", "dq_install_tick:", "scheduled_ats[2]", "9999-12-30"),
     case("it-same-ms", "SELECT dq_install_tick('q', 'keep', 'h', ARRAY['2100-01-01 00:00:00.0001Z', '2100-01-01"
                        f" 00:00:00.0002Z']::timestamptz[], {P2})",
          "22023", "dq_install_tick:", "scheduled_ats[2]", "millisecond"),
@@ -144,6 +154,17 @@ CASES = [
          "dq_cron_prune_run_details:", "keep", "negative"),
     case("co-after-null", "SELECT * FROM dq_cron_occurrences('@daily', 'UTC', NULL)", "22004",
          "dq_cron_occurrences:", "after"),
+    # issue 12, item 1: after within range; until may be 'infinity' but not '-infinity' nor out of range
+    case("co-after-minus-infinity", "SELECT * FROM dq_cron_occurrences('@daily', 'UTC', '-infinity')", "22008",
+         "dq_cron_occurrences:", "after", "9999-12-30"),
+    case("co-after-infinity", "SELECT * FROM dq_cron_occurrences('@daily', 'UTC', 'infinity')", "22008",
+         "dq_cron_occurrences:", "after", "9999-12-30"),
+    case("co-after-year-10000", "SELECT * FROM dq_cron_occurrences('@daily', 'UTC', '10000-01-01Z')", "22008",
+         "dq_cron_occurrences:", "after", "9999-12-30"),
+    case("co-until-minus-infinity", "SELECT * FROM dq_cron_occurrences('@daily', 'UTC', now(), '-infinity')",
+         "22008", "dq_cron_occurrences:", "until", "9999-12-30"),
+    case("co-until-year-10000", "SELECT * FROM dq_cron_occurrences('@daily', 'UTC', now(), '10000-01-01Z')",
+         "22008", "dq_cron_occurrences:", "until", "9999-12-30"),
 ]
 # fmt: on
 

@@ -12,6 +12,11 @@ flight, one in the future) and checks:
   payload, so that a function writing before it validates would be caught.
 
 The statements may use ``%(token)s``: the lock token of the message in flight.
+
+Timestamps (issue 12, item 1): every timestamp stored must lie in [0001-01-02, 9999-12-30] UTC;
+out of range is 22008 naming the parameter and the bound. Intervals are judged by their effect
+``now() + x``: ``interval '-1 year +364 days'`` compares as positive (a year counts 360 days in
+interval comparison) but lands a day or two in the past on every date.
 """
 
 from __future__ import annotations
@@ -44,6 +49,35 @@ def many(keys: str, payloads: str, *rest: str) -> str:
 
 OK3 = r"ARRAY['\x01', '\x02', '\x03']::bytea[]"
 KEYS3 = "ARRAY['new1', 'due1', 'new3']"  # due1 exists: with these payloads it would be updated
+
+# Out-of-range instants (issue 12, item 1): a dq_offer/dq_install_tick with one of these is 22008.
+BAD_TIMES = {
+    "infinity": "infinity",
+    "minus-infinity": "-infinity",
+    "year-10000": "10000-01-01 00:00:00+00",
+    "after-9999-12-30": "9999-12-30 00:00:00.000001+00",
+    "0001-01-01": "0001-01-01 00:00:00+00",
+    "bc": "4713-01-01 00:00:00+00 BC",
+}
+# A payload one byte over the default limit of 1 MiB (1048576 bytes).
+OVER_1MIB = "convert_to(repeat('x', 1048577), 'UTF8')"
+# An interval that compares as positive (-360 + 364 days) but whose effect now() + x is in the past.
+PAST_EFFECT = "interval '-1 year +364 days'"
+
+
+def offer_time_cases() -> list[Any]:
+    """dq_offer's scheduled_at out of range, in each payload form (bytea, text, jsonb)."""
+    forms = {"bytea": r"'\x01'::bytea", "text": "'v'::text", "jsonb": "'{}'::jsonb"}
+    return [
+        case(
+            f"offer-{form}-scheduled_at-{name}",
+            f"SELECT dq_offer('q', 'k', {payload}, timestamptz '{value}')",  # noqa: S608 - constant test SQL
+            "22008", "dq_offer:", "scheduled_at", "9999-12-30",
+        )
+        for form, payload in forms.items()
+        for name, value in BAD_TIMES.items()
+    ]
+
 
 # fmt: off
 CASES = [
@@ -227,6 +261,64 @@ CASES = [
     case("wait-queue-empty", "SELECT dq_wait('')", "22023", "dq_wait:", "queue", "empty"),
     case("wait-max_wait-null", "SELECT dq_wait('q', NULL)", "22004", "dq_wait:", "max_wait", "NULL"),
     case("wait-max_wait-0", "SELECT dq_wait('q', interval '0')", "22023", "dq_wait:", "max_wait", "positive"),
+    # ---- issue 12, item 1: timestamps within [0001-01-02, 9999-12-30], intervals by their effect
+    *offer_time_cases(),
+    *[
+        case(
+            f"offer_many-scheduled_ats-element-{name}",
+            many(KEYS3, OK3, f"ARRAY[now(), now(), '{value}']::timestamptz[]"),
+            "22008", "dq_offer_many:", "scheduled_ats[3]", "9999-12-30",
+        )
+        for name, value in BAD_TIMES.items()
+    ],
+    case("nack-delay-overflow", "SELECT dq_nack(%(token)s::uuid, interval '300000 years')",
+         "22008", "dq_nack:", "delay", "9999-12-30"),
+    case("nack-delay-past-9999", "SELECT dq_nack(%(token)s::uuid, interval '8000 years')",
+         "22008", "dq_nack:", "delay", "9999-12-30"),
+    case("nack-delay-negative-effect-1-mon-40-days", "SELECT dq_nack(%(token)s::uuid, interval '1 mon -40 days')",
+         "22023", "dq_nack:", "delay"),
+    case("nack-delay-negative-effect-year", f"SELECT dq_nack(%(token)s::uuid, {PAST_EFFECT})",
+         "22023", "dq_nack:", "delay"),
+    case("extend-lock_timeout-overflow", "SELECT dq_extend(%(token)s::uuid, interval '300000 years')",
+         "22008", "dq_extend:", "lock_timeout", "9999-12-30"),
+    case("extend-lock_timeout-past-9999", "SELECT dq_extend(%(token)s::uuid, interval '8000 years')",
+         "22008", "dq_extend:", "lock_timeout", "9999-12-30"),
+    case("extend-lock_timeout-negative-effect-1-mon-40-days",
+         "SELECT dq_extend(%(token)s::uuid, interval '1 mon -40 days')", "22023", "dq_extend:", "lock_timeout"),
+    case("extend-lock_timeout-negative-effect-year", f"SELECT dq_extend(%(token)s::uuid, {PAST_EFFECT})",
+         "22023", "dq_extend:", "lock_timeout"),
+    case("poll-lock_timeout-overflow", "SELECT * FROM dq_poll_many('q', 1, interval '300000 years')",
+         "22008", "dq_poll_many:", "lock_timeout", "9999-12-30"),
+    case("poll-lock_timeout-past-9999", "SELECT * FROM dq_poll_many('q', 1, interval '8000 years')",
+         "22008", "dq_poll_many:", "lock_timeout", "9999-12-30"),
+    case("poll-lock_timeout-negative-effect-1-mon-40-days",
+         "SELECT * FROM dq_poll_many('q', 1, interval '1 mon -40 days')", "22023", "dq_poll_many:", "lock_timeout"),
+    case("poll-lock_timeout-negative-effect-year",
+         f"SELECT * FROM dq_poll_many('q', 1, {PAST_EFFECT})",  # noqa: S608 - constant test SQL
+         "22023", "dq_poll_many:", "lock_timeout"),
+    # ---- issue 12, item 8: max_wait is at most 1 hour
+    case("wait-max_wait-2-hours", "SELECT dq_wait('q', interval '2 hours')",
+         "22023", "dq_wait:", "max_wait", "limit is 1 hour"),
+    case("wait-max_wait-1000-years", "SELECT dq_wait('q', interval '1000 years')",
+         "22023", "dq_wait:", "max_wait", "limit is 1 hour"),
+    # ---- issue 12, item 9: payloads of at most max_payload_bytes (default 1 MiB), counted in bytes
+    case("offer-payload-1mib-plus-1-bytea", f"SELECT dq_offer('q', 'k', {OVER_1MIB})",
+         "54000", "dq_offer:", "payload", "1048577", "1048576"),
+    case("offer-payload-1mib-plus-1-text", "SELECT dq_offer('q', 'k', repeat('x', 1048577))",
+         "54000", "dq_offer:", "payload", "1048577", "1048576"),
+    case("offer-payload-1mib-plus-1-jsonb", "SELECT dq_offer('q', 'k', to_jsonb(repeat('x', 1048575)))",
+         "54000", "dq_offer:", "payload", "1048577", "1048576"),
+    case("offer-payload-multibyte-text", "SELECT dq_offer('q', 'k', repeat('é', 524289))",  # 524289 chars
+         "54000", "dq_offer:", "payload", "1048578", "1048576"),
+    case("offer-payload-update-too-big", f"SELECT dq_offer('q', 'due1', {OVER_1MIB})",
+         "54000", "dq_offer:", "payload", "1048577", "1048576"),
+    case("offer_many-payload-element-too-big", many(KEYS3, rf"ARRAY['\x01', '\x02', {OVER_1MIB}]::bytea[]"),
+         "54000", "dq_offer_many:", "payloads[3]", "1048577", "1048576"),
+    case("configure-max_payload_bytes-1023", "SELECT dq_configure_queue('q', max_payload_bytes => 1023)",
+         "22023", "dq_configure_queue:", "max_payload_bytes", "1024"),
+    case("configure-max_payload_bytes-1gib-plus-1",
+         "SELECT dq_configure_queue('q', max_payload_bytes => 1073741825)",
+         "22023", "dq_configure_queue:", "max_payload_bytes", "1073741824"),
 ]
 # fmt: on
 
