@@ -8,7 +8,7 @@ tests/test_cron_bad_input.py.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -91,9 +91,14 @@ def test_offer_scheduled_at_bounds_are_inclusive_and_readable_by_python(dsn: str
 def test_python_offer_after_9999_12_30_is_rejected(dsn: str) -> None:
     """datetime.max territory: Python can send 9999-12-31, which is past the bound (22008)."""
     with DelayedQueue(dsn, "jobs") as q:
-        with pytest.raises(pyqueue.PyQueueError) as info:
+        with pytest.raises(pyqueue.DatetimeOutOfRange) as info:
             q.offer("k", "x", at=datetime(9999, 12, 31, tzinfo=UTC))
         assert info.value.sqlstate == "22008"
+        assert "scheduled_at" in info.value.message and "9999-12-30" in info.value.message
+        assert isinstance(info.value, pyqueue.InvalidArgument)
+        assert q.get("k") is None
+        with pytest.raises(pyqueue.DatetimeOutOfRange):  # now + delay past the bound: no row either
+            q.offer("k", "x", delay=timedelta(days=3_000_000))
         assert q.get("k") is None
 
 
