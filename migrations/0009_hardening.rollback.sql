@@ -17,8 +17,5 @@ END;
 $$;
 ALTER TABLE dq_messages DROP CONSTRAINT IF EXISTS dq_messages_queue_key_key;
 ALTER TABLE dq_messages ADD CONSTRAINT dq_messages_queue_key_key UNIQUE (queue, key);
-ALTER TABLE dq_messages DROP CONSTRAINT IF EXISTS dq_messages_dead_fields,
-    DROP CONSTRAINT IF EXISTS dq_messages_scheduled_at_initially_range,
-    DROP CONSTRAINT IF EXISTS dq_messages_scheduled_at_range;
 ALTER TABLE dq_messages DROP COLUMN IF EXISTS dead_from_id, DROP COLUMN IF EXISTS cron_prefix, DROP COLUMN IF EXISTS dead_delivery_count,
     DROP COLUMN IF EXISTS claimed_at, DROP COLUMN IF EXISTS due_at;

@@ -11,7 +11,7 @@
 -- primary-key index and no NOTIFY (NOTIFY takes a database-wide lock at commit).
 -- Liveness: a waiter row outlives a session that died without dq_wait_done. Such a row never causes
 -- a notification: dq__wake checks that the backend pid still exists (pg_stat_get_activity), and
--- dq_wait prunes the queue's rows of sessions that are gone or whose wake_at has passed. A pid
+-- dq_wait prunes the queue's rows of sessions that are gone. A pid
 -- reused by a new session can cause a spurious notification until the row expires (at most the
 -- 1 hour that max_wait allows); never a missed one.
 -- A wake-up missed by a race (an offer whose statement started before the waiter registered
@@ -37,13 +37,15 @@ BEGIN
     END IF;
     v_wake := dq__time_after('dq_wait', 'max_wait', max_wait, v_now, false, interval '1 hour', '1 hour');
 
-    -- Prune this queue's rows that can no longer wake anyone: expired (wake_at passed) or left by a
-    -- session that is gone. SKIP LOCKED: never wait for another waiter's registration.
+    -- Prune this queue's rows left by sessions that are gone. SKIP LOCKED: never wait for another
+    -- waiter. Rows of live sessions are never touched, even expired ones: deleting a live waiter's
+    -- row while it re-registers would make each wait for the other's delete (a deadlock, seen with
+    -- two waiters pruning each other); an expired row wakes nobody anyway.
     DELETE FROM dq_waiters w
      WHERE (w.queue, w.pid) IN (
         SELECT x.queue, x.pid FROM dq_waiters x
          WHERE x.queue = dq_wait.queue AND x.pid <> pg_backend_pid()
-           AND (x.wake_at <= v_now OR NOT EXISTS (SELECT 1 FROM pg_stat_get_activity(x.pid)))
+           AND NOT EXISTS (SELECT 1 FROM pg_stat_get_activity(x.pid))
            FOR UPDATE SKIP LOCKED);
 
     SELECT min(m.scheduled_at) INTO v_next FROM dq_messages m WHERE m.queue = dq_wait.queue;

@@ -11,7 +11,7 @@
 -- lock_token, so a consumer still holding the old version cannot acknowledge away the new one
 -- (its token no longer matches). An update makes the message an ordinary message of this queue:
 -- its last error, the due and claim times of its last delivery and any schedule ownership are
--- cleared. Dead letters are never matched: the unique constraint (queue, key, dead_from, dead_at)
+-- cleared. Dead letters are never matched: the unique constraint (queue, key, dead_from_id)
 -- NULLS NOT DISTINCT makes an offer conflict only with the queue's ordinary message of that key.
 CREATE OR REPLACE FUNCTION dq_offer(
     queue         text,
@@ -130,13 +130,14 @@ COMMENT ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text) IS
 
 -- dq_offer_many: dq_offer's semantics for each element, set-based: one validation query and
 -- one INSERT .. ON CONFLICT for the whole batch; element positions in errors are 1-based.
--- dq__offer_many is the body; cron_prefix is the owner recorded on created rows (dq_install_tick's
+-- dq__offer_many is the body; fn is the public function its errors name, cron_prefix is the owner recorded on created rows (dq_install_tick's
 -- key_prefix; NULL for dq_offer_many).
 --
 -- Concurrency: as dq_offer, per row. Rows are inserted in bytewise key order (COLLATE "C", the
 -- key column's collation, whatever the database's), as dead-lettering and redrive insert theirs, so
 -- two statements that overlap take their row locks in the same order and do not deadlock.
 CREATE OR REPLACE FUNCTION dq__offer_many(
+    fn             text,
     queue          text,
     keys           text[],
     payloads       bytea[],
@@ -167,34 +168,34 @@ DECLARE
     v_big_len    integer;
 BEGIN
     IF dq__offer_many.queue IS NULL OR dq__offer_many.queue = '' OR char_length(dq__offer_many.queue) > 100 THEN
-        PERFORM dq__raise_bad_name('dq_offer_many', 'queue', dq__offer_many.queue, 100);
+        PERFORM dq__raise_bad_name(fn, 'queue', dq__offer_many.queue, 100);
     END IF;
     IF dq__offer_many.keys IS NULL THEN
-        PERFORM dq__raise_null('dq_offer_many', 'keys');
+        PERFORM dq__raise_null(fn, 'keys');
     END IF;
     IF dq__offer_many.payloads IS NULL THEN
-        PERFORM dq__raise_null('dq_offer_many', 'payloads');
+        PERFORM dq__raise_null(fn, 'payloads');
     END IF;
     IF dq__offer_many.can_update IS NULL THEN
-        PERFORM dq__raise_null('dq_offer_many', 'can_update');
+        PERFORM dq__raise_null(fn, 'can_update');
     END IF;
     IF array_ndims(dq__offer_many.keys) > 1 OR array_ndims(dq__offer_many.payloads) > 1
        OR array_ndims(dq__offer_many.scheduled_ats) > 1 OR array_ndims(dq__offer_many.payload_types) > 1 THEN
-        RAISE EXCEPTION 'dq_offer_many: arrays must be one-dimensional' USING ERRCODE = '22023';
+        RAISE EXCEPTION '%: arrays must be one-dimensional', fn USING ERRCODE = '22023';
     END IF;
     IF v_n > 100000 THEN
-        RAISE EXCEPTION 'dq_offer_many: keys has % elements, the limit is 100000', v_n USING ERRCODE = '54000';
+        RAISE EXCEPTION '%: keys has % elements, the limit is 100000', fn, v_n USING ERRCODE = '54000';
     END IF;
     IF coalesce(cardinality(dq__offer_many.payloads), 0) <> v_n THEN
-        RAISE EXCEPTION 'dq_offer_many: payloads has % elements, keys has %',
+        RAISE EXCEPTION '%: payloads has % elements, keys has %', fn,
             coalesce(cardinality(dq__offer_many.payloads), 0), v_n USING ERRCODE = '22023';
     END IF;
     IF dq__offer_many.scheduled_ats IS NOT NULL AND cardinality(dq__offer_many.scheduled_ats) <> v_n THEN
-        RAISE EXCEPTION 'dq_offer_many: scheduled_ats has % elements, keys has %',
+        RAISE EXCEPTION '%: scheduled_ats has % elements, keys has %', fn,
             cardinality(dq__offer_many.scheduled_ats), v_n USING ERRCODE = '22023';
     END IF;
     IF dq__offer_many.payload_types IS NOT NULL AND cardinality(dq__offer_many.payload_types) <> v_n THEN
-        RAISE EXCEPTION 'dq_offer_many: payload_types has % elements, keys has %',
+        RAISE EXCEPTION '%: payload_types has % elements, keys has %', fn,
             cardinality(dq__offer_many.payload_types), v_n USING ERRCODE = '22023';
     END IF;
     IF v_n = 0 THEN
@@ -218,16 +219,16 @@ BEGIN
     -- Positions are 1-based ordinals (whatever the arrays' lower bounds); values are read by ordinal.
     IF v_bad_key IS NOT NULL THEN
         SELECT u.k INTO v_value FROM unnest(dq__offer_many.keys) WITH ORDINALITY AS u(k, i) WHERE u.i = v_bad_key;
-        PERFORM dq__raise_bad_name('dq_offer_many', format('keys[%s]', v_bad_key), v_value, 200);
+        PERFORM dq__raise_bad_name(fn, format('keys[%s]', v_bad_key), v_value, 200);
     END IF;
     IF v_bad_pay IS NOT NULL THEN
-        PERFORM dq__raise_null('dq_offer_many', format('payloads[%s]', v_bad_pay));
+        PERFORM dq__raise_null(fn, format('payloads[%s]', v_bad_pay));
     END IF;
     IF v_bad_sched IS NOT NULL THEN
-        PERFORM dq__raise_null('dq_offer_many', format('scheduled_ats[%s]', v_bad_sched));
+        PERFORM dq__raise_null(fn, format('scheduled_ats[%s]', v_bad_sched));
     END IF;
     IF v_bad_time IS NOT NULL THEN
-        PERFORM dq__raise_bad_time('dq_offer_many', format('scheduled_ats[%s]', v_bad_time),
+        PERFORM dq__raise_bad_time(fn, format('scheduled_ats[%s]', v_bad_time),
                                    dq__offer_many.scheduled_ats[array_lower(dq__offer_many.scheduled_ats, 1) + v_bad_time - 1]);
     END IF;
     -- Payloads over 1 KiB (the smallest limit a queue may have): compare with the queue's limit,
@@ -239,18 +240,18 @@ BEGIN
                                             dq__default_max_payload_bytes())
          ORDER BY u.i LIMIT 1;
         IF FOUND THEN
-            PERFORM dq__check_payload_size('dq_offer_many', format('payloads[%s]', v_big), dq__offer_many.queue, v_big_len);
+            PERFORM dq__check_payload_size(fn, format('payloads[%s]', v_big), dq__offer_many.queue, v_big_len);
         END IF;
     END IF;
     IF v_bad_type IS NOT NULL THEN
         SELECT u.t INTO v_value FROM unnest(dq__offer_many.payload_types) WITH ORDINALITY AS u(t, i)
          WHERE u.i = v_bad_type;
-        PERFORM dq__raise_bad_name('dq_offer_many', format('payload_types[%s]', v_bad_type), v_value, 100);
+        PERFORM dq__raise_bad_name(fn, format('payload_types[%s]', v_bad_type), v_value, 100);
     END IF;
     IF v_distinct <> v_n THEN
         SELECT u.k INTO v_dup FROM unnest(dq__offer_many.keys) AS u(k)
          GROUP BY u.k HAVING count(*) > 1 ORDER BY u.k LIMIT 1;
-        RAISE EXCEPTION 'dq_offer_many: key "%" appears more than once in keys', v_dup
+        RAISE EXCEPTION '%: key "%" appears more than once in keys', fn, v_dup
             USING ERRCODE = '22023';
     END IF;
 
@@ -318,8 +319,8 @@ BEGIN
     RETURN QUERY SELECT r.k, r.o FROM unnest(v_keys, v_outcomes) AS r(k, o);
 END;
 $$;
-COMMENT ON FUNCTION dq__offer_many(text, text[], bytea[], timestamptz[], boolean, text[], text) IS
-  'Internal: the body of dq_offer_many; cron_prefix is recorded as the owner of the rows it creates or updates (dq_install_tick).';
+COMMENT ON FUNCTION dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text) IS
+  'Internal: the body of dq_offer_many (fn: the public function named in errors); cron_prefix is recorded as the owner of the rows it creates or updates (dq_install_tick).';
 
 CREATE OR REPLACE FUNCTION dq_offer_many(
     queue          text,
@@ -331,7 +332,7 @@ CREATE OR REPLACE FUNCTION dq_offer_many(
 RETURNS TABLE (key text, outcome text)
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, public, pg_temp
-AS $$ SELECT o.key, o.outcome FROM dq__offer_many($1, $2, $3, $4, $5, $6, NULL) AS o $$;
+AS $$ SELECT o.key, o.outcome FROM dq__offer_many('dq_offer_many', $1, $2, $3, $4, $5, $6, NULL) AS o $$;
 COMMENT ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[]) IS
   'dq_offer_many(queue text, keys text[], payloads bytea[] each <= the queue''s max_payload_bytes (default 1 MiB), scheduled_ats timestamptz[] in 0001-01-02 .. 9999-12-30 UTC, default NULL = now for all, can_update boolean default true, payload_types text[] default NULL = ''bytes'') -> TABLE(key text, outcome text) in input order, outcome as dq_offer. Set-based (one INSERT .. ON CONFLICT, rows in bytewise key order). Errors: 22004 NULL array or element, 22023 unequal lengths or a repeated key, 22001 key too long, 22008 a scheduled_ats element out of range, 54000 over 100000 elements or a payload over the limit; nothing is written on error.';
 

@@ -30,6 +30,8 @@ DECLARE
     v_count integer;
     v_q     text := $1;
 BEGIN
+    -- max_wait is checked on every call, not only when nothing was acquired (dq_wait's rule).
+    PERFORM dq__time_after('dq_poll_or_wait', 'max_wait', $4, clock_timestamp(), false, interval '1 hour', '1 hour');
     DELETE FROM dq_waiters w WHERE w.queue = v_q AND w.pid = pg_backend_pid();
     RETURN QUERY
     SELECT d.id, d.key, d.payload, d.payload_type, d.scheduled_at, d.scheduled_at_initially, d.created_at,
@@ -44,4 +46,4 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_poll_or_wait(text, integer, interval, interval) IS
-  'dq_poll_or_wait(queue text, max_count integer, lock_timeout interval, max_wait interval default 5 s) -> the rows of dq_poll_many (wake_in NULL), or, when nothing was acquired, one row with id NULL and wake_in = how long to sleep on LISTEN dq_channel(queue) (the caller is registered as waiting, as by dq_wait). One statement per idle cycle. Errors: those of dq_poll_many and dq_wait.';
+  'dq_poll_or_wait(queue text, max_count integer, lock_timeout interval, max_wait interval default 5 s) -> the rows of dq_poll_many (wake_in NULL), or, when nothing was acquired, one row with id NULL and wake_in = how long to sleep on LISTEN dq_channel(queue) (the caller is registered as waiting, as by dq_wait). One statement per idle cycle. Errors: those of dq_poll_many and dq_wait (max_wait positive and at most 1 hour, checked on every call).';

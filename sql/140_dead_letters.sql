@@ -106,25 +106,26 @@ BEGIN
          ORDER BY c.dead_at, c.id
          LIMIT dq_redrive.max_count
            FOR UPDATE SKIP LOCKED
+    ), pick AS (
+        -- One dead letter per (source queue, key): two of them (the key died twice) cannot both be
+        -- live in the source; the older goes back first, the other on a later redrive.
+        SELECT DISTINCT ON (cand.dead_from, cand.key) cand.*
+          FROM cand
+         ORDER BY cand.dead_from, cand.key, cand.dead_at, cand.id
     ), ins AS (
         INSERT INTO dq_messages AS m
                (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,
                 delivery_count, last_error, last_error_at)
-        SELECT cand.dead_from, cand.key, cand.payload, cand.payload_type, v_now, v_now, cand.created_at,
-               0, cand.last_error, cand.last_error_at
-          FROM cand
-         ORDER BY cand.dead_from, cand.key COLLATE "C"
+        SELECT pick.dead_from, pick.key, pick.payload, pick.payload_type, v_now, v_now, pick.created_at,
+               0, pick.last_error, pick.last_error_at
+          FROM pick
+         ORDER BY pick.dead_from, pick.key COLLATE "C"
         ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO NOTHING
         RETURNING m.queue, m.key
     ), gone AS (
-        -- Two dead letters of one source and key (it died twice): the first inserted goes back, the
-        -- other conflicts with it and stays. DISTINCT ON keeps the join from pairing the one
-        -- insertion with both.
         DELETE FROM dq_messages d
-         USING (SELECT DISTINCT ON (cand.dead_from, cand.key) cand.id
-                  FROM cand JOIN ins ON ins.queue = cand.dead_from AND ins.key = cand.key
-                 ORDER BY cand.dead_from, cand.key, cand.dead_at, cand.id) back
-         WHERE d.id = back.id
+         USING pick, ins
+         WHERE d.id = pick.id AND ins.queue = pick.dead_from AND ins.key = pick.key
         RETURNING 1
     )
     SELECT count(*) INTO v_count FROM gone;

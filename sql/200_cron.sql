@@ -613,7 +613,7 @@ BEGIN
     END IF;
 
     SELECT count(*) FILTER (WHERE o.outcome = 'created') INTO v_created
-      FROM dq__offer_many(dq_install_tick.queue, v_keys, v_pays, v_times, dq_install_tick.can_update,
+      FROM dq__offer_many('dq_install_tick', dq_install_tick.queue, v_keys, v_pays, v_times, dq_install_tick.can_update,
                           array_fill(v_type, ARRAY[cardinality(v_keys)]), dq_install_tick.key_prefix) o;
     RETURN v_created;
 END;
