@@ -76,6 +76,9 @@ def test_upgrade_from_previous_release_keeps_messages_and_functions(
         conn.execute("SELECT dq_offer('jobs', 'inflight', 'x', now() - interval '2 seconds')")
         (key, token) = conn.execute("SELECT key, lock_token FROM dq_poll_many('jobs', 1, '1 minute')").fetchone()
         assert key == "inflight"
+        # Times the old release accepted and no client can read (issue 12): the upgrade clamps them.
+        conn.execute("SELECT dq_offer('times', 'minus', 'x', '-infinity')")
+        conn.execute("SELECT dq_offer('times', 'plus', 'x', 'infinity')")
         before = conn.execute(
             "SELECT queue, key, delivery_count, last_error FROM dq_messages ORDER BY queue, key").fetchall()
         assert ("poison.dead", "p", 1, "boom") in before
@@ -107,4 +110,8 @@ def test_upgrade_from_previous_release_keeps_messages_and_functions(
         (ready,) = conn.execute("SELECT key FROM dq_poll_many('jobs', 5, '1 minute')").fetchall()
         assert ready == ("ready",)
         assert conn.execute("SELECT dq_redrive('poison.dead')").fetchone()[0] == 1
+        times = conn.execute("SELECT key, scheduled_at, scheduled_at_initially FROM dq_messages "
+                             "WHERE queue = 'times' ORDER BY key").fetchall()  # decoded by psycopg: readable
+        assert [(k, a.year, b.year) for k, a, b in times] == [("minus", 1, 1), ("plus", 9999, 9999)]
+        assert [r[0] for r in conn.execute("SELECT key FROM dq_poll_many('times', 5, '1 minute')")] == ["minus"]
     assert schema_dump(dsn) == schema_dump(template_dsn)
