@@ -531,7 +531,11 @@ class AsyncDelayedQueue:
         return bool(await self._one(Q_CANCEL, (self.queue, key), conn))
 
     async def get(self, key: str, *, conn: AsyncConnection | None = None) -> StoredMessage | None:
-        """Read the message with this key without locking it (``dq_get``), or None."""
+        """Read the message with this key without locking it (``dq_get``), or None.
+
+        In a dead-letter queue, dead letters may share a key with each other and with an ordinary
+        message: this returns the ordinary message if there is one, else the oldest dead letter.
+        """
         async with self._conn(conn) as c:
             row = await (await c.execute(Q_GET, (self.queue, key))).fetchone()
         if row is None:

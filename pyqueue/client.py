@@ -577,7 +577,11 @@ class DelayedQueue:
         return bool(row and row[0])
 
     def get(self, key: str, *, conn: Connection | None = None) -> StoredMessage | None:
-        """Read the message with this key without locking it (``dq_get``), or None."""
+        """Read the message with this key without locking it (``dq_get``), or None.
+
+        In a dead-letter queue, dead letters may share a key with each other and with an ordinary
+        message: this returns the ordinary message if there is one, else the oldest dead letter.
+        """
         with self._conn(conn) as c:
             row = c.execute(Q_GET, (self.queue, key)).fetchone()
         if row is None:
