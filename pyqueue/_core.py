@@ -63,6 +63,9 @@ Q_CHANNEL = "SELECT dq_channel(%s)"
 Q_BACKEND_PID = "SELECT pg_backend_pid()"
 Q_NOTIFY = "SELECT pg_notify(%s, '')"
 Q_UNLISTEN_ALL = "UNLISTEN *"
+#: The longest wait one dq_wait / dq_poll_or_wait registers (the database refuses more than 1 hour):
+#: longer waits and idle checks are made of several registrations (seconds).
+MAX_WAIT_S = 3600.0
 #: How long a LISTEN probe waits for its own notification before concluding that notifications
 #: do not reach this connection (seconds).
 LISTEN_PROBE_TIMEOUT_S = 2.0

@@ -431,7 +431,7 @@ class AsyncDelayedQueue:
                 if remaining <= 0 and not first:
                     return []
                 first = False
-                max_wait = timedelta(seconds=min(max(remaining, 0.001), check_s))
+                max_wait = timedelta(seconds=min(max(remaining, 0.001), check_s, _core.MAX_WAIT_S))
                 cur = await c.execute(
                     Q_POLL_OR_WAIT,
                     {"queue": self.queue, "max_count": max_count, "lock_timeout": lock_td, "max_wait": max_wait},

@@ -400,7 +400,8 @@ class DelayedQueue:
             seconds) for a message to become due; ``None`` returns at once. The sleep ends early on
             a notification from an offer, and on the client's own timer at the next due time.
         :param idle_check: while waiting, re-check the queue at least this often (bounds the delay
-            of a wake-up missed by a race; default 5 s).
+            of a wake-up missed by a race; default 5 s). The database registers a wait of at most
+            1 hour, so longer waits and idle checks re-register every hour.
         :returns: the acquired messages (possibly empty).
         :raises InvalidArgument: max_count or lock_timeout out of range.
         """
@@ -436,7 +437,7 @@ class DelayedQueue:
                 if remaining <= 0 and not first:
                     return []
                 first = False
-                max_wait = timedelta(seconds=min(max(remaining, 0.001), check_s))
+                max_wait = timedelta(seconds=min(max(remaining, 0.001), check_s, _core.MAX_WAIT_S))
                 rows = c.execute(
                     Q_POLL_OR_WAIT,
                     {"queue": self.queue, "max_count": max_count, "lock_timeout": lock_td, "max_wait": max_wait},

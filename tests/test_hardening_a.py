@@ -111,6 +111,38 @@ def test_cron_occurrences_never_pass_9999_12_30(conn) -> None:
     assert rows == [(5, 0, True)]  # 26, 27, 28, 29, 30 December 9999
 
 
+def test_a_consumer_may_wait_and_idle_check_longer_than_the_1_hour_cap(dsn: str) -> None:
+    """dq_wait refuses max_wait over 1 hour (item 8); the client's waits and idle checks may be longer
+    and are then made of registrations of at most 1 hour (a 2-hour wait used to reach the server
+    unchanged): poll(wait=2 h, idle_check=2 h) must not raise, and an offer still wakes it."""
+    import asyncio
+    import threading
+
+    from pyqueue.aio import AsyncDelayedQueue
+
+    def offer_soon(key: str) -> threading.Timer:
+        timer = threading.Timer(0.5, lambda: psycopg.connect(dsn, autocommit=True).execute(
+            "SELECT dq_offer('longwait', %s, 'x')", (key,)).connection.close())
+        timer.start()
+        return timer
+
+    with DelayedQueue(dsn, "longwait") as q:
+        timer = offer_soon("sync")
+        got = q.poll(wait=timedelta(hours=2), idle_check=timedelta(hours=2))
+        timer.join()
+        assert [m.key for m in got] == ["sync"]
+        got[0].ack()
+
+    async def run() -> list[str]:
+        async with AsyncDelayedQueue(dsn, "longwait") as aq:
+            timer = offer_soon("async")
+            got = await aq.poll(wait=timedelta(hours=2), idle_check=timedelta(hours=2))
+            timer.join()
+            return [m.key for m in got]
+
+    assert asyncio.run(run()) == ["async"]
+
+
 # --------------------------------------------------------------------------- item 9: payload limit
 
 
