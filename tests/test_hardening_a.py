@@ -1,4 +1,4 @@
-"""Issue 12 (hardening), behaviour of items 1, 9, 10, 11, 12 and 13 (docs: /work/hardening-spec.md).
+"""Issue 12 (hardening), behaviour of items 1, 9, 10, 11, 12 and 13 (rules: docs/api.md "Limits", docs/operations.md).
 
 Real server, no mocks. Times are compared on the server (the assertions show booleans, never a
 value of now()); a fixed due time in the past (T) stands for "a message due at T". The bad-input

@@ -2,7 +2,8 @@
 delivery count and no cycles in dead-letter queues (3), schedules that touch only their own
 occurrences (4), refill the window (5) and cap it (6), dq_admin reading dq_cron_schedules (7),
 waiters of dead sessions (8), one lock order in an ICU database, and a schedule that fails to
-evaluate. The contract is /work/hardening-spec.md; each test fails on the code before it.
+evaluate. The rules are in docs/api.md, docs/cron.md and docs/operations.md; each test fails on the
+code before migration 0009.
 
 Real server, no mocks: races use separate connections, sessions die by pg_terminate_backend."""
 
