@@ -1,4 +1,4 @@
--- Offering messages: dq_offer (bytea, jsonb and text payloads) and dq__offer_many.
+-- Offering messages: dq_offer (bytea, jsonb and text payloads) and dq_offer_many.
 -- Semantics from seed 003 (offer / offerBatch), done with one INSERT .. ON CONFLICT instead
 -- of the seed's insert-then-compare-and-swap loop.
 
@@ -42,8 +42,8 @@ BEGIN
     IF dq_offer.scheduled_at IS NULL OR NOT (dq_offer.scheduled_at BETWEEN dq__min_time() AND dq__max_time()) THEN
         PERFORM dq__raise_bad_time('dq_offer', 'scheduled_at', dq_offer.scheduled_at);
     END IF;
-    -- The smallest limit a queue may have is 1 KiB: a smaller payload needs no configuration read.
-    IF octet_length(dq_offer.payload) > 1024 THEN
+    -- No queue's limit is below dq__payload_limit_floor(): a smaller payload needs no configuration read.
+    IF octet_length(dq_offer.payload) > dq__payload_limit_floor() THEN
         PERFORM dq__check_payload_size('dq_offer', 'payload', dq_offer.queue, octet_length(dq_offer.payload));
     END IF;
     IF dq_offer.can_update IS NULL THEN
@@ -130,8 +130,8 @@ COMMENT ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text) IS
 
 -- dq_offer_many: dq_offer's semantics for each element, set-based: one validation query and
 -- one INSERT .. ON CONFLICT for the whole batch; element positions in errors are 1-based.
--- dq__offer_many is the body; fn is the public function its errors name, cron_prefix is the owner recorded on created rows (dq_install_tick's
--- key_prefix; NULL for dq_offer_many).
+-- dq__offer_many is the body; fn is the public function its errors name, cron_prefix the owner
+-- recorded on the rows it writes (dq_install_tick's key_prefix; NULL for dq_offer_many).
 --
 -- Concurrency: as dq_offer, per row. Rows are inserted in bytewise key order (COLLATE "C", the
 -- key column's collation, whatever the database's), as dead-lettering and redrive insert theirs, so
@@ -166,6 +166,7 @@ DECLARE
     v_bad_time   bigint;
     v_big        bigint;
     v_big_len    integer;
+    v_limit      integer;
 BEGIN
     IF dq__offer_many.queue IS NULL OR dq__offer_many.queue = '' OR char_length(dq__offer_many.queue) > 100 THEN
         PERFORM dq__raise_bad_name(fn, 'queue', dq__offer_many.queue, 100);
@@ -209,9 +210,8 @@ BEGIN
            min(u.i) FILTER (WHERE u.t = '' OR char_length(u.t) > 100),
            count(DISTINCT u.k),
            min(u.i) FILTER (WHERE NOT (u.s BETWEEN dq__min_time() AND dq__max_time())),
-           min(u.i) FILTER (WHERE octet_length(u.p) > 1024),
-           max(octet_length(u.p))
-      INTO v_bad_key, v_bad_pay, v_bad_sched, v_bad_type, v_distinct, v_bad_time, v_big, v_big_len
+           min(u.i) FILTER (WHERE octet_length(u.p) > dq__payload_limit_floor())
+      INTO v_bad_key, v_bad_pay, v_bad_sched, v_bad_type, v_distinct, v_bad_time, v_big
       FROM unnest(dq__offer_many.keys, dq__offer_many.payloads,
                   dq__offer_many.scheduled_ats, dq__offer_many.payload_types)
            WITH ORDINALITY AS u(k, p, s, t, i);
@@ -231,16 +231,16 @@ BEGIN
         PERFORM dq__raise_bad_time(fn, format('scheduled_ats[%s]', v_bad_time),
                                    dq__offer_many.scheduled_ats[array_lower(dq__offer_many.scheduled_ats, 1) + v_bad_time - 1]);
     END IF;
-    -- Payloads over 1 KiB (the smallest limit a queue may have): compare with the queue's limit,
-    -- naming the first element that is over it.
+    -- Payloads over the floor of every queue's limit: compare with this queue's limit, naming the
+    -- first element that is over it.
     IF v_big IS NOT NULL THEN
+        v_limit := dq__max_payload_bytes(dq__offer_many.queue);
         SELECT u.i, octet_length(u.p) INTO v_big, v_big_len
           FROM unnest(dq__offer_many.payloads) WITH ORDINALITY AS u(p, i)
-         WHERE octet_length(u.p) > coalesce((SELECT q.max_payload_bytes FROM dq_queues q WHERE q.queue = dq__offer_many.queue),
-                                            dq__default_max_payload_bytes())
+         WHERE octet_length(u.p) > v_limit
          ORDER BY u.i LIMIT 1;
         IF FOUND THEN
-            PERFORM dq__check_payload_size(fn, format('payloads[%s]', v_big), dq__offer_many.queue, v_big_len);
+            PERFORM dq__raise_payload_too_large(fn, format('payloads[%s]', v_big), dq__offer_many.queue, v_big_len, v_limit);
         END IF;
     END IF;
     IF v_bad_type IS NOT NULL THEN
@@ -336,27 +336,52 @@ AS $$ SELECT o.key, o.outcome FROM dq__offer_many('dq_offer_many', $1, $2, $3, $
 COMMENT ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[]) IS
   'dq_offer_many(queue text, keys text[], payloads bytea[] each <= the queue''s max_payload_bytes (default 1 MiB), scheduled_ats timestamptz[] in 0001-01-02 .. 9999-12-30 UTC, default NULL = now for all, can_update boolean default true, payload_types text[] default NULL = ''bytes'') -> TABLE(key text, outcome text) in input order, outcome as dq_offer. Set-based (one INSERT .. ON CONFLICT, rows in bytewise key order). Errors: 22004 NULL array or element, 22023 unequal lengths or a repeated key, 22001 key too long, 22008 a scheduled_ats element out of range, 54000 over 100000 elements or a payload over the limit; nothing is written on error.';
 
--- The payload limit of a queue that sets none: 1 MiB. Inlined (SQL, IMMUTABLE, no SET clause).
+-- Payload limits. A queue's limit is dq_queues.max_payload_bytes, or 1 MiB when it sets none; no
+-- queue may set one below 1 KiB (SQS's MaximumMessageSize has the same floor), so the offers read
+-- the configuration only for payloads over 1 KiB. The constants are inlined (SQL, IMMUTABLE, no SET).
 CREATE OR REPLACE FUNCTION dq__default_max_payload_bytes() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1048576 $$;
 COMMENT ON FUNCTION dq__default_max_payload_bytes() IS 'Internal: the payload limit of a queue without max_payload_bytes (1 MiB).';
+CREATE OR REPLACE FUNCTION dq__payload_limit_floor() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1024 $$;
+COMMENT ON FUNCTION dq__payload_limit_floor() IS 'Internal: the smallest max_payload_bytes a queue may have (1 KiB).';
 
--- 54000 when size (bytes) is over the queue's limit (dq_queues.max_payload_bytes, default 1 MiB).
--- Called by the offers only for payloads over 1 KiB, the smallest limit a queue may have.
+-- The payload limit of a queue, in bytes.
+CREATE OR REPLACE FUNCTION dq__max_payload_bytes(queue text)
+RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+    SELECT coalesce((SELECT q.max_payload_bytes FROM dq_queues q WHERE q.queue = $1), dq__default_max_payload_bytes())
+$$;
+COMMENT ON FUNCTION dq__max_payload_bytes(text) IS 'Internal: the payload limit of a queue (max_payload_bytes, default 1 MiB).';
+
+-- 54000 naming the payload (param), its size and the queue's limit, all in bytes.
+CREATE OR REPLACE FUNCTION dq__raise_payload_too_large(fn text, param text, queue text, size integer, max_bytes integer)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION '%: % is % bytes, the limit of queue % is % bytes', fn, param, size, queue, max_bytes
+        USING ERRCODE = '54000',
+              HINT = 'Store large data elsewhere and offer a reference, or raise the limit with dq_configure_queue(queue, max_payload_bytes => ...).';
+END;
+$$;
+COMMENT ON FUNCTION dq__raise_payload_too_large(text, text, text, integer, integer) IS
+  'Internal: raises 54000 program_limit_exceeded for a payload over its queue''s limit.';
+
+-- 54000 when size (bytes) is over the queue's limit. Called only for payloads over the floor.
 CREATE OR REPLACE FUNCTION dq__check_payload_size(fn text, param text, queue text, size integer)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, public, pg_temp
 AS $$
 DECLARE
-    v_limit integer;
+    v_limit integer := dq__max_payload_bytes(queue);
 BEGIN
-    SELECT q.max_payload_bytes INTO v_limit FROM dq_queues q WHERE q.queue = dq__check_payload_size.queue;
-    v_limit := coalesce(v_limit, dq__default_max_payload_bytes());
     IF size > v_limit THEN
-        RAISE EXCEPTION '%: % is % bytes, the limit of queue % is % bytes', fn, param, size, queue, v_limit
-            USING ERRCODE = '54000',
-                  HINT = 'Store large data elsewhere and offer a reference, or raise the limit with dq_configure_queue(queue, max_payload_bytes => ...).';
+        PERFORM dq__raise_payload_too_large(fn, param, queue, size, v_limit);
     END IF;
 END;
 $$;

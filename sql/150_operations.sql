@@ -44,14 +44,10 @@ BEGIN
     IF dq_configure_queue.max_deliveries IS NOT NULL AND dq_configure_queue.dead_letter_queue IS NULL THEN
         RAISE EXCEPTION 'dq_configure_queue: max_deliveries needs a dead_letter_queue' USING ERRCODE = '22023';
     END IF;
-    IF dq_configure_queue.retention <= interval '0' THEN
-        RAISE EXCEPTION 'dq_configure_queue: retention is %, it must be positive (or NULL to keep archive rows forever)',
-            dq_configure_queue.retention USING ERRCODE = '22023';
-    END IF;
-    IF dq_configure_queue.retention IS NOT NULL THEN
+    IF dq_configure_queue.retention IS NOT NULL THEN  -- NULL keeps the current retention
         PERFORM dq__time_after('dq_configure_queue', 'retention', dq_configure_queue.retention, now(), false);
     END IF;
-    IF dq_configure_queue.max_payload_bytes NOT BETWEEN 1024 AND 1073741824 THEN
+    IF dq_configure_queue.max_payload_bytes NOT BETWEEN dq__payload_limit_floor() AND 1073741824 THEN
         RAISE EXCEPTION 'dq_configure_queue: max_payload_bytes is %, it must be between 1024 and 1073741824 (or NULL to keep the current limit; the default is 1048576)',
             dq_configure_queue.max_payload_bytes USING ERRCODE = '22023';
     END IF;

@@ -680,7 +680,7 @@ DECLARE
     v_spec     dq_cron_spec;
     v_from     timestamptz;
     v_to       timestamptz;
-    v_cap      timestamptz;
+    v_window   timestamptz[];
     v_times    timestamptz[];
     v_refill   timestamptz[] := '{}';
     v_n        integer;
@@ -694,12 +694,16 @@ BEGIN
     END IF;
     v_spec := dq__cron_parse('dq_cron_tick', r.schedule);
     v_to := p_now + r.lookahead;
-    IF dq__cron_max_in(v_spec, r.lookahead) > c_limit THEN
-        v_cap := (dq__cron_between(v_spec, r.timezone, p_now, v_to, c_limit))[c_limit];
-        v_to := coalesce(v_cap, v_to);
-    END IF;
     v_from := greatest(r.installed_through, p_now);
-    v_times := dq__cron_between(v_spec, r.timezone, v_from, v_to, c_limit);
+    IF dq__cron_max_in(v_spec, r.lookahead) > c_limit THEN
+        -- The first c_limit occurrences after p_now; the window ends at the last of them when there
+        -- are that many. What is still to install is their part after v_from (v_from >= p_now).
+        v_window := dq__cron_between(v_spec, r.timezone, p_now, v_to, c_limit);
+        v_to := coalesce(v_window[c_limit], v_to);
+        v_times := ARRAY(SELECT t FROM unnest(v_window) t WHERE t > v_from ORDER BY t);
+    ELSE
+        v_times := dq__cron_between(v_spec, r.timezone, v_from, v_to, c_limit);
+    END IF;
     IF cardinality(v_times) = 0 AND (r.last_installed_at IS NULL OR r.last_installed_at <= p_now) THEN
         v_times := dq__cron_between(v_spec, r.timezone, v_from, 'infinity', 1);
     END IF;
@@ -834,15 +838,13 @@ BEGIN
     IF v_type = '' OR char_length(v_type) > 100 THEN
         PERFORM dq__raise_bad_name('dq_cron_install', 'payload_type', v_type, 100);
     END IF;
-    IF dq_cron_install.lookahead IS NULL THEN
-        PERFORM dq__raise_null('dq_cron_install', 'lookahead');
-    END IF;
-    IF dq_cron_install.lookahead <= interval '0' OR dq_cron_install.lookahead > interval '366 days' THEN
+    IF dq_cron_install.lookahead > interval '366 days' THEN
         RAISE EXCEPTION 'dq_cron_install: lookahead is %, it must be positive and at most 366 days',
             dq_cron_install.lookahead USING ERRCODE = '22023';
     END IF;
+    -- NULL (22004) and positive by its effect (22023).
     PERFORM dq__time_after('dq_cron_install', 'lookahead', dq_cron_install.lookahead, now(), false);
-    IF octet_length(dq_cron_install.payload) > 1024 THEN
+    IF octet_length(dq_cron_install.payload) > dq__payload_limit_floor() THEN
         PERFORM dq__check_payload_size('dq_cron_install', 'payload', dq_cron_install.queue,
                                        octet_length(dq_cron_install.payload));
     END IF;
