@@ -16,6 +16,7 @@ from functools import cached_property
 from typing import Any, TypeVar
 from uuid import uuid4
 
+from .durations import Seconds, as_timedelta
 from .errors import InvalidArgument
 from .serializers import SerializerRegistry
 from .serializers import registry as default_registry
@@ -93,16 +94,6 @@ class OfferOutcome(enum.Enum):
     CREATED = "created"
     UPDATED = "updated"
     IGNORED = "ignored"
-
-
-Seconds = float | int | timedelta
-
-
-def as_timedelta(value: Seconds, name: str, *, allow_zero: bool = False) -> timedelta:
-    td = value if isinstance(value, timedelta) else timedelta(seconds=float(value))
-    if td < timedelta(0) or (td == timedelta(0) and not allow_zero):
-        raise InvalidArgument(f"{name} is {td}, it must be {'non-negative' if allow_zero else 'positive'}")
-    return td
 
 
 def check_at(at: datetime | None, delay: Seconds | None) -> tuple[datetime | None, timedelta | None]:

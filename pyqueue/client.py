@@ -50,11 +50,10 @@ from ._core import (
     OfferOutcome,
     OfferRequest,
     QueueStats,
-    Seconds,
-    as_timedelta,
     common_fields,
 )
 from .cron import QueueCron
+from .durations import Seconds, as_timedelta
 from .errors import InvalidArgument, translate, translating
 from .serializers import SerializerRegistry
 from .serializers import registry as default_registry
