@@ -266,7 +266,7 @@ def delivery_from_row(cls: type[_M], row: Sequence[Any], client: Any) -> _M:
     d.update(zip(_delivery_names(), row, strict=True))
     d["raw_payload"] = bytes(d["raw_payload"])
     d["_client"] = client
-    d["_settled"] = None
+    d["settled"] = None
     return obj
 
 

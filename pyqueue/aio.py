@@ -102,9 +102,10 @@ class AsyncMessage(MessageBase):
     lock_token: UUID
     locked_until: datetime
     _client: AsyncDelayedQueue | None = field(default=None, repr=False, compare=False)
-    # Set by ack()/nack() returning True: the handler settled this delivery itself (a worker then
-    # neither acknowledges it again nor counts its lock as lost). Possibly in the caller's transaction.
-    _settled: str | None = field(default=None, init=False, repr=False, compare=False)
+    #: ``"acked"`` or ``"nacked"`` once :meth:`ack`/:meth:`nack` on this object returned True (possibly
+    #: in the caller's transaction), else None: a worker then neither acknowledges the delivery again
+    #: nor counts its lock as lost.
+    settled: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def _serializers(self) -> SerializerRegistry:
         return self._client.serializers if self._client else default_registry
@@ -123,14 +124,14 @@ class AsyncMessage(MessageBase):
         """Acknowledge (delete) this delivery. False when the lock was lost (stale token)."""
         done = await self._require_client().ack(self.lock_token, conn=conn)
         if done:
-            object.__setattr__(self, "_settled", "acked")
+            object.__setattr__(self, "settled", "acked")
         return done
 
     async def nack(self, delay: Seconds = 0, *, error: str | None = None, conn: AsyncConnection | None = None) -> bool:
         """Give the message back, visible again after ``delay`` (timedelta or seconds ≥ 0)."""
         done = await self._require_client().nack(self.lock_token, delay, error=error, conn=conn)
         if done:
-            object.__setattr__(self, "_settled", "nacked")
+            object.__setattr__(self, "settled", "nacked")
         return done
 
     async def extend(self, timeout: Seconds, *, conn: AsyncConnection | None = None) -> datetime | None:

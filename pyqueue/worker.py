@@ -203,11 +203,11 @@ class _WorkerCore:
     def _succeeded(self, message: Any) -> None:
         with self._lock:
             self._running.pop(message.lock_token, None)
-            if message._settled is not None:
+            if message.settled is not None:
                 # The handler acknowledged (e.g. in its own transaction, with its writes) or nacked
                 # the delivery itself: nothing left to send, and no lock was lost.
                 self._lost.discard(message.lock_token)
-                if message._settled == "acked":
+                if message.settled == "acked":
                     with self.stats._lock:
                         self.stats.acknowledged += 1
                 return
@@ -230,11 +230,11 @@ class _WorkerCore:
     def _running_now(self) -> list[Any]:
         """Messages whose handlers run and have not settled them themselves (what the heartbeat extends)."""
         with self._lock:
-            return [m for m in self._running.values() if m._settled is None]
+            return [m for m in self._running.values() if m.settled is None]
 
     def _lock_lost(self, message: Any) -> None:
         with self._lock:
-            if message.lock_token not in self._running or message._settled is not None:
+            if message.lock_token not in self._running or message.settled is not None:
                 # Its handler finished since the heartbeat listed it, and the extend found it acknowledged
                 # (had the lock been lost, the acknowledgement counts it: _acked), or the handler
                 # settled it itself (its ack or nack deleted or released the lock).
