@@ -48,10 +48,14 @@ CREATE TYPE dq_cron_spec AS (
 -- The pg_cron job that keeps installing occurrences while PostgreSQL runs. pg_cron lives only in
 -- the database named by cron.database_name; elsewhere (test clones, other databases) this step
 -- only says so. cron.schedule() with a job name replaces a job of that name (pg_cron >= 1.3), so
--- re-running the step does not create a second job.
+-- re-running the step does not create a second job. pg_cron's job names are one per database: only
+-- the install in schema public registers them; an install in another schema only says so.
 DO $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_cron') THEN
+    IF current_schema() <> 'public' THEN
+        RAISE NOTICE 'dq 0005_cron: installed in schema %, job dq-cron-tick not registered; call %.dq_cron_tick() every minute yourself (pyqueue cron tick --every, CronTicker, or cron.schedule)',
+            current_schema(), quote_ident(current_schema());
+    ELSIF EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_cron') THEN
         PERFORM cron.schedule('dq-cron-tick', '* * * * *', 'SELECT dq_cron_tick()');
     ELSE
         RAISE NOTICE 'dq 0005_cron: pg_cron is not installed in database %, job dq-cron-tick not registered; call dq_cron_tick() from elsewhere (pyqueue cron tick --every, CronTicker)',

@@ -36,10 +36,14 @@ $$;
 -- No direct access to the tables for anyone but their owner (the functions run as the owner).
 REVOKE ALL ON dq_messages, dq_waiters, dq_meta, dq_queues, dq_archive, dq_cron FROM PUBLIC;
 
--- Retention: prune the archive every 10 minutes, when pg_cron is installed in this database.
+-- Retention: prune the archive every 10 minutes, when pg_cron is installed in this database (the
+-- install in schema public only: pg_cron's job names are one per database).
 DO $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_cron') THEN
+    IF current_schema() <> 'public' THEN
+        RAISE NOTICE 'installed in schema %: archive retention runs only when you call CALL %.dq_prune_archive_all() yourself',
+            current_schema(), quote_ident(current_schema());
+    ELSIF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_cron') THEN
         PERFORM cron.schedule('dq-archive-prune', '*/10 * * * *', 'CALL dq_prune_archive_all()');
     ELSE
         RAISE NOTICE 'pg_cron is not installed in this database: archive retention runs only when you call CALL dq_prune_archive_all() yourself';
