@@ -19,6 +19,8 @@
 -- pick the later one (docs, appendix B.2), so dq__cron_resolve looks for the earlier one. Two local
 -- times that land on one instant (02:30 shifted onto 03:30) are one occurrence: occurrences are
 -- instants, collected with DISTINCT, and an instant is a key.
+-- Pin the search_path to the install schema (sql/000_common.sql).
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
 
 -- ----------------------------------------------------------------------------- parsing
 
@@ -27,7 +29,7 @@
 CREATE OR REPLACE FUNCTION dq__cron_field(fn text, field text, what text, lo integer, hi integer, names text[])
 RETURNS integer[]
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, public, pg_temp
+SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_item  text;
@@ -92,13 +94,14 @@ END;
 $$;
 COMMENT ON FUNCTION dq__cron_field(text, text, text, integer, integer, text[]) IS
   'Internal: the sorted values of one cron field (lists, ranges, steps, names); 22023 naming schedule on bad syntax.';
+REVOKE ALL ON FUNCTION dq__cron_field(text, text, text, integer, integer, text[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- A schedule's parsed form (type dq_cron_spec, migrations/0005_cron.sql). 22023 naming `schedule`
 -- and what is wrong; `fn` is the public function reported in the message.
 CREATE OR REPLACE FUNCTION dq__cron_parse(fn text, schedule text)
 RETURNS dq_cron_spec
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, public, pg_temp
+SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_s       text := lower(btrim(regexp_replace(schedule, '\s+', ' ', 'g')));
@@ -198,6 +201,7 @@ END;
 $$;
 COMMENT ON FUNCTION dq__cron_parse(text, text) IS
   'Internal: parses a schedule (5-field cron, @macros, every <interval>, daily at HH:MM[:SS][, ...]) into dq_cron_spec; 22023 naming schedule on bad syntax.';
+REVOKE ALL ON FUNCTION dq__cron_parse(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The canonical IANA name of a zone (as listed by pg_timezone_names, matched case-insensitively).
 -- POSIX strings ('UTC+3', 'EST5EDT,M3.2.0,M11.1.0') and abbreviations ('PST') are not zones.
@@ -207,7 +211,7 @@ COMMENT ON FUNCTION dq__cron_parse(text, text) IS
 CREATE OR REPLACE FUNCTION dq__cron_zone(fn text, timezone text)
 RETURNS text
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, public, pg_temp
+SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_name text;
@@ -231,6 +235,7 @@ END;
 $$;
 COMMENT ON FUNCTION dq__cron_zone(text, text) IS
   'Internal: the canonical IANA name of timezone (pg_timezone_names, case-insensitive); 22004 NULL, 22023 unknown.';
+REVOKE ALL ON FUNCTION dq__cron_zone(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- ----------------------------------------------------------------------------- evaluation
 
@@ -242,13 +247,14 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT ($1 AT TIME ZONE $2) - ($1 AT TIME ZONE 'UTC') $$;
 COMMENT ON FUNCTION dq__cron_offset(timestamptz, text) IS
   'Internal: the UTC offset of timezone at an instant (local time minus UTC).';
+REVOKE ALL ON FUNCTION dq__cron_offset(timestamptz, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The instant of a local time in a zone, by the DST rules at the top of this file. Away from a
 -- transition (the offsets a day before and a day after agree) it is `local AT TIME ZONE zone`.
 CREATE OR REPLACE FUNCTION dq__cron_resolve(local timestamp, timezone text)
 RETURNS timestamptz
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, public, pg_temp
+SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_t       timestamptz := local AT TIME ZONE timezone;
@@ -269,6 +275,7 @@ END;
 $$;
 COMMENT ON FUNCTION dq__cron_resolve(timestamp, text) IS
   'Internal: the instant of a local time in a zone: a nonexistent (gap) time is shifted forward by the gap (PostgreSQL''s AT TIME ZONE), an ambiguous (fall-back) time is its earlier instant.';
+REVOKE ALL ON FUNCTION dq__cron_resolve(timestamp, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The occurrences of a parsed schedule in (after, until], earliest first, at most max_count.
 -- 'every': arithmetic on multiples of the period. 'cron'/'daily': walks local days from the day of
@@ -281,7 +288,7 @@ CREATE OR REPLACE FUNCTION dq__cron_between(spec dq_cron_spec, timezone text, af
                                             until timestamptz, max_count integer)
 RETURNS timestamptz[]
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, public, pg_temp
+SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_out     timestamptz[] := '{}';
@@ -367,6 +374,7 @@ END;
 $$;
 COMMENT ON FUNCTION dq__cron_between(dq_cron_spec, text, timestamptz, timestamptz, integer) IS
   'Internal: the occurrences of a parsed schedule in (after, until], earliest first, at most max_count (an infinite until searches 50 years); never after 9999-12-30 UTC.';
+REVOKE ALL ON FUNCTION dq__cron_between(dq_cron_spec, text, timestamptz, timestamptz, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_cron_occurrences(
     schedule   text,
@@ -376,7 +384,8 @@ CREATE OR REPLACE FUNCTION dq_cron_occurrences(
     max_count  integer DEFAULT 10)
 RETURNS SETOF timestamptz
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -419,6 +428,8 @@ END;
 $$;
 COMMENT ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) IS
   'dq_cron_occurrences(schedule text <=1000 chars, timezone text IANA name default ''UTC'', after timestamptz default now(), until timestamptz default infinity (then at most 50 years ahead), max_count integer 1..10000 default 10) -> SETOF timestamptz: the instants at which the schedule fires in (after, until], earliest first, by the rules of docs/cron.md (DST gap: shifted forward; ambiguous: first instant). Changes nothing; never returns a time after 9999-12-30 UTC. Errors: 22004 NULL, 22023 bad schedule/timezone/max_count, 22008 after (or a finite until) outside 0001-01-02 .. 9999-12-30 UTC, 22001 schedule too long.';
+REVOKE ALL ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) TO dq_admin;
 
 -- The configuration hash of a definition: 16 hex digits of SHA-256 over a length-prefixed encoding
 -- of queue, the schedule (lower case, whitespace collapsed), the zone, payload_type and payload.
@@ -427,7 +438,8 @@ COMMENT ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, in
 CREATE OR REPLACE FUNCTION dq_cron_config_hash(queue text, schedule text, timezone text, payload bytea, payload_type text)
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
     SELECT left(encode(sha256(convert_to(format('dq-cron-v1|%s:%s|%s:%s|%s:%s|%s:%s|',
                     char_length($1), $1,
@@ -437,6 +449,8 @@ AS $$
 $$;
 COMMENT ON FUNCTION dq_cron_config_hash(text, text, text, bytea, text) IS
   'dq_cron_config_hash(queue, schedule, timezone, payload, payload_type) -> text: 16 hex digits of SHA-256 over the definition (schedule case- and whitespace-normalised; lookahead excluded). NULL when an argument is NULL.';
+REVOKE ALL ON FUNCTION dq_cron_config_hash(text, text, text, bytea, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_cron_config_hash(text, text, text, bytea, text) TO dq_admin;
 
 -- ----------------------------------------------------------------------------- install_tick
 
@@ -456,12 +470,13 @@ AS $$
 $$;
 COMMENT ON FUNCTION dq__cron_key_hash(text, text) IS
   'Internal: the config hash of an occurrence key <key_prefix>/<hash>/<epoch ms>, or NULL when key is not one of key_prefix.';
+REVOKE ALL ON FUNCTION dq__cron_key_hash(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Common argument checks of dq_install_tick and dq_uninstall_tick.
 CREATE OR REPLACE FUNCTION dq__cron_check_prefix(fn text, queue text, key_prefix text, config_hash text, hash_required boolean)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, public, pg_temp
+SET search_path FROM CURRENT
 AS $$
 BEGIN
     IF queue IS NULL OR queue = '' OR char_length(queue) > 100 THEN
@@ -483,6 +498,7 @@ END;
 $$;
 COMMENT ON FUNCTION dq__cron_check_prefix(text, text, text, text, boolean) IS
   'Internal: 22004/22023/22001 for queue (<=100), key_prefix (<=100), config_hash (<=64, no "/").';
+REVOKE ALL ON FUNCTION dq__cron_check_prefix(text, text, text, text, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- dq_install_tick: seed 003's installTick in one transaction.
 --
@@ -510,7 +526,8 @@ CREATE OR REPLACE FUNCTION dq_install_tick(
     can_update     boolean DEFAULT false)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -620,11 +637,14 @@ END;
 $$;
 COMMENT ON FUNCTION dq_install_tick(text, text, text, timestamptz[], bytea[], text, boolean) IS
   'dq_install_tick(queue text <=100, key_prefix text <=100, config_hash text <=64 without "/", scheduled_ats timestamptz[] <=100000 distinct milliseconds, payloads bytea[] same length, payload_type text default ''bytes'', can_update boolean default false) -> integer messages created: in one transaction, deletes the future, not-in-flight messages of other hashes that this key_prefix created in the queue (never other messages, whatever their keys), then offers key_prefix/config_hash/<epoch ms> for each time as dq_offer_many does, recording key_prefix as their owner (insert-if-absent unless can_update; an instant still held in flight by another hash is skipped). Installers of one (queue, key_prefix) serialise on an advisory lock. Call under READ COMMITTED. Errors: 22004 NULL, 22023 empty/invalid/unequal lengths/repeated millisecond, 22008 a time outside 0001-01-02 .. 9999-12-30 UTC, 22001 too long, 54000 over 100000 times or a payload over the queue''s limit.';
+REVOKE ALL ON FUNCTION dq_install_tick(text, text, text, timestamptz[], bytea[], text, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_install_tick(text, text, text, timestamptz[], bytea[], text, boolean) TO dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_uninstall_tick(queue text, key_prefix text, config_hash text DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -652,6 +672,8 @@ END;
 $$;
 COMMENT ON FUNCTION dq_uninstall_tick(text, text, text) IS
   'dq_uninstall_tick(queue text, key_prefix text, config_hash text default NULL = every hash) -> integer messages deleted: the future (not yet due), not-in-flight occurrence messages key_prefix/<hash>/<epoch ms> of the queue that dq_install_tick created for this key_prefix (never other messages). Occurrences already due or in flight are left to their consumers. Errors: 22004 NULL, 22023 empty or "/" in config_hash, 22001 too long.';
+REVOKE ALL ON FUNCTION dq_uninstall_tick(text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_uninstall_tick(text, text, text) TO dq_admin;
 
 -- ----------------------------------------------------------------------------- named schedules
 
@@ -673,7 +695,7 @@ COMMENT ON FUNCTION dq_uninstall_tick(text, text, text) IS
 CREATE OR REPLACE FUNCTION dq__cron_advance(p_name text, p_now timestamptz)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SET search_path FROM CURRENT
 AS $$
 DECLARE
     r          dq_cron;
@@ -734,16 +756,19 @@ END;
 $$;
 COMMENT ON FUNCTION dq__cron_advance(text, timestamptz) IS
   'Internal: installs the missing occurrences of one schedule (row locked by the caller) up to now + lookahead or the 10,000th pending occurrence, at least the next one, and those deleted by dq_cancel/dq_purge due more than 1 minute ahead; returns messages created.';
+REVOKE ALL ON FUNCTION dq__cron_advance(text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- At most this many pending (installed, not yet due) occurrences per schedule.
 CREATE OR REPLACE FUNCTION dq__cron_pending_limit() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 10000 $$;
 COMMENT ON FUNCTION dq__cron_pending_limit() IS 'Internal: the most pending occurrences a schedule holds (10000).';
+REVOKE ALL ON FUNCTION dq__cron_pending_limit() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Occurrences deleted less than this before they are due are not offered again (see dq__cron_advance).
 CREATE OR REPLACE FUNCTION dq__cron_refill_margin() RETURNS interval
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT interval '1 minute' $$;
 COMMENT ON FUNCTION dq__cron_refill_margin() IS 'Internal: deleted occurrences due within this of the clock are not offered again (1 minute).';
+REVOKE ALL ON FUNCTION dq__cron_refill_margin() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- An upper bound of the occurrences of a schedule in any window of length `span`: one per period
 -- for 'every'; for 'cron' and 'daily', the times of a day over every local date the window can
@@ -758,6 +783,7 @@ AS $$
 $$;
 COMMENT ON FUNCTION dq__cron_max_in(dq_cron_spec, interval) IS
   'Internal: an upper bound of the occurrences of a parsed schedule in any window of length span.';
+REVOKE ALL ON FUNCTION dq__cron_max_in(dq_cron_spec, interval) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- dq_cancel and dq_purge call this before deleting: the named schedules owning future occurrences
 -- among the messages about to be deleted (queue, and key unless NULL) record the earliest of them in
@@ -767,7 +793,7 @@ COMMENT ON FUNCTION dq__cron_max_in(dq_cron_spec, interval) IS
 CREATE OR REPLACE FUNCTION dq__cron_note_deleted(queue text, key text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -798,6 +824,7 @@ END;
 $$;
 COMMENT ON FUNCTION dq__cron_note_deleted(text, text) IS
   'Internal: before dq_cancel/dq_purge delete messages, records in their schedules the earliest future occurrence deleted, for the next tick to offer again.';
+REVOKE ALL ON FUNCTION dq__cron_note_deleted(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_cron_install(
     name          text,
@@ -809,7 +836,8 @@ CREATE OR REPLACE FUNCTION dq_cron_install(
     lookahead     interval DEFAULT '1 hour')
 RETURNS text
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -902,6 +930,8 @@ END;
 $$;
 COMMENT ON FUNCTION dq_cron_install(text, text, text, bytea, text, text, interval) IS
   'dq_cron_install(name text <=100, queue text <=100, schedule text <=1000 (cron, @macro, every <interval>, daily at HH:MM[:SS][, ...]), payload bytea, timezone text IANA default ''UTC'', payload_type text default ''bytes'', lookahead interval (0, 366 days] default 1 hour) -> text config hash: creates or replaces the named schedule and installs its occurrences up to now + lookahead (at least the next one) as messages <name>/<hash>/<epoch ms> owned by the schedule (at most 10,000 pending: the window ends at the 10,000th occurrence when the lookahead would hold more). The same definition again changes nothing (a new lookahead only is stored); a changed one replaces every future occurrence it owns in this transaction (never other messages); a paused schedule stays paused. Errors: 22004 NULL, 22023 bad schedule/timezone/lookahead or never fires, 22001 too long, 54000 payload over the queue''s max_payload_bytes.';
+REVOKE ALL ON FUNCTION dq_cron_install(text, text, text, bytea, text, text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_cron_install(text, text, text, bytea, text, text, interval) TO dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_cron_install(
     name          text,
@@ -913,10 +943,13 @@ CREATE OR REPLACE FUNCTION dq_cron_install(
     lookahead     interval DEFAULT '1 hour')
 RETURNS text
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$ SELECT dq_cron_install($1, $2, $3, convert_to($4::text, 'UTF8'), $5, coalesce($6, 'json'), $7) $$;
 COMMENT ON FUNCTION dq_cron_install(text, text, text, jsonb, text, text, interval) IS
   'dq_cron_install with a jsonb payload: stored as its UTF-8 text, payload_type ''json'' unless given. Same result and errors as the bytea form.';
+REVOKE ALL ON FUNCTION dq_cron_install(text, text, text, jsonb, text, text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_cron_install(text, text, text, jsonb, text, text, interval) TO dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_cron_install(
     name          text,
@@ -928,15 +961,19 @@ CREATE OR REPLACE FUNCTION dq_cron_install(
     lookahead     interval DEFAULT '1 hour')
 RETURNS text
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$ SELECT dq_cron_install($1, $2, $3, convert_to($4, 'UTF8'), $5, coalesce($6, 'text'), $7) $$;
 COMMENT ON FUNCTION dq_cron_install(text, text, text, text, text, text, interval) IS
   'dq_cron_install with a text payload (also what an untyped literal resolves to): stored as UTF-8, payload_type ''text'' unless given. Same result and errors as the bytea form.';
+REVOKE ALL ON FUNCTION dq_cron_install(text, text, text, text, text, text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_cron_install(text, text, text, text, text, text, interval) TO dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_cron_uninstall(name text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -955,11 +992,14 @@ END;
 $$;
 COMMENT ON FUNCTION dq_cron_uninstall(text) IS
   'dq_cron_uninstall(name text) -> boolean: removes the schedule and its future (not yet due, not in flight) occurrence messages; false when no schedule has that name. Errors: 22004/22023/22001 name.';
+REVOKE ALL ON FUNCTION dq_cron_uninstall(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_cron_uninstall(text) TO dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_cron_pause(name text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -982,11 +1022,14 @@ END;
 $$;
 COMMENT ON FUNCTION dq_cron_pause(text) IS
   'dq_cron_pause(name text) -> boolean: stops the schedule and deletes its future (not yet due, not in flight) occurrences; occurrences falling while paused are never installed. false when no schedule has that name. Errors: 22004/22023/22001 name.';
+REVOKE ALL ON FUNCTION dq_cron_pause(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_cron_pause(text) TO dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_cron_resume(name text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -1008,6 +1051,8 @@ END;
 $$;
 COMMENT ON FUNCTION dq_cron_resume(text) IS
   'dq_cron_resume(name text) -> boolean: restarts a paused schedule from now (no catch-up of what fell while paused) and installs its occurrences at once; true for an active schedule too (nothing changes); false when no schedule has that name. Errors: 22004/22023/22001 name.';
+REVOKE ALL ON FUNCTION dq_cron_resume(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_cron_resume(text) TO dq_admin;
 
 -- dq_cron_tick: install what every active schedule lacks.
 --
@@ -1028,7 +1073,8 @@ COMMENT ON FUNCTION dq_cron_resume(text) IS
 CREATE OR REPLACE FUNCTION dq_cron_tick()
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_now      timestamptz := now();
@@ -1073,6 +1119,8 @@ END;
 $$;
 COMMENT ON FUNCTION dq_cron_tick() IS
   'dq_cron_tick() -> integer messages created: for every active schedule, installs its occurrences in (now, now + lookahead] not yet installed (at most 10,000 pending per schedule; the next call continues), always at least the next one, and again those deleted by dq_cancel/dq_purge that are due more than 1 minute ahead. A schedule that fails is skipped with a WARNING and its last_error set; the others are installed. Concurrent calls never block each other nor duplicate an occurrence (FOR NO KEY UPDATE SKIP LOCKED; unique keys). Run every minute by the pg_cron job dq-cron-tick. Call under READ COMMITTED.';
+REVOKE ALL ON FUNCTION dq_cron_tick() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_cron_tick() TO dq_admin;
 
 -- The next occurrences of a stored schedule, or NULL when it cannot be evaluated (a zone that
 -- tzdata no longer has): one broken schedule must not hide the others from dq_cron_schedules (its
@@ -1081,7 +1129,7 @@ COMMENT ON FUNCTION dq_cron_tick() IS
 CREATE OR REPLACE FUNCTION dq__cron_next(schedule text, timezone text, max_count integer)
 RETURNS timestamptz[]
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, public, pg_temp
+SET search_path FROM CURRENT
 AS $$
 BEGIN
     RETURN dq__cron_between(dq__cron_parse('dq_cron_schedules', schedule), timezone, now(), 'infinity', max_count);
@@ -1091,6 +1139,7 @@ END;
 $$;
 COMMENT ON FUNCTION dq__cron_next(text, text, integer) IS
   'Internal: the next max_count occurrences of a stored schedule after now, NULL when it cannot be evaluated.';
+REVOKE ALL ON FUNCTION dq__cron_next(text, text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The schedules with their next occurrences, for dq_cron_schedules. SECURITY DEFINER (granted to
 -- dq_admin): the evaluation calls internal functions that no application role may execute, and a
@@ -1101,7 +1150,8 @@ RETURNS TABLE (name text, queue text, schedule text, timezone text, payload_type
                last_installed_at timestamptz, next_uninstalled_at timestamptz, created_at timestamptz,
                updated_at timestamptz, last_error text, last_error_at timestamptz)
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 SELECT c.name, c.queue, c.schedule, c.timezone, c.payload_type, c.lookahead, c.config_hash, c.paused,
        CASE WHEN NOT c.paused THEN dq__cron_next(c.schedule, c.timezone, 5) END,
@@ -1111,6 +1161,8 @@ SELECT c.name, c.queue, c.schedule, c.timezone, c.payload_type, c.lookahead, c.c
 $$;
 COMMENT ON FUNCTION dq_cron_list() IS
   'dq_cron_list() -> the named schedules (the rows of the view dq_cron_schedules): definition, paused, next 5 occurrences after now (NULL when paused), the tick''s bookkeeping and the last evaluation error. Role dq_admin.';
+REVOKE ALL ON FUNCTION dq_cron_list() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_cron_list() TO dq_admin;
 
 CREATE OR REPLACE VIEW dq_cron_schedules AS
 SELECT l.name, l.queue, l.schedule, l.timezone, l.payload_type, l.lookahead, l.config_hash, l.paused,
@@ -1119,6 +1171,9 @@ SELECT l.name, l.queue, l.schedule, l.timezone, l.payload_type, l.lookahead, l.c
   FROM dq_cron_list() l;
 COMMENT ON VIEW dq_cron_schedules IS
   'The named schedules (dq_cron_install) with their next 5 occurrences after now (NULL when paused or when the schedule cannot be evaluated), the tick''s bookkeeping (installed_through, last_installed_at, next_uninstalled_at) and the last evaluation error (last_error, last_error_at; cleared by the next successful tick).';
+-- Reading it is an operator's business (the view runs with its owner's rights).
+REVOKE ALL ON dq_cron_schedules FROM PUBLIC;
+GRANT SELECT ON dq_cron_schedules TO dq_admin;
 
 -- pg_cron hygiene. pg_cron writes one cron.job_run_details row per run and never deletes any
 -- (pg_cron issue 416; "cron.log_run" turns logging off server-wide, losing the record of failures).
@@ -1133,7 +1188,8 @@ COMMENT ON VIEW dq_cron_schedules IS
 CREATE OR REPLACE FUNCTION dq_cron_prune_run_details(keep interval DEFAULT '7 days')
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_count bigint;
@@ -1160,3 +1216,5 @@ END;
 $$;
 COMMENT ON FUNCTION dq_cron_prune_run_details(interval) IS
   'dq_cron_prune_run_details(keep interval >= 0 default 7 days) -> bigint rows deleted: deletes cron.job_run_details rows of our pg_cron jobs (dq-cron-tick, dq-archive-prune, dq-cron-prune-history) that ended more than keep ago; other jobs'' rows are untouched. Returns 0 with a NOTICE when pg_cron is not installed here. Run daily by the pg_cron job dq-cron-prune-history (migration 0007). Errors: 22004 keep NULL, 22023 keep negative. Source: pg_cron issue 416 (job_run_details grows without bound).';
+REVOKE ALL ON FUNCTION dq_cron_prune_run_details(interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_cron_prune_run_details(interval) TO dq_admin;
