@@ -91,14 +91,20 @@ REVOKE ALL ON FUNCTION dq__raise_null(text, text) FROM PUBLIC, dq_producer, dq_c
 
 -- The LISTEN channel of a queue: 'dq_' || md5(queue). Queue names may be 100 characters
 -- and contain anything, channel names are identifiers of at most 63 bytes, hence the hash.
+-- Channels are per database: an install outside public hashes its schema's quoted name with the
+-- queue ('dq_' || md5('"schema".' || queue); quote_ident makes the pair unambiguous), so two
+-- installs in one database never wake each other's consumers; public keeps the plain hash, the
+-- channel of earlier releases, so consumers and producers of two releases meet during a deploy.
 CREATE OR REPLACE FUNCTION dq_channel(queue text)
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SECURITY DEFINER
 SET search_path FROM CURRENT
-AS $$ SELECT 'dq_' || md5(queue) $$;
+AS $$
+    SELECT 'dq_' || md5(CASE WHEN dq__schema() = 'public' THEN queue ELSE quote_ident(dq__schema()) || '.' || queue END)
+$$;
 COMMENT ON FUNCTION dq_channel(text) IS
-  'dq_channel(queue text) -> text: the LISTEN channel on which offers wake consumers of this queue (''dq_'' || md5(queue)); the payload is the queue name.';
+  'dq_channel(queue text) -> text: the LISTEN channel on which offers wake consumers of this queue: ''dq_'' || md5(queue) for an install in schema public, ''dq_'' || md5(quote_ident(schema) || ''.'' || queue) for an install in another schema; the notification payload is the queue name. Errors: none (NULL for a NULL queue). Source: PostgreSQL manual, LISTEN and NOTIFY (a channel name is an identifier, at most 63 bytes).';
 REVOKE ALL ON FUNCTION dq_channel(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_channel(text) TO dq_consumer;
 

@@ -59,6 +59,7 @@ BEGIN
     -- concurrent calls that would close a loop between them are serialised: the second one (a new
     -- statement snapshot under READ COMMITTED) sees the first one's row and fails.
     IF dq_configure_queue.dead_letter_queue IS NOT NULL THEN
+        -- The key is the same for every install in the database: two installs only serialise.
         PERFORM pg_advisory_xact_lock(hashtextextended('dq_configure_queue dead_letter_queue', 0));
         v_chain := ARRAY[dq_configure_queue.queue, dq_configure_queue.dead_letter_queue];
         v_next := dq_configure_queue.dead_letter_queue;
