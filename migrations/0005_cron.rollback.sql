@@ -3,10 +3,11 @@ DO $$
 DECLARE
     v_fn regprocedure;
 BEGIN
-    IF current_schema() = 'public' AND EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_cron') THEN
-        PERFORM cron.unschedule(j.jobid) FROM cron.job j WHERE j.jobname = 'dq-cron-tick';
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_cron') THEN
+        PERFORM cron.unschedule(j.jobid) FROM cron.job j
+         WHERE j.jobname = 'dq-cron-tick' || CASE WHEN current_schema() = 'public' THEN '' ELSE '@' || current_schema() END;
     END IF;
-    -- The functions of sql/200_cron.sql: they need this step's table and type.
+    -- The schedule functions of sql/ (2x0_cron_*.sql): they need this step's table and type.
     FOR v_fn IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
                  WHERE p.pronamespace = current_schema()::regnamespace
                    AND (p.proname LIKE 'dq\_cron\_%' OR p.proname LIKE 'dq\_\_cron\_%'

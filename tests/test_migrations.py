@@ -180,7 +180,7 @@ def test_yoyo_cli_equals_pyqueue_migrate(template_dsn, new_database, tmp_path):
     assert functions(by_cli) == funcs
 
 
-CHANNEL_BODY, CHANNEL_BODY_V2 = "SELECT 'dq_' || md5(queue) $$", "SELECT 'dqv2_' || md5(queue) $$"
+CHANNEL_BODY, CHANNEL_BODY_V2 = "    SELECT 'dq_' || md5(CASE", "    SELECT 'dqv2_' || md5(CASE"
 
 
 @pytest.fixture
