@@ -75,6 +75,7 @@ __all__ = [
     "migrate",
     "migrations_dir",
     "pending",
+    "resource_dir",
     "schema_steps",
     "sql_dir",
     "yoyo_uri",
@@ -91,7 +92,12 @@ FORGET_FUNCTION_STEP = "DELETE FROM _yoyo_migration WHERE migration_id = '9999_s
 _NUMBERED_STEP = re.compile(r"^(\d{4})_[A-Za-z0-9_]+\.(sql|py)$")
 
 
-def _resource_dir(name: str) -> Path:
+def resource_dir(name: str) -> Path:
+    """A directory of the project shipped with the package: ``pyqueue/_<name>`` in a wheel
+    (``migrations``, ``sql``, ``docker``), else ``<name>/`` beside the package (a source checkout).
+
+    :raises FileNotFoundError: when neither exists.
+    """
     pkg = Path(__file__).resolve().parent
     for candidate in (pkg / f"_{name}", pkg.parent / name):
         if candidate.is_dir():
@@ -101,12 +107,12 @@ def _resource_dir(name: str) -> Path:
 
 def migrations_dir() -> Path:
     """The ``migrations/`` directory (in the source tree, or packaged as ``pyqueue/_migrations``)."""
-    return _resource_dir("migrations")
+    return resource_dir("migrations")
 
 
 def sql_dir() -> Path:
     """The ``sql/`` directory of function definitions (packaged as ``pyqueue/_sql``)."""
-    return _resource_dir("sql")
+    return resource_dir("sql")
 
 
 def _sql_dir_beside(migrations: Path) -> Path:

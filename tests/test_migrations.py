@@ -318,3 +318,45 @@ def test_partial_yoyo_apply_leaves_the_functions_alone(new_database, tmp_path):
     assert definitions(db) == []
     assert migrate(db) == schema_steps()[2:]
     assert len(definitions(db)) >= 14
+
+
+WHEEL_SCRIPT = """
+import sys
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from pyqueue import testing
+from pyqueue.migrate import migrations_dir, sql_dir
+site, name = sys.argv[1:]
+assert str(migrations_dir()).startswith(site) and str(sql_dir()).startswith(site), (migrations_dir(), sql_dir())
+admin = testing.server_dsn()
+testing.create_template(admin, name)
+dsn = testing.clone_database(admin, name)
+with psycopg.connect(dsn, autocommit=True) as conn:
+    conn.execute("SELECT dq_offer('q', 'k', 'x')")
+print(sorted(testing.offered(dsn, "q")))
+testing.drop_database(admin, conninfo_to_dict(dsn)["dbname"])
+testing.drop_database(admin, name)
+"""
+
+
+def test_installer_and_test_helpers_work_from_the_wheel_layout(admin_dsn, tmp_path):
+    """The package as the wheel lays it out (pyproject's force-include: migrations/, sql/ and docker/
+    inside the package as _migrations, _sql, _docker), without the source checkout around it."""
+    site = tmp_path / "site"
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(PROJECT / "pyqueue", site / "pyqueue", ignore=ignore)
+    for name in ("migrations", "sql", "docker"):
+        shutil.copytree(PROJECT / name, site / "pyqueue" / f"_{name}", ignore=ignore)
+    env = {k: v for k, v in os.environ.items() if k not in ("DQ_TEST_DSN", "PYTHONPATH")}
+    run = [sys.executable, "-c", WHEEL_SCRIPT, str(site), f"dq_wheel_{uuid.uuid4().hex[:12]}"]
+
+    proc = subprocess.run(run, capture_output=True, text=True, timeout=120, cwd=site,
+                          env=dict(env, PYTHONPATH=str(site), DQ_TEST_DSN=admin_dsn))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "['k']\n"
+
+    if not testing.docker_available():  # and no checkout: nothing to start a server with
+        proc = subprocess.run(run, capture_output=True, text=True, timeout=120, cwd=site,
+                              env=dict(env, PYTHONPATH=str(site)))
+        assert proc.returncode == 1
+        assert "RuntimeError: pyqueue.testing: no test server: set DQ_TEST_DSN" in proc.stderr
