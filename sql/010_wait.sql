@@ -75,7 +75,7 @@ SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$ DELETE FROM dq_waiters w WHERE w.queue = dq_wait_done.queue AND w.pid = pg_backend_pid() $$;
 COMMENT ON FUNCTION dq_wait_done(text) IS
-  'dq_wait_done(queue text) -> void: the calling session stops waiting on queue (offers stop notifying on its behalf).';
+  'dq_wait_done(queue text) -> void: the calling session stops waiting on queue (offers stop notifying on its behalf). Errors: none (a NULL or unknown queue changes nothing). Source: PostgreSQL manual, LISTEN and NOTIFY.';
 REVOKE ALL ON FUNCTION dq_wait_done(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_wait_done(text) TO dq_consumer;
 

@@ -1,6 +1,5 @@
 -- Offering messages: dq_offer (bytea, jsonb and text payloads) and dq_offer_many.
--- Semantics from seed 003 (offer / offerBatch), done with one INSERT .. ON CONFLICT instead
--- of the seed's insert-then-compare-and-swap loop.
+-- Each is one INSERT .. ON CONFLICT (PostgreSQL manual, INSERT, "ON CONFLICT Clause").
 -- Pin the search_path to the install schema (sql/000_common.sql).
 SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
 

@@ -1,8 +1,8 @@
 -- Polling: dq_poll_many acquires due messages under a visibility timeout.
 --
--- Seed 003's tryPollMany, with two changes: each message gets its own lock token (so one
--- message of a batch can be acknowledged, nacked or extended alone), and the visibility
--- timeout is the seed's own trick, moving scheduled_at forward to now + lock_timeout.
+-- Each message gets its own lock token (so one message of a batch can be acknowledged, nacked or
+-- extended alone), and the visibility timeout (SQS Developer Guide, "Amazon SQS visibility
+-- timeout") is kept in scheduled_at itself, moved forward to now + lock_timeout.
 --
 -- Concurrency (READ COMMITTED): the first statement locks the candidate rows FOR UPDATE SKIP LOCKED, so
 -- concurrent pollers never pick the same row; a row that another transaction changed after our

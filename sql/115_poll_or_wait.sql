@@ -1,4 +1,4 @@
--- dq_poll_or_wait: the waiting consumer's whole cycle in one statement (issue 3's idle budget).
+-- dq_poll_or_wait: the waiting consumer's whole cycle in one statement.
 --
 -- It ends the caller's previous wait (its dq_waiters row), polls like dq_poll_many, and when
 -- nothing was acquired registers the caller as waiting (like dq_wait) and returns one row whose id

@@ -3,16 +3,16 @@
 -- All three find the row by its lock token. poll gives every delivery a fresh token, and an
 -- update by dq_offer clears it, so a token names exactly one delivery of one version of one
 -- message: a stale token (lock expired and re-acquired, message re-offered, already
--- acknowledged) matches no row and changes nothing (seed 000's race-safe acknowledge).
+-- acknowledged) matches no row and changes nothing.
 -- A lock that expired but that no poll has taken over since is still held by its token: the late
--- holder's ack, nack or extend then succeeds (the work was done, nobody else has the message),
--- as in seed 000, where the delete matches as long as the row is still the one that was locked.
+-- holder's ack, nack or extend then succeeds (the work was done, nobody else has the message):
+-- the delete matches as long as the row is still the one that was locked.
 -- Concurrency: a concurrent poll or offer that changed the row makes our statement re-check
 -- `lock_token = $1` on the new row version (EvalPlanQual), which then fails.
 -- Plans: PL/pgSQL may cache a generic plan made while the table was empty (sequential scan) and
 -- keep it after the table grew (tests/test_plans.py); sequential scans are off in these functions,
 -- so the lock-token index is used at every size, and JIT with them (see sql/110_poll.sql).
--- Archive (seed 002): in a queue configured with archive => true, the acknowledged row goes to
+-- Archive: in a queue configured with archive => true, the acknowledged row goes to
 -- dq_archive (outcome 'acked') in the same statement as its delete, so both or neither happen.
 -- Pin the search_path to the install schema (sql/000_common.sql).
 SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;

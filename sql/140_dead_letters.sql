@@ -1,4 +1,4 @@
--- Per-queue configuration and dead letters (issue 3).
+-- Per-queue configuration and dead letters.
 --
 -- A queue configured with max_deliveries N and a dead-letter queue D: a message delivered N times
 -- that comes due again (its handler failed and dq_nack gave it back, or its lock expired again

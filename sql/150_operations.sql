@@ -1,4 +1,4 @@
--- Operations (issue 5): per-queue configuration, purge, releasing locks, archive retention, stats.
+-- Operations: per-queue configuration, purge, releasing locks, archive retention, stats.
 -- Every operator function says what it changed with a NOTICE.
 -- Pin the search_path to the install schema (sql/000_common.sql).
 SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
@@ -238,7 +238,7 @@ $f$, dq__schema());
 END;
 $do$;
 COMMENT ON PROCEDURE dq_prune_archive_all(integer, integer) IS
-  'CALL dq_prune_archive_all(batch_size integer default 10000, max_batches integer default 100): prunes the archive by retention in batches, committing after each (run by the pg_cron job dq-archive-prune; call it on its own, not inside a transaction block).';
+  'CALL dq_prune_archive_all(batch_size integer default 10000, max_batches integer default 100): prunes the archive by retention in batches, committing after each (run by the pg_cron job dq-archive-prune; call it on its own, not inside a transaction block). Errors: those of dq_prune_archive (22004/22023 batch_size); 2D000 invalid_transaction_termination when called inside a transaction block. Source: PostgreSQL manual, CREATE PROCEDURE and "Transaction Management".';
 REVOKE ALL ON PROCEDURE dq_prune_archive_all(integer, integer) FROM PUBLIC;
 GRANT EXECUTE ON PROCEDURE dq_prune_archive_all(integer, integer) TO dq_admin;
 

@@ -252,7 +252,7 @@ AS $$
                     char_length($3), $3, char_length($5), $5), 'UTF8') || $4), 'hex'), 16)
 $$;
 COMMENT ON FUNCTION dq_cron_config_hash(text, text, text, bytea, text) IS
-  'dq_cron_config_hash(queue, schedule, timezone, payload, payload_type) -> text: 16 hex digits of SHA-256 over the definition (schedule case- and whitespace-normalised; lookahead excluded). NULL when an argument is NULL.';
+  'dq_cron_config_hash(queue, schedule, timezone, payload, payload_type) -> text: 16 hex digits of SHA-256 over the definition (schedule case- and whitespace-normalised; lookahead excluded). NULL when an argument is NULL. Errors: none.';
 REVOKE ALL ON FUNCTION dq_cron_config_hash(text, text, text, bytea, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_config_hash(text, text, text, bytea, text) TO dq_admin;
 

@@ -50,7 +50,7 @@ COMMENT ON FUNCTION dq__cron_check_prefix(text, text, text, text, boolean) IS
   'Internal: 22004/22023/22001 for queue (<=100), key_prefix (<=100), config_hash (<=64, no "/").';
 REVOKE ALL ON FUNCTION dq__cron_check_prefix(text, text, text, text, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
--- dq_install_tick: seed 003's installTick in one transaction.
+-- dq_install_tick: the occurrences of one key prefix, installed in one transaction.
 --
 --  1. Installers of one (queue, key_prefix) are serialised by a transaction-level advisory lock, so
 --     two installs with different hashes cannot both keep their messages: the second one's DELETE

@@ -406,7 +406,7 @@ SELECT c.name, c.queue, c.schedule, c.timezone, c.payload_type, c.lookahead, c.c
  ORDER BY c.name
 $$;
 COMMENT ON FUNCTION dq_cron_list() IS
-  'dq_cron_list() -> the named schedules (the rows of the view dq_cron_schedules): definition, paused, next 5 occurrences after now (NULL when paused), the tick''s bookkeeping and the last evaluation error. Role dq_admin.';
+  'dq_cron_list() -> the named schedules (the rows of the view dq_cron_schedules): definition, paused, next 5 occurrences after now (NULL when paused), the tick''s bookkeeping and the last evaluation error. Role dq_admin. Errors: none (a schedule that cannot be evaluated shows NULL next occurrences).';
 REVOKE ALL ON FUNCTION dq_cron_list() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_list() TO dq_admin;
 
