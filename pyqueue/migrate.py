@@ -43,7 +43,8 @@ The two files of ``migrations/`` that are not numbered steps (``9999_sql.py`` an
    lives in one schema, default ``public``. ``migrate(schema=NAME)`` creates the schema when it is
    absent and runs yoyo with the URL parameter ``schema=NAME`` (yoyo's PostgreSQL backends then
    ``SET search_path TO NAME`` on each of their connections). For plain yoyo: ``CREATE SCHEMA
-   NAME``, then ``yoyo apply --database 'postgresql+psycopg://…/DB?schema=NAME' migrations/``.
+   NAME``, then ``yoyo apply --database 'postgresql+psycopg://…/DB?schema=NAME' migrations/``
+   (libpq's ``?options=-csearch_path%3DNAME`` works as well).
    The install schema is the ``current_schema()`` of yoyo's connection; ``sql/`` is applied with
    it as the first schema of ``search_path``, and each file pins its functions' ``search_path`` to
    it. Two schemas of one database hold two independent installs, migrated and rolled back on
