@@ -5,6 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 DSN ?= postgresql://postgres:postgres@127.0.0.1:55432/dq
+SCHEMA ?= public
 DOCKER_ENGINE := $(shell docker info >/dev/null 2>&1 && echo yes)
 
 .PHONY: venv up down psql migrate demo test bench bench-quick bench-latency bench-peers bench-spark chaos lint clean release-snapshot
@@ -37,7 +38,7 @@ psql: up
 	psql "$(DSN)"
 
 migrate: venv up
-	$(VENV)/bin/pyqueue migrate --dsn "$(DSN)"
+	$(VENV)/bin/pyqueue migrate --dsn "$(DSN)" --schema "$(SCHEMA)"
 
 demo: venv up
 	$(PY) -m pyqueue.demo --dsn "$(DSN)"

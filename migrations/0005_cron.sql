@@ -1,7 +1,7 @@
 -- 0005: named recurring schedules (issue 4), installed as ordinary delayed messages.
 -- depends: 0004_archive
 
--- One row per named schedule. The functions of sql/200_cron.sql are the only writers. Occurrences
+-- One row per named schedule. The functions of sql/2x0_cron_*.sql are the only writers. Occurrences
 -- are messages of `queue` keyed '<name>/<config_hash>/<epoch ms>' (seed 003's CronService keys).
 -- installed_through / last_installed_at / next_at are the tick's bookkeeping: every occurrence in
 -- (first install, installed_through] has been offered, the latest of them is last_installed_at,
@@ -31,7 +31,7 @@ CREATE TABLE IF NOT EXISTS dq_cron (
 COMMENT ON TABLE dq_cron IS
   'Named recurring schedules (dq_cron_install); their occurrences are messages keyed <name>/<config_hash>/<epoch ms>. Write it only through the dq_cron_* functions.';
 
--- The parsed form of a schedule (sql/200_cron.sql, dq__cron_parse): kind 'cron' or 'daily' walks
+-- The parsed form of a schedule (sql/200_cron_parse.sql, dq__cron_parse): kind 'cron' or 'daily' walks
 -- matching local days and fires at each time of day in `times`; kind 'every' fires at whole
 -- multiples of period_ms milliseconds since the Unix epoch.
 CREATE TYPE dq_cron_spec AS (
@@ -49,13 +49,21 @@ CREATE TYPE dq_cron_spec AS (
 -- the database named by cron.database_name; elsewhere (test clones, other databases) this step
 -- only says so. cron.schedule() with a job name replaces a job of that name (pg_cron >= 1.3), so
 -- re-running the step does not create a second job.
+-- pg_cron's job names are one per database: the install in public uses the plain name and
+-- command, one in another schema suffixes the name with '@<schema>' and qualifies the command (the
+-- names dq__pg_cron_jobs() of sql/250_cron_pg_cron.sql lists; that function does not exist yet
+-- when this step runs).
 DO $$
+DECLARE
+    v_public boolean := current_schema() = 'public';
+    v_job    text := 'dq-cron-tick' || CASE WHEN v_public THEN '' ELSE '@' || current_schema() END;
+    v_call   text := CASE WHEN v_public THEN '' ELSE quote_ident(current_schema()) || '.' END || 'dq_cron_tick()';
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_cron') THEN
-        PERFORM cron.schedule('dq-cron-tick', '* * * * *', 'SELECT dq_cron_tick()');
+        PERFORM cron.schedule(v_job, '* * * * *', 'SELECT ' || v_call);
     ELSE
-        RAISE NOTICE 'dq 0005_cron: pg_cron is not installed in database %, job dq-cron-tick not registered; call dq_cron_tick() from elsewhere (pyqueue cron tick --every, CronTicker)',
-            current_database();
+        RAISE NOTICE 'dq 0005_cron: pg_cron is not installed in database %, job % not registered; call % from elsewhere (pyqueue cron tick --every, CronTicker)',
+            current_database(), v_job, v_call;
     END IF;
 END;
 $$;

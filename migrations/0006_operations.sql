@@ -37,12 +37,20 @@ $$;
 REVOKE ALL ON dq_messages, dq_waiters, dq_meta, dq_queues, dq_archive, dq_cron FROM PUBLIC;
 
 -- Retention: prune the archive every 10 minutes, when pg_cron is installed in this database.
+-- pg_cron's job names are one per database: the install in public uses the plain name and
+-- command, one in another schema suffixes the name with '@<schema>' and qualifies the command (the
+-- names dq__pg_cron_jobs() of sql/250_cron_pg_cron.sql lists; that function does not exist yet
+-- when this step runs).
 DO $$
+DECLARE
+    v_public boolean := current_schema() = 'public';
+    v_job    text := 'dq-archive-prune' || CASE WHEN v_public THEN '' ELSE '@' || current_schema() END;
+    v_call   text := CASE WHEN v_public THEN '' ELSE quote_ident(current_schema()) || '.' END || 'dq_prune_archive_all()';
 BEGIN
-    IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_cron') THEN
-        PERFORM cron.schedule('dq-archive-prune', '*/10 * * * *', 'CALL dq_prune_archive_all()');
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_cron') THEN
+        PERFORM cron.schedule(v_job, '*/10 * * * *', 'CALL ' || v_call);
     ELSE
-        RAISE NOTICE 'pg_cron is not installed in this database: archive retention runs only when you call CALL dq_prune_archive_all() yourself';
+        RAISE NOTICE 'pg_cron is not installed in this database: archive retention runs only when you CALL % yourself', v_call;
     END IF;
 END;
 $$;

@@ -1,10 +1,7 @@
-"""Keep ``9999_sql`` pending, so every ``yoyo apply`` re-checks the functions of ``sql/``.
-
-yoyo runs post-apply hooks only when some migration was pending; ``9999_sql`` always is,
-because this hook removes its mark after each run. ``yoyo list`` therefore shows it as
-unapplied: that is by design (see 9999_sql.py and the README's development section).
-"""
+"""Keep ``9999_sql`` pending, so every apply re-checks ``sql/`` (rules: the docstring of ``pyqueue.migrate``)."""
 
 from yoyo import step
 
-steps = [step("DELETE FROM _yoyo_migration WHERE migration_id = '9999_sql'")]
+from pyqueue.migrate import FORGET_FUNCTION_STEP
+
+steps = [step(FORGET_FUNCTION_STEP)]

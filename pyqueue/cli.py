@@ -38,11 +38,10 @@ def _dsn(args: argparse.Namespace) -> str:
 def _cmd_migrate(args: argparse.Namespace) -> int:
     dsn = _dsn(args)
     if args.dry_run:
-        print("pending:", ", ".join(pending(dsn)) or "nothing")
+        print("pending:", ", ".join(pending(dsn, schema=args.schema)) or "nothing")
         return 0
-    applied = migrate(dsn)
-    schema = [m for m in applied if m != "9999_sql"]
-    print("applied:", ", ".join(schema) if schema else "no schema migration pending", "; functions checked")
+    applied = migrate(dsn, schema=args.schema)
+    print("applied:", ", ".join(applied) or "no schema step pending", "; functions of sql/ checked")
     return 0
 
 
@@ -250,7 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = add("migrate", "install or upgrade the schema and functions")
-    p.add_argument("--dry-run", action="store_true", help="list pending migrations only")
+    p.add_argument("--schema", default="public", help="install schema, created when absent (default: public)")
+    p.add_argument("--dry-run", action="store_true", help="list pending schema steps only")
     p.set_defaults(func=_cmd_migrate)
 
     p = add("offer", "offer one message")

@@ -1,9 +1,13 @@
 """Helpers for tests against a real PostgreSQL server (ours, and our users').
 
+Everything here works from an installed wheel; only the third way of :func:`server_dsn` needs a
+source checkout.
+
 * :func:`server_dsn` finds or starts a server: ``DQ_TEST_DSN`` if set; else a testcontainers
-  PostgreSQL with pg_cron (the image of ``docker/Dockerfile``) when a Docker engine answers;
-  else the private local server of ``scripts/localpg.sh`` (data in ``.pgdata-test``, port 55433,
-  or ``DQ_TEST_PGPORT``: two checkouts testing at once each need their own port).
+  PostgreSQL with pg_cron (the image of ``docker/Dockerfile``, shipped in the wheel as
+  ``pyqueue/_docker``) when a Docker engine answers; else, in a source checkout, the private local
+  server of ``scripts/localpg.sh`` (data in ``.pgdata-test``, port 55433, or ``DQ_TEST_PGPORT``:
+  two checkouts testing at once each need their own port). Otherwise it raises ``RuntimeError``.
 * :func:`create_template` builds a database with the real installer (:func:`pyqueue.migrate.migrate`).
 * :func:`clone_database` / :func:`drop_database` give each test its own copy
   (``CREATE DATABASE … TEMPLATE``), so tests with several sessions (NOTIFY, SKIP LOCKED, workers)
@@ -32,7 +36,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from .migrate import migrate
+from .migrate import migrate, resource_dir
 
 __all__ = [
     "server_dsn",
@@ -46,6 +50,7 @@ __all__ = [
 ]
 
 PROJECT = Path(__file__).resolve().parent.parent
+"""The source checkout, when the package is run from one (``scripts/localpg.sh`` is there)."""
 
 
 def with_dbname(dsn: str, dbname: str) -> str:
@@ -69,7 +74,11 @@ _container: Any = None
 
 
 def server_dsn() -> str:
-    """DSN of an administrative database on a server with pg_cron that the tests may use."""
+    """DSN of an administrative database on a server with pg_cron that the tests may use.
+
+    :raises RuntimeError: no ``DQ_TEST_DSN``, no Docker engine, and not in a source checkout.
+    :raises subprocess.CalledProcessError: ``scripts/localpg.sh`` failed.
+    """
     global _container
     env = os.environ.get("DQ_TEST_DSN")
     if env:
@@ -82,7 +91,7 @@ def server_dsn() -> str:
         except ImportError:  # pragma: no cover - older testcontainers
             from testcontainers.postgres import PostgresContainer
 
-        image = DockerImage(path=str(PROJECT / "docker"), tag="pgdelayq-postgres:test")
+        image = DockerImage(path=str(resource_dir("docker")), tag="pgdelayq-postgres:test")
         image.build()
         _container = PostgresContainer(
             str(image), username="postgres", password="postgres", dbname="dq", driver=None
@@ -92,10 +101,16 @@ def server_dsn() -> str:
         host = _container.get_container_host_ip()
         port = _container.get_exposed_port(5432)
         return f"postgresql://postgres:postgres@{host}:{port}/dq"
+    localpg = PROJECT / "scripts" / "localpg.sh"
+    if not localpg.is_file():
+        raise RuntimeError(
+            "pyqueue.testing: no test server: set DQ_TEST_DSN to a PostgreSQL 15 server with pg_cron "
+            "(shared_preload_libraries = pg_cron), or start a Docker engine"
+        )
     port = os.environ.get("DQ_TEST_PGPORT", "55433")
     env_vars = dict(os.environ, DQ_PGDATA=str(PROJECT / ".pgdata-test"), DQ_PGPORT=port, DQ_PGDB="dq")
     out = subprocess.run(
-        [str(PROJECT / "scripts" / "localpg.sh"), "up"], env=env_vars, check=True, capture_output=True, text=True
+        [str(localpg), "up"], env=env_vars, check=True, capture_output=True, text=True
     )
     return out.stdout.strip().splitlines()[-1]
 

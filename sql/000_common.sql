@@ -1,12 +1,65 @@
--- Shared helpers: input checks (raised only on the error path) and the wake-up channel.
--- Every file under sql/ is re-runnable (CREATE OR REPLACE) and applied in name order in one
--- transaction by the installer (pyqueue.migrate, also run by the yoyo step 9999_sql).
+-- Shared helpers: the install schema, roles, input checks (raised only on the error path) and the
+-- wake-up channel.
+--
+-- Every file under sql/ is re-runnable (CREATE OR REPLACE) and self-contained: it pins the
+-- session's search_path to the install schema (its first statement), creates its functions with
+-- that search_path (SET search_path FROM CURRENT), and grants each function beside it. The
+-- installer applies the files in name order in one transaction, with the install schema first on
+-- the search_path (a file run by hand with psql's default search_path installs into public).
+--
+-- Privileges. Applications get EXECUTE on the functions of their role and nothing on the tables.
+-- Every public dq_* function is SECURITY DEFINER (it runs with its owner's rights, which is how it
+-- reaches the tables) with the pinned search_path, so a function or table planted in a schema of
+-- the caller's search_path is never used by ours (PostgreSQL manual, CREATE FUNCTION, "Writing
+-- SECURITY DEFINER Functions Safely"). Internal dq__* helpers are called only from inside our
+-- functions (as the owner) and are executable by no application role. Install as a dedicated
+-- owner role rather than a superuser: the functions run with its rights.
+--
+--   dq_producer  offer (dq_offer, dq_offer_many) and cancel (dq_cancel)
+--   dq_consumer  poll (dq_poll_many, dq_poll_or_wait, dq_wait, dq_wait_done, dq_channel), finish
+--                (dq_ack, dq_nack, dq_extend) and read (dq_get, dq_next_due)
+--   dq_admin     everything: both roles above, configuration, redrive, purge, release, stats,
+--                retention, schedules (dq_cron_*, dq_install_tick, dq_uninstall_tick)
+--
+-- The install schema: the first schema of the session's search_path that is not a pg_ schema
+-- (pg_catalog, pg_temp_N). Every file starts by pinning the session's search_path to
+-- '<install schema>, pg_temp', so the next file finds the same schema, objects are created in it, and
+-- every function captures that value (SET search_path FROM CURRENT). pg_catalog is not named: it is
+-- then searched first (PostgreSQL manual, 5.9.5 "The Schema Search Path"), and naming it first would
+-- make it the schema in which CREATE puts unqualified objects. pg_temp is named last, so temporary
+-- objects are never found before ours ("Writing SECURITY DEFINER Functions Safely").
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+
+-- dq__schema() -> text: the name of the install schema, an inlined constant (SQL, IMMUTABLE, no
+-- SET clause), written into the function when this file runs: for the few names that must differ
+-- between two installs in one database (dq_channel, the pg_cron jobs) and for code that cannot pin
+-- a search_path (dq_prune_archive_all).
+DO $$
+BEGIN
+    EXECUTE pg_catalog.format(
+        'CREATE OR REPLACE FUNCTION dq__schema() RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
+        pg_catalog.format('SELECT %L::text', (pg_catalog.current_schemas(false))[1]));
+END;
+$$;
+COMMENT ON FUNCTION dq__schema() IS 'Internal: the name of the schema this install lives in.';
+REVOKE ALL ON FUNCTION dq__schema() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+GRANT dq_producer, dq_consumer TO dq_admin;
+-- The roles reach the functions through the schema. Not granted when every role already may use it
+-- (PUBLIC has USAGE, as on public by default), so an install in public adds no ACL entry.
+DO $$
+BEGIN
+    IF NOT pg_catalog.has_schema_privilege('public', dq__schema(), 'USAGE') THEN
+        EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA %I TO dq_producer, dq_consumer, dq_admin', dq__schema());
+    END IF;
+END;
+$$;
 
 -- Raise the error for a bad queue name. Called only after a cheap inline check failed.
 CREATE OR REPLACE FUNCTION dq__raise_bad_name(fn text, param text, value text, max_len integer)
 RETURNS void
 LANGUAGE plpgsql
-SET search_path = pg_catalog, public, pg_temp
+SET search_path FROM CURRENT
 AS $$
 BEGIN
     IF value IS NULL THEN
@@ -21,28 +74,39 @@ END;
 $$;
 COMMENT ON FUNCTION dq__raise_bad_name(text, text, text, integer) IS
   'Internal: raises 22004 (NULL), 22023 (empty) or 22001 (over max_len characters) for a queue or key.';
+REVOKE ALL ON FUNCTION dq__raise_bad_name(text, text, text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Raise 22004 for a NULL argument.
 CREATE OR REPLACE FUNCTION dq__raise_null(fn text, param text)
 RETURNS void
 LANGUAGE plpgsql
-SET search_path = pg_catalog, public, pg_temp
+SET search_path FROM CURRENT
 AS $$
 BEGIN
     RAISE EXCEPTION '%: % must not be NULL', fn, param USING ERRCODE = '22004';
 END;
 $$;
 COMMENT ON FUNCTION dq__raise_null(text, text) IS 'Internal: raises 22004 null_value_not_allowed naming the parameter.';
+REVOKE ALL ON FUNCTION dq__raise_null(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The LISTEN channel of a queue: 'dq_' || md5(queue). Queue names may be 100 characters
 -- and contain anything, channel names are identifiers of at most 63 bytes, hence the hash.
+-- Channels are per database: an install outside public hashes its schema's quoted name with the
+-- queue ('dq_' || md5('"schema".' || queue); quote_ident makes the pair unambiguous), so two
+-- installs in one database never wake each other's consumers; public keeps the plain hash, the
+-- channel of earlier releases, so consumers and producers of two releases meet during a deploy.
 CREATE OR REPLACE FUNCTION dq_channel(queue text)
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, public, pg_temp
-AS $$ SELECT 'dq_' || md5(queue) $$;
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+    SELECT 'dq_' || md5(CASE WHEN dq__schema() = 'public' THEN queue ELSE quote_ident(dq__schema()) || '.' || queue END)
+$$;
 COMMENT ON FUNCTION dq_channel(text) IS
-  'dq_channel(queue text) -> text: the LISTEN channel on which offers wake consumers of this queue (''dq_'' || md5(queue)); the payload is the queue name.';
+  'dq_channel(queue text) -> text: the LISTEN channel on which offers wake consumers of this queue: ''dq_'' || md5(queue) for an install in schema public, ''dq_'' || md5(quote_ident(schema) || ''.'' || queue) for an install in another schema; the notification payload is the queue name. Errors: none (NULL for a NULL queue). Source: PostgreSQL manual, LISTEN and NOTIFY (a channel name is an identifier, at most 63 bytes).';
+REVOKE ALL ON FUNCTION dq_channel(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_channel(text) TO dq_consumer;
 
 -- ----------------------------------------------------------------------------- time bounds
 -- Every timestamp the queue stores or returns lies in [dq__min_time(), dq__max_time()]: finite, and
@@ -53,16 +117,18 @@ COMMENT ON FUNCTION dq_channel(text) IS
 CREATE OR REPLACE FUNCTION dq__min_time() RETURNS timestamptz
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT timestamptz '0001-01-02 00:00:00+00' $$;
 COMMENT ON FUNCTION dq__min_time() IS 'Internal: the earliest timestamp the queue stores (0001-01-02 UTC).';
+REVOKE ALL ON FUNCTION dq__min_time() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 CREATE OR REPLACE FUNCTION dq__max_time() RETURNS timestamptz
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT timestamptz '9999-12-30 00:00:00+00' $$;
 COMMENT ON FUNCTION dq__max_time() IS 'Internal: the latest timestamp the queue stores (9999-12-30 UTC).';
+REVOKE ALL ON FUNCTION dq__max_time() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Raise the error for a timestamp argument that is NULL (22004) or out of range (22008). Called only
 -- after a cheap inline check failed.
 CREATE OR REPLACE FUNCTION dq__raise_bad_time(fn text, param text, value timestamptz)
 RETURNS void
 LANGUAGE plpgsql
-SET search_path = pg_catalog, public, pg_temp
+SET search_path FROM CURRENT
 AS $$
 BEGIN
     IF value IS NULL THEN
@@ -74,6 +140,7 @@ END;
 $$;
 COMMENT ON FUNCTION dq__raise_bad_time(text, text, timestamptz) IS
   'Internal: raises 22004 (NULL) or 22008 datetime_field_overflow (outside 0001-01-02 .. 9999-12-30 UTC) naming the parameter.';
+REVOKE ALL ON FUNCTION dq__raise_bad_time(text, text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- base + value, checked by its effect rather than by comparing the interval with zero: an interval
 -- with months is not a fixed length ('1 mon -29 days' compares as positive but lands in the past on
@@ -86,7 +153,7 @@ CREATE OR REPLACE FUNCTION dq__time_after(fn text, param text, value interval, b
                                           max_text text DEFAULT NULL)
 RETURNS timestamptz
 LANGUAGE plpgsql
-SET search_path = pg_catalog, public, pg_temp
+SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_at timestamptz;
@@ -122,3 +189,4 @@ END;
 $$;
 COMMENT ON FUNCTION dq__time_after(text, text, interval, timestamptz, boolean, interval, text) IS
   'Internal: base + value checked by its effect: 22004 NULL, 22023 before base (or at it unless allow_zero) or past max_value, 22008 past 9999-12-30 UTC.';
+REVOKE ALL ON FUNCTION dq__time_after(text, text, interval, timestamptz, boolean, interval, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;

@@ -17,11 +17,14 @@
 -- A wake-up missed by a race (an offer whose statement started before the waiter registered
 -- and committed after the waiter looked at dq_next_due) delays that message by at most the
 -- waiter's max_wait; it is never lost.
+-- Pin the search_path to the install schema (sql/000_common.sql).
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
 
 CREATE OR REPLACE FUNCTION dq_wait(queue text, max_wait interval DEFAULT '5 seconds')
 RETURNS interval
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -62,14 +65,19 @@ END;
 $$;
 COMMENT ON FUNCTION dq_wait(text, interval) IS
   'dq_wait(queue text, max_wait interval default 5 s) -> interval: registers the calling session (which must LISTEN on dq_channel(queue)) as waiting until the earlier of now + max_wait and the next due message, and returns how long to sleep (0 when a message is due). Also removes the queue''s waiter rows of sessions that no longer exist. Errors: 22004/22023/22001 queue, 22004 max_wait NULL, 22023 max_wait not positive or over 1 hour.';
+REVOKE ALL ON FUNCTION dq_wait(text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_wait(text, interval) TO dq_consumer;
 
 CREATE OR REPLACE FUNCTION dq_wait_done(queue text)
 RETURNS void
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$ DELETE FROM dq_waiters w WHERE w.queue = dq_wait_done.queue AND w.pid = pg_backend_pid() $$;
 COMMENT ON FUNCTION dq_wait_done(text) IS
-  'dq_wait_done(queue text) -> void: the calling session stops waiting on queue (offers stop notifying on its behalf).';
+  'dq_wait_done(queue text) -> void: the calling session stops waiting on queue (offers stop notifying on its behalf). Errors: none (a NULL or unknown queue changes nothing). Source: PostgreSQL manual, LISTEN and NOTIFY.';
+REVOKE ALL ON FUNCTION dq_wait_done(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_wait_done(text) TO dq_consumer;
 
 -- Wake the waiters of a queue that would sleep past `due`. Callers run the cheap inline guard
 -- first (EXISTS on dq_waiters with wake_at > due: one probe of a tiny primary-key index per offer)
@@ -78,7 +86,7 @@ COMMENT ON FUNCTION dq_wait_done(text) IS
 CREATE OR REPLACE FUNCTION dq__wake(queue text, due timestamptz)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SET search_path FROM CURRENT
 AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM dq_waiters w
@@ -93,3 +101,4 @@ END;
 $$;
 COMMENT ON FUNCTION dq__wake(text, timestamptz) IS
   'Internal: NOTIFY dq_channel(queue) when a live waiter (its session exists) would sleep past due; returns whether it notified.';
+REVOKE ALL ON FUNCTION dq__wake(text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;

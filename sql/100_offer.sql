@@ -1,6 +1,7 @@
 -- Offering messages: dq_offer (bytea, jsonb and text payloads) and dq_offer_many.
--- Semantics from seed 003 (offer / offerBatch), done with one INSERT .. ON CONFLICT instead
--- of the seed's insert-then-compare-and-swap loop.
+-- Each is one INSERT .. ON CONFLICT (PostgreSQL manual, INSERT, "ON CONFLICT Clause").
+-- Pin the search_path to the install schema (sql/000_common.sql).
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
 
 -- dq_offer: insert, or replace when the key is present and something differs.
 --
@@ -22,7 +23,8 @@ CREATE OR REPLACE FUNCTION dq_offer(
     payload_type  text DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -98,6 +100,8 @@ END;
 $$;
 COMMENT ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text) IS
   'dq_offer(queue text <=100 chars, key text <=200 chars, payload bytea <= the queue''s max_payload_bytes (default 1 MiB), scheduled_at timestamptz in 0001-01-02 .. 9999-12-30 UTC default now(), can_update boolean default true, payload_type text default ''bytes'') -> text: ''created'' (new key), ''updated'' (key present, can_update, and payload, payload_type or scheduled_at differ: replaced, delivery_count reset, lock and last error cleared) or ''ignored''. Dead letters in the queue are never matched. Errors: 22004 NULL argument, 22023 empty queue/key, 22001 queue/key too long, 22008 scheduled_at out of range, 54000 payload over the limit; nothing is written on error.';
+REVOKE ALL ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text) TO dq_producer;
 
 CREATE OR REPLACE FUNCTION dq_offer(
     queue         text,
@@ -108,10 +112,13 @@ CREATE OR REPLACE FUNCTION dq_offer(
     payload_type  text DEFAULT NULL)
 RETURNS text
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$ SELECT dq_offer($1, $2, convert_to($3::text, 'UTF8'), $4, $5, coalesce($6, 'json')) $$;
 COMMENT ON FUNCTION dq_offer(text, text, jsonb, timestamptz, boolean, text) IS
   'dq_offer with a jsonb payload: stored as its UTF-8 text, payload_type ''json'' unless given. Same result and errors as the bytea form.';
+REVOKE ALL ON FUNCTION dq_offer(text, text, jsonb, timestamptz, boolean, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_offer(text, text, jsonb, timestamptz, boolean, text) TO dq_producer;
 
 CREATE OR REPLACE FUNCTION dq_offer(
     queue         text,
@@ -122,10 +129,13 @@ CREATE OR REPLACE FUNCTION dq_offer(
     payload_type  text DEFAULT NULL)
 RETURNS text
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$ SELECT dq_offer($1, $2, convert_to($3, 'UTF8'), $4, $5, coalesce($6, 'text')) $$;
 COMMENT ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text) IS
   'dq_offer with a text payload (also what an untyped literal resolves to): stored as UTF-8, payload_type ''text'' unless given. Same result and errors as the bytea form.';
+REVOKE ALL ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text) TO dq_producer;
 
 
 -- dq_offer_many: dq_offer's semantics for each element, set-based: one validation query and
@@ -147,7 +157,7 @@ CREATE OR REPLACE FUNCTION dq__offer_many(
     cron_prefix    text)
 RETURNS TABLE (key text, outcome text)
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -321,6 +331,7 @@ END;
 $$;
 COMMENT ON FUNCTION dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text) IS
   'Internal: the body of dq_offer_many (fn: the public function named in errors); cron_prefix is recorded as the owner of the rows it creates or updates (dq_install_tick).';
+REVOKE ALL ON FUNCTION dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_offer_many(
     queue          text,
@@ -331,10 +342,13 @@ CREATE OR REPLACE FUNCTION dq_offer_many(
     payload_types  text[] DEFAULT NULL)
 RETURNS TABLE (key text, outcome text)
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$ SELECT o.key, o.outcome FROM dq__offer_many('dq_offer_many', $1, $2, $3, $4, $5, $6, NULL) AS o $$;
 COMMENT ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[]) IS
   'dq_offer_many(queue text, keys text[], payloads bytea[] each <= the queue''s max_payload_bytes (default 1 MiB), scheduled_ats timestamptz[] in 0001-01-02 .. 9999-12-30 UTC, default NULL = now for all, can_update boolean default true, payload_types text[] default NULL = ''bytes'') -> TABLE(key text, outcome text) in input order, outcome as dq_offer. Set-based (one INSERT .. ON CONFLICT, rows in bytewise key order). Errors: 22004 NULL array or element, 22023 unequal lengths or a repeated key, 22001 key too long, 22008 a scheduled_ats element out of range, 54000 over 100000 elements or a payload over the limit; nothing is written on error.';
+REVOKE ALL ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[]) TO dq_producer;
 
 -- Payload limits. A queue's limit is dq_queues.max_payload_bytes, or 1 MiB when it sets none; no
 -- queue may set one below 1 KiB (SQS's MaximumMessageSize has the same floor), so the offers read
@@ -342,25 +356,28 @@ COMMENT ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean,
 CREATE OR REPLACE FUNCTION dq__default_max_payload_bytes() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1048576 $$;
 COMMENT ON FUNCTION dq__default_max_payload_bytes() IS 'Internal: the payload limit of a queue without max_payload_bytes (1 MiB).';
+REVOKE ALL ON FUNCTION dq__default_max_payload_bytes() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 CREATE OR REPLACE FUNCTION dq__payload_limit_floor() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1024 $$;
 COMMENT ON FUNCTION dq__payload_limit_floor() IS 'Internal: the smallest max_payload_bytes a queue may have (1 KiB).';
+REVOKE ALL ON FUNCTION dq__payload_limit_floor() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The payload limit of a queue, in bytes.
 CREATE OR REPLACE FUNCTION dq__max_payload_bytes(queue text)
 RETURNS integer
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, public, pg_temp
+SET search_path FROM CURRENT
 AS $$
     SELECT coalesce((SELECT q.max_payload_bytes FROM dq_queues q WHERE q.queue = $1), dq__default_max_payload_bytes())
 $$;
 COMMENT ON FUNCTION dq__max_payload_bytes(text) IS 'Internal: the payload limit of a queue (max_payload_bytes, default 1 MiB).';
+REVOKE ALL ON FUNCTION dq__max_payload_bytes(text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- 54000 naming the payload (param), its size and the queue's limit, all in bytes.
 CREATE OR REPLACE FUNCTION dq__raise_payload_too_large(fn text, param text, queue text, size integer, max_bytes integer)
 RETURNS void
 LANGUAGE plpgsql
-SET search_path = pg_catalog, public, pg_temp
+SET search_path FROM CURRENT
 AS $$
 BEGIN
     RAISE EXCEPTION '%: % is % bytes, the limit of queue % is % bytes', fn, param, size, queue, max_bytes
@@ -370,12 +387,13 @@ END;
 $$;
 COMMENT ON FUNCTION dq__raise_payload_too_large(text, text, text, integer, integer) IS
   'Internal: raises 54000 program_limit_exceeded for a payload over its queue''s limit.';
+REVOKE ALL ON FUNCTION dq__raise_payload_too_large(text, text, text, integer, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- 54000 when size (bytes) is over the queue's limit. Called only for payloads over the floor.
 CREATE OR REPLACE FUNCTION dq__check_payload_size(fn text, param text, queue text, size integer)
 RETURNS void
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, public, pg_temp
+SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_limit integer := dq__max_payload_bytes(queue);
@@ -387,3 +405,4 @@ END;
 $$;
 COMMENT ON FUNCTION dq__check_payload_size(text, text, text, integer) IS
   'Internal: raises 54000 program_limit_exceeded when a payload of size bytes is over the queue''s max_payload_bytes (default 1 MiB).';
+REVOKE ALL ON FUNCTION dq__check_payload_size(text, text, text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;

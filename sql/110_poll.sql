@@ -1,8 +1,8 @@
 -- Polling: dq_poll_many acquires due messages under a visibility timeout.
 --
--- Seed 003's tryPollMany, with two changes: each message gets its own lock token (so one
--- message of a batch can be acknowledged, nacked or extended alone), and the visibility
--- timeout is the seed's own trick, moving scheduled_at forward to now + lock_timeout.
+-- Each message gets its own lock token (so one message of a batch can be acknowledged, nacked or
+-- extended alone), and the visibility timeout (SQS Developer Guide, "Amazon SQS visibility
+-- timeout") is kept in scheduled_at itself, moved forward to now + lock_timeout.
 --
 -- Concurrency (READ COMMITTED): the first statement locks the candidate rows FOR UPDATE SKIP LOCKED, so
 -- concurrent pollers never pick the same row; a row that another transaction changed after our
@@ -10,13 +10,16 @@
 -- row that was just acquired (its scheduled_at moved into the future) is not taken twice.
 -- Each delivery records when it was due (due_at, the scheduled_at it replaces) and when it was
 -- claimed (claimed_at), for the archive and for lateness.
+-- Pin the search_path to the install schema (sql/000_common.sql).
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
 CREATE OR REPLACE FUNCTION dq_poll_many(
     queue         text,
     max_count     integer DEFAULT 1,
     lock_timeout  interval DEFAULT '5 minutes')
 RETURNS SETOF dq_delivery
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 -- The statements are planned once per session (generic plans: re-planning cost 0.2-0.3 ms per call).
 -- A session that first polls an empty table would keep the plan that is cheapest for an empty
 -- table (sequential scan and sort) until the next ANALYZE, and later poll a backlog of 100,000 rows
@@ -106,3 +109,5 @@ END;
 $$;
 COMMENT ON FUNCTION dq_poll_many(text, integer, interval) IS
   'dq_poll_many(queue text, max_count integer 1..10000 default 1, lock_timeout interval > 0 default 5 min) -> SETOF (id, queue, key, payload, payload_type, scheduled_at = due time of this delivery, scheduled_at_initially, created_at, delivery_count (>1 = redelivery), lock_token uuid, locked_until timestamptz): acquires up to max_count due messages, earliest first, FOR UPDATE SKIP LOCKED; each gets a fresh lock token and stays invisible until locked_until; a due message already delivered max_deliveries times (dq_configure_queue) goes to the dead-letter queue instead. Errors: 22004 NULL, 22023 max_count out of range or lock_timeout not positive (by its effect: now + lock_timeout after now), 22008 now + lock_timeout after 9999-12-30. Source: the visibility timeout of Amazon SQS (SQS Developer Guide, "Amazon SQS visibility timeout").';
+REVOKE ALL ON FUNCTION dq_poll_many(text, integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_poll_many(text, integer, interval) TO dq_consumer;

@@ -1,10 +1,12 @@
--- dq_poll_or_wait: the waiting consumer's whole cycle in one statement (issue 3's idle budget).
+-- dq_poll_or_wait: the waiting consumer's whole cycle in one statement.
 --
 -- It ends the caller's previous wait (its dq_waiters row), polls like dq_poll_many, and when
 -- nothing was acquired registers the caller as waiting (like dq_wait) and returns one row whose id
 -- is NULL and whose wake_in says how long to sleep on LISTEN before calling again. So an idle
 -- consumer costs one statement per wake-up (its own timer, at most max_wait apart, or a
 -- notification), not three. Concurrency: as dq_poll_many and dq_wait (same statements).
+-- Pin the search_path to the install schema (sql/000_common.sql).
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
 CREATE OR REPLACE FUNCTION dq_poll_or_wait(
     queue         text,
     max_count     integer DEFAULT 1,
@@ -23,7 +25,8 @@ RETURNS TABLE (
     locked_until            timestamptz,
     wake_in                 interval)
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -47,3 +50,5 @@ END;
 $$;
 COMMENT ON FUNCTION dq_poll_or_wait(text, integer, interval, interval) IS
   'dq_poll_or_wait(queue text, max_count integer, lock_timeout interval, max_wait interval default 5 s) -> the rows of dq_poll_many (wake_in NULL), or, when nothing was acquired, one row with id NULL and wake_in = how long to sleep on LISTEN dq_channel(queue) (the caller is registered as waiting, as by dq_wait). One statement per idle cycle. Errors: those of dq_poll_many and dq_wait (max_wait positive and at most 1 hour, checked on every call).';
+REVOKE ALL ON FUNCTION dq_poll_or_wait(text, integer, interval, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_poll_or_wait(text, integer, interval, interval) TO dq_consumer;

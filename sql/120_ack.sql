@@ -3,22 +3,25 @@
 -- All three find the row by its lock token. poll gives every delivery a fresh token, and an
 -- update by dq_offer clears it, so a token names exactly one delivery of one version of one
 -- message: a stale token (lock expired and re-acquired, message re-offered, already
--- acknowledged) matches no row and changes nothing (seed 000's race-safe acknowledge).
+-- acknowledged) matches no row and changes nothing.
 -- A lock that expired but that no poll has taken over since is still held by its token: the late
--- holder's ack, nack or extend then succeeds (the work was done, nobody else has the message),
--- as in seed 000, where the delete matches as long as the row is still the one that was locked.
+-- holder's ack, nack or extend then succeeds (the work was done, nobody else has the message):
+-- the delete matches as long as the row is still the one that was locked.
 -- Concurrency: a concurrent poll or offer that changed the row makes our statement re-check
 -- `lock_token = $1` on the new row version (EvalPlanQual), which then fails.
 -- Plans: PL/pgSQL may cache a generic plan made while the table was empty (sequential scan) and
 -- keep it after the table grew (tests/test_plans.py); sequential scans are off in these functions,
 -- so the lock-token index is used at every size, and JIT with them (see sql/110_poll.sql).
--- Archive (seed 002): in a queue configured with archive => true, the acknowledged row goes to
+-- Archive: in a queue configured with archive => true, the acknowledged row goes to
 -- dq_archive (outcome 'acked') in the same statement as its delete, so both or neither happen.
+-- Pin the search_path to the install schema (sql/000_common.sql).
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
 
 CREATE OR REPLACE FUNCTION dq_ack(lock_token uuid)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 SET enable_seqscan = off
 SET jit = off
 AS $$
@@ -44,11 +47,14 @@ END;
 $$;
 COMMENT ON FUNCTION dq_ack(uuid) IS
   'dq_ack(lock_token uuid) -> boolean: deletes the message still held under this token (archived with outcome acked when its queue archives, scheduled_at = when this delivery was due); false for a stale token (nothing deleted). Errors: 22004 NULL. Source: DeleteMessage with a receipt handle (SQS Developer Guide).';
+REVOKE ALL ON FUNCTION dq_ack(uuid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_ack(uuid) TO dq_consumer;
 
 CREATE OR REPLACE FUNCTION dq_ack(lock_tokens uuid[])
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 SET enable_seqscan = off
 SET jit = off
 AS $$
@@ -74,11 +80,14 @@ END;
 $$;
 COMMENT ON FUNCTION dq_ack(uuid[]) IS
   'dq_ack(lock_tokens uuid[]) -> integer: deletes the messages still held under these tokens and returns how many; stale tokens delete nothing. Errors: 22004 NULL array.';
+REVOKE ALL ON FUNCTION dq_ack(uuid[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_ack(uuid[]) TO dq_consumer;
 
 CREATE OR REPLACE FUNCTION dq_nack(lock_token uuid, delay interval DEFAULT '0', error text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 SET enable_seqscan = off
 SET jit = off
 AS $$
@@ -126,11 +135,14 @@ END;
 $$;
 COMMENT ON FUNCTION dq_nack(uuid, interval, text) IS
   'dq_nack(lock_token uuid, delay interval >= 0 default 0, error text <= 10000 chars default NULL) -> boolean: gives the message back, visible again at now + delay, keeping its delivery_count and recording error as last_error; at the queue''s max_deliveries it goes to the dead-letter queue instead. False for a stale token. Errors: 22004 NULL, 22023 delay whose effect is negative (now + delay before now), 22008 now + delay after 9999-12-30, 22001 error too long. Source: ChangeMessageVisibility and dead-letter queues (SQS Developer Guide).';
+REVOKE ALL ON FUNCTION dq_nack(uuid, interval, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_nack(uuid, interval, text) TO dq_consumer;
 
 CREATE OR REPLACE FUNCTION dq_extend(lock_token uuid, lock_timeout interval)
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 SET enable_seqscan = off
 SET jit = off
 AS $$
@@ -151,3 +163,5 @@ END;
 $$;
 COMMENT ON FUNCTION dq_extend(uuid, interval) IS
   'dq_extend(lock_token uuid, lock_timeout interval > 0) -> timestamptz: heartbeat; the message stays invisible until the returned now + lock_timeout; NULL when the token no longer holds the message. Errors: 22004 NULL, 22023 lock_timeout not positive (by its effect), 22008 now + lock_timeout after 9999-12-30. Source: ChangeMessageVisibility (SQS Developer Guide).';
+REVOKE ALL ON FUNCTION dq_extend(uuid, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_extend(uuid, interval) TO dq_consumer;

@@ -1,4 +1,6 @@
 -- Reading and removing by key: dq_cancel, dq_get, dq_next_due.
+-- Pin the search_path to the install schema (sql/000_common.sql).
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
 
 -- dq_cancel deletes every message of the queue with this key: the ordinary message and any dead
 -- letters that share the key. A deleted future occurrence of a named schedule is offered again by
@@ -11,7 +13,8 @@
 CREATE OR REPLACE FUNCTION dq_cancel(queue text, key text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -39,11 +42,14 @@ END;
 $$;
 COMMENT ON FUNCTION dq_cancel(text, text) IS
   'dq_cancel(queue text, key text) -> boolean: deletes the messages with this key in the queue (the ordinary one and any dead letters sharing the key), in flight or not (archived with outcome cancelled when the queue archives); false when absent. A future occurrence of a named schedule comes back at the next dq_cron_tick. Errors: 22004/22023/22001 queue or key.';
+REVOKE ALL ON FUNCTION dq_cancel(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_cancel(text, text) TO dq_producer;
 
 CREATE OR REPLACE FUNCTION dq_get(queue text, key text)
 RETURNS SETOF dq_message
 LANGUAGE plpgsql VOLATILE  -- reads clock_timestamp()
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -65,11 +71,14 @@ END;
 $$;
 COMMENT ON FUNCTION dq_get(text, text) IS
   'dq_get(queue text, key text) -> the messages with this key (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, delivery_count, locked_until = NULL unless in flight): the ordinary message first, then dead letters sharing the key (dead-letter queues), oldest first; a plain read, no lock, no lock token. Errors: 22004/22023/22001 queue or key.';
+REVOKE ALL ON FUNCTION dq_get(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_get(text, text) TO dq_consumer;
 
 CREATE OR REPLACE FUNCTION dq_next_due(queue text)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -84,3 +93,5 @@ END;
 $$;
 COMMENT ON FUNCTION dq_next_due(text) IS
   'dq_next_due(queue text) -> timestamptz: when the next message of the queue becomes visible (a due one, or an in-flight one whose lock expires), NULL when the queue is empty. Errors: 22004/22023/22001 queue.';
+REVOKE ALL ON FUNCTION dq_next_due(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_next_due(text) TO dq_consumer;

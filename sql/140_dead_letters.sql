@@ -1,4 +1,4 @@
--- Per-queue configuration and dead letters (issue 3).
+-- Per-queue configuration and dead letters.
 --
 -- A queue configured with max_deliveries N and a dead-letter queue D: a message delivered N times
 -- that comes due again (its handler failed and dq_nack gave it back, or its lock expired again
@@ -19,6 +19,8 @@
 -- two queues with one key, or of one key that died twice, are all kept, and an offer to D of that
 -- key creates an ordinary message beside them. dq_configure_queue refuses a
 -- chain of dead-letter queues that loops back to the queue.
+-- Pin the search_path to the install schema (sql/000_common.sql).
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
 
 -- Move the given rows (locked by the caller's transaction) to dead_letter_queue. A row still
 -- carrying its lock token died of lock expiry: that is recorded as its last error, at the time the
@@ -29,7 +31,7 @@
 CREATE OR REPLACE FUNCTION dq__dead_letter(ids bigint[], dead_letter_queue text, at timestamptz)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -68,6 +70,7 @@ END;
 $$;
 COMMENT ON FUNCTION dq__dead_letter(bigint[], text, timestamptz) IS
   'Internal: moves locked rows to a dead-letter queue (see sql/140_dead_letters.sql).';
+REVOKE ALL ON FUNCTION dq__dead_letter(bigint[], text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Send dead letters back to the queues they died in, due now, with delivery_count 0 (the error
 -- stays in last_error for the record), as ordinary messages. Concurrency: candidates are taken FOR
@@ -80,7 +83,8 @@ COMMENT ON FUNCTION dq__dead_letter(bigint[], text, timestamptz) IS
 CREATE OR REPLACE FUNCTION dq_redrive(dead_letter_queue text, max_count integer DEFAULT 1000)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -137,3 +141,5 @@ END;
 $$;
 COMMENT ON FUNCTION dq_redrive(text, integer) IS
   'dq_redrive(dead_letter_queue text, max_count integer 1..100000 default 1000) -> integer: sends up to max_count dead letters back to the queues they died in (each to its own, due now, delivery_count 0, as ordinary messages); one whose key is live again there stays in the dead-letter queue, and one held by a consumer (lock not expired) is skipped. Errors: 22004/22023/22001 dead_letter_queue, 22004/22023 max_count. Source: dead-letter queue redrive (SQS Developer Guide).';
+REVOKE ALL ON FUNCTION dq_redrive(text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_redrive(text, integer) TO dq_admin;

@@ -1,5 +1,7 @@
--- Operations (issue 5): per-queue configuration, purge, releasing locks, archive retention, stats.
+-- Operations: per-queue configuration, purge, releasing locks, archive retention, stats.
 -- Every operator function says what it changed with a NOTICE.
+-- Pin the search_path to the install schema (sql/000_common.sql).
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
 
 -- dq_configure_queue gained archive, retention and notify in 0.2: the 0.1 signature is dropped
 -- and the new one created in this same transaction (the installer's 9999_sql step), so there is
@@ -19,7 +21,8 @@ CREATE OR REPLACE FUNCTION dq_configure_queue(
     max_payload_bytes  integer DEFAULT NULL)
 RETURNS dq_queues
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -56,6 +59,7 @@ BEGIN
     -- concurrent calls that would close a loop between them are serialised: the second one (a new
     -- statement snapshot under READ COMMITTED) sees the first one's row and fails.
     IF dq_configure_queue.dead_letter_queue IS NOT NULL THEN
+        -- The key is the same for every install in the database: two installs only serialise.
         PERFORM pg_advisory_xact_lock(hashtextextended('dq_configure_queue dead_letter_queue', 0));
         v_chain := ARRAY[dq_configure_queue.queue, dq_configure_queue.dead_letter_queue];
         v_next := dq_configure_queue.dead_letter_queue;
@@ -92,6 +96,8 @@ END;
 $$;
 COMMENT ON FUNCTION dq_configure_queue(text, integer, text, boolean, interval, boolean, integer) IS
   'dq_configure_queue(queue text, max_deliveries integer >= 1 or NULL = unlimited, dead_letter_queue text (required with max_deliveries, not the queue itself, not a chain leading back to it), archive boolean (NULL: unchanged, default off), retention interval > 0 (NULL: unchanged; archive rows kept forever when never set), notify boolean (NULL: unchanged, default on), max_payload_bytes integer 1024..1073741824 (NULL: unchanged, default 1048576 = 1 MiB)) -> dq_queues: sets the queue''s configuration; an unconfigured queue has no limit, no archive, notifications on and a 1 MiB payload limit. Errors: 22004/22023/22001 queue or dead_letter_queue, 22023 max_deliveries < 1, missing dead_letter_queue, dead_letter_queue = queue or a cycle of dead-letter queues, retention <= 0, max_payload_bytes out of range. Concurrency: one INSERT .. ON CONFLICT DO UPDATE on the queue''s row; changes of dead-letter queues are serialised by an advisory lock. Source: redrive policy and MaximumMessageSize (SQS Developer Guide).';
+REVOKE ALL ON FUNCTION dq_configure_queue(text, integer, text, boolean, interval, boolean, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_configure_queue(text, integer, text, boolean, interval, boolean, integer) TO dq_admin;
 
 -- Delete every message of a queue. Not archived: a purge is not an outcome of the messages.
 -- In-flight messages are deleted too (their holders' acks then return false). Future occurrences
@@ -100,7 +106,8 @@ COMMENT ON FUNCTION dq_configure_queue(text, integer, text, boolean, interval, b
 CREATE OR REPLACE FUNCTION dq_purge(queue text, confirm boolean DEFAULT false)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -122,6 +129,8 @@ END;
 $$;
 COMMENT ON FUNCTION dq_purge(text, boolean) IS
   'dq_purge(queue text, confirm boolean default false) -> bigint: deletes every message of the queue, in flight or not, without archiving, and returns how many (NOTICE); future occurrences of named schedules come back at the next dq_cron_tick. Errors: 22004/22023/22001 queue; 22023 unless confirm => true (nothing deleted). Source: PurgeQueue (SQS Developer Guide).';
+REVOKE ALL ON FUNCTION dq_purge(text, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_purge(text, boolean) TO dq_admin;
 
 -- After a known crash of every consumer: make the queue's in-flight messages due now instead of
 -- waiting for their locks to expire. delivery_count is kept (the crashed deliveries count).
@@ -130,7 +139,8 @@ COMMENT ON FUNCTION dq_purge(text, boolean) IS
 CREATE OR REPLACE FUNCTION dq_release_locks(queue text)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -154,13 +164,16 @@ END;
 $$;
 COMMENT ON FUNCTION dq_release_locks(text) IS
   'dq_release_locks(queue text) -> integer: makes every in-flight message of the queue due now (lock tokens cleared, delivery_count kept) and returns how many (NOTICE); for use after a known crash of the consumers. Errors: 22004/22023/22001 queue.';
+REVOKE ALL ON FUNCTION dq_release_locks(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_release_locks(text) TO dq_admin;
 
 -- Retention: archive rows older than their queue's retention, oldest first, at most
 -- batch_size per call (one short transaction; the index (queue, acked_at) finds them).
 CREATE OR REPLACE FUNCTION dq_prune_archive(batch_size integer DEFAULT 10000)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -190,12 +203,19 @@ END;
 $$;
 COMMENT ON FUNCTION dq_prune_archive(integer) IS
   'dq_prune_archive(batch_size integer 1..1000000 default 10000) -> integer: deletes up to batch_size archive rows older than their queue''s retention, in one transaction, and returns how many. Errors: 22004/22023 batch_size. See dq_prune_archive_all for the pg_cron job.';
+REVOKE ALL ON FUNCTION dq_prune_archive(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_prune_archive(integer) TO dq_admin;
 
 -- The retention job (pg_cron 'dq-archive-prune'): batches of batch_size, each committed on its
 -- own, so no lock or transaction is held long, until nothing is left or max_batches is reached.
--- A procedure that COMMITs can have neither SET clauses nor SECURITY DEFINER (PostgreSQL: "Transaction
--- control" in CREATE PROCEDURE): it runs with its caller's rights and calls the qualified
--- public.dq_prune_archive, which is the SECURITY DEFINER part.
+-- A procedure that COMMITs can have neither SET clauses nor SECURITY DEFINER (PostgreSQL manual,
+-- CREATE PROCEDURE and "Transaction Management"): it runs with its caller's rights and calls
+-- dq_prune_archive qualified with the install schema, which is the SECURITY DEFINER part.
+DO $do$
+BEGIN
+    -- Written with the install schema's name (format: %I is the schema, %% a literal %): a
+    -- procedure that commits cannot pin a search_path.
+    EXECUTE pg_catalog.format($f$
 CREATE OR REPLACE PROCEDURE dq_prune_archive_all(batch_size integer DEFAULT 10000, max_batches integer DEFAULT 100)
 LANGUAGE plpgsql
 AS $$
@@ -204,18 +224,23 @@ DECLARE
     v_total   bigint := 0;
 BEGIN
     FOR i IN 1 .. coalesce(max_batches, 100) LOOP
-        v_deleted := public.dq_prune_archive(batch_size);
+        v_deleted := %I.dq_prune_archive(batch_size);
         v_total := v_total + v_deleted;
         COMMIT;
         EXIT WHEN v_deleted < batch_size;
     END LOOP;
     IF v_total > 0 THEN
-        RAISE NOTICE 'dq_prune_archive_all: deleted % archive rows past their retention', v_total;
+        RAISE NOTICE 'dq_prune_archive_all: deleted %% archive rows past their retention', v_total;
     END IF;
 END;
-$$;
+$$
+$f$, dq__schema());
+END;
+$do$;
 COMMENT ON PROCEDURE dq_prune_archive_all(integer, integer) IS
-  'CALL dq_prune_archive_all(batch_size integer default 10000, max_batches integer default 100): prunes the archive by retention in batches, committing after each (run by the pg_cron job dq-archive-prune; call it on its own, not inside a transaction block).';
+  'CALL dq_prune_archive_all(batch_size integer default 10000, max_batches integer default 100): prunes the archive by retention in batches, committing after each (run by the pg_cron job dq-archive-prune; call it on its own, not inside a transaction block). Errors: those of dq_prune_archive (22004/22023 batch_size); 2D000 invalid_transaction_termination when called inside a transaction block. Source: PostgreSQL manual, CREATE PROCEDURE and "Transaction Management".';
+REVOKE ALL ON PROCEDURE dq_prune_archive_all(integer, integer) FROM PUBLIC;
+GRANT EXECUTE ON PROCEDURE dq_prune_archive_all(integer, integer) TO dq_admin;
 
 -- Stats. Counting a million index entries takes hundreds of milliseconds, so each count is exact
 -- up to dq__stats_exact_limit() rows and estimated beyond it (the column approximate says so):
@@ -227,12 +252,13 @@ COMMENT ON PROCEDURE dq_prune_archive_all(integer, integer) IS
 CREATE OR REPLACE FUNCTION dq__stats_exact_limit() RETURNS integer
 LANGUAGE sql IMMUTABLE AS $$ SELECT 20000 $$;
 COMMENT ON FUNCTION dq__stats_exact_limit() IS 'Internal: counts of dq_queue_stats are exact up to this many rows.';
+REVOKE ALL ON FUNCTION dq__stats_exact_limit() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Rows of one queue according to the planner's statistics (NULL when there are none yet).
 CREATE OR REPLACE FUNCTION dq__estimated_rows(queue text, due_fraction_of boolean)
 RETURNS double precision
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, public, pg_temp
+SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_tuples  double precision;
@@ -245,7 +271,7 @@ DECLARE
 BEGIN
     SELECT greatest(c.reltuples, 0) INTO v_tuples FROM pg_class c WHERE c.oid = 'dq_messages'::regclass;
     SELECT s.most_common_vals::text::text[], s.most_common_freqs, s.n_distinct INTO v_vals, v_freqs, v_ndist
-      FROM pg_stats s WHERE s.schemaname = 'public' AND s.tablename = 'dq_messages' AND s.attname = 'queue';
+      FROM pg_stats s WHERE s.schemaname = dq__schema() AND s.tablename = 'dq_messages' AND s.attname = 'queue';
     IF NOT FOUND OR v_tuples IS NULL THEN
         RETURN NULL;
     END IF;
@@ -261,7 +287,7 @@ BEGIN
         RETURN v_tuples * v_share;
     END IF;
     SELECT s.histogram_bounds::text::timestamptz[] INTO v_bounds
-      FROM pg_stats s WHERE s.schemaname = 'public' AND s.tablename = 'dq_messages' AND s.attname = 'scheduled_at';
+      FROM pg_stats s WHERE s.schemaname = dq__schema() AND s.tablename = 'dq_messages' AND s.attname = 'scheduled_at';
     IF v_bounds IS NULL OR array_length(v_bounds, 1) < 2 THEN
         RETURN v_tuples * v_share / 2;
     END IF;
@@ -271,11 +297,13 @@ END;
 $$;
 COMMENT ON FUNCTION dq__estimated_rows(text, boolean) IS
   'Internal: planner-statistics estimate of a queue''s rows (all, or the due share), for dq_queue_stats past its exact limit.';
+REVOKE ALL ON FUNCTION dq__estimated_rows(text, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_queue_stats(queue text)
 RETURNS dq_stats_row
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, public, pg_temp
+SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -349,6 +377,8 @@ END;
 $$;
 COMMENT ON FUNCTION dq_queue_stats(text) IS
   'dq_queue_stats(queue text) -> one row: ready (due now, expired locks included), scheduled (future, unlocked), in_flight (locked, lock not expired), redelivered (in flight with delivery_count > 1), dead (dead letters that died in this queue), oldest_ready_age interval, next_due timestamptz, acked_last_minute / acked_last_hour (from the archive; NULL when the queue does not archive), approximate (true when a count passed the exact limit of 20000 rows and was estimated). Errors: 22004/22023/22001 queue.';
+REVOKE ALL ON FUNCTION dq_queue_stats(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_queue_stats(text) TO dq_admin;
 
 -- One row per queue: every queue with messages (found by a skip scan of the (queue, scheduled_at)
 -- index, one probe per queue, not a scan of the table) and every configured queue.
@@ -369,3 +399,6 @@ SELECT s.*
  ORDER BY s.queue;
 COMMENT ON VIEW dq_stats IS
   'One row per queue (dq_queue_stats): ready, scheduled, in_flight, redelivered, dead, oldest_ready_age, next_due, acked_last_minute, acked_last_hour, approximate.';
+-- Reading it is an operator's business (the view runs with its owner's rights).
+REVOKE ALL ON dq_stats FROM PUBLIC;
+GRANT SELECT ON dq_stats TO dq_admin;

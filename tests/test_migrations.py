@@ -1,10 +1,13 @@
-"""The installer: yoyo's numbered migrations plus the always-pending step 9999_sql (sql/).
+"""The installer (rules: the docstring of pyqueue.migrate): yoyo's numbered schema steps, then
+the functions of sql/ on every apply.
 
 * a database built fresh equals one upgraded step by step (procrastinate's schema-diff test:
-  ``pg_dump --schema-only``, normalised, see :func:`sqlhelpers.schema_dump`);
+  ``pg_dump --schema-only``, normalised, see :func:`sqlhelpers.schema_dump`), and one rolled all the
+  way down and up again, or rolled back over some steps and up again;
 * running the installer again changes nothing;
-* plain ``yoyo apply`` reaches the same state as ``pyqueue.migrate``;
-* a change to ``sql/`` alone reaches an installed database through ``yoyo apply``.
+* plain ``yoyo apply`` reaches the same state as ``pyqueue.migrate`` and ``pyqueue migrate``;
+* a change to ``sql/`` alone reaches an installed database through ``yoyo apply`` and through
+  ``pyqueue migrate``, and so does the repair of a function altered by hand.
 
 The reference "fresh" database is the session template, which conftest builds with
 ``pyqueue.migrate.migrate`` on an empty database.
@@ -12,6 +15,7 @@ The reference "fresh" database is the session template, which conftest builds wi
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -27,7 +31,8 @@ from sqlhelpers import PROJECT, schema_dump
 from yoyo import get_backend, read_migrations
 
 from pyqueue import testing
-from pyqueue.migrate import migrate, migrations_dir, pending, yoyo_uri
+from pyqueue.migrate import FUNCTION_STEP, migrate, migrations_dir, pending, yoyo_uri
+from pyqueue.migrate import schema_steps as installer_schema_steps
 
 
 @pytest.fixture
@@ -73,8 +78,13 @@ def query(dsn: str, text: str) -> list[tuple[Any, ...]]:
         return conn.execute(text).fetchall()  # type: ignore[arg-type]
 
 
-def checksum(dsn: str) -> list[tuple[Any, ...]]:
-    return query(dsn, "SELECT value FROM dq_meta WHERE name = 'sql_checksum'")
+def definitions(dsn: str) -> list[tuple[Any, ...]]:
+    """Every dq_* function as the installer compares it: definition, privileges, comment."""
+    return query(
+        dsn,
+        "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid), p.proacl::text, obj_description(p.oid) "
+        "FROM pg_proc p WHERE p.proname LIKE 'dq\\_%' ORDER BY 1",
+    )
 
 
 def functions(dsn: str) -> list[tuple[Any, ...]]:
@@ -105,7 +115,9 @@ def test_dump_normalisation_keeps_the_schema_and_drops_yoyo(template_dsn):
 
 def schema_steps() -> list[str]:
     """The numbered schema migrations, in order (everything but the function step 9999_sql)."""
-    return sorted(m.id for m in read_migrations(str(migrations_dir())) if m.id != "9999_sql")
+    steps = sorted(m.id for m in read_migrations(str(migrations_dir())) if m.id != FUNCTION_STEP)
+    assert steps == installer_schema_steps()
+    return steps
 
 
 def test_fresh_equals_upgraded_step_by_step_with_up_to(template_dsn, new_database):
@@ -117,9 +129,9 @@ def test_fresh_equals_upgraded_step_by_step_with_up_to(template_dsn, new_databas
     assert not {"dq_waiters", "dq_meta"} & tables(stepwise)
     for step in steps[1:-1]:
         assert migrate(stepwise, up_to=step) == [step]
-    assert migrate(stepwise) == [steps[-1], "9999_sql"]
+    assert migrate(stepwise) == [steps[-1]]
     assert schema_dump(stepwise) == schema_dump(template_dsn)
-    assert checksum(stepwise) == checksum(template_dsn)
+    assert definitions(stepwise) == definitions(template_dsn)
 
 
 def test_fresh_equals_upgraded_step_by_step(template_dsn, new_database):
@@ -135,32 +147,32 @@ def test_fresh_equals_upgraded_step_by_step(template_dsn, new_database):
     assert {"dq_messages"} <= tables(stepwise)
     assert not {"dq_waiters", "dq_meta"} & tables(stepwise)
 
-    assert migrate(stepwise) == [*schema_steps()[1:], "9999_sql"]
+    assert migrate(stepwise) == schema_steps()[1:]
     assert schema_dump(stepwise) == schema_dump(template_dsn)
-    assert checksum(stepwise) == checksum(template_dsn)
+    assert definitions(stepwise) == definitions(template_dsn)
     assert applied_migrations(stepwise) == applied_migrations(template_dsn)
 
 
 def test_migrate_twice_changes_nothing(dsn):
     dump, funcs, meta = schema_dump(dsn), functions(dsn), query(dsn, "SELECT * FROM dq_meta ORDER BY name")
-    assert len(funcs) >= 14 and len(meta) == 1
-    assert pending(dsn) == ["9999_sql"]  # by design: it re-checks sql/ on every run
+    assert len(funcs) >= 14 and meta == []  # nothing recorded: the installer compares definitions
+    assert pending(dsn) == []
 
-    assert migrate(dsn) == ["9999_sql"]
-    assert migrate(dsn) == ["9999_sql"]
+    assert migrate(dsn) == []
+    assert migrate(dsn) == []
 
     assert schema_dump(dsn) == dump
     assert functions(dsn) == funcs, "functions were re-created although sql/ did not change"
     assert query(dsn, "SELECT * FROM dq_meta ORDER BY name") == meta
     assert applied_migrations(dsn) == [(m,) for m in schema_steps()]
-    assert pending(dsn) == ["9999_sql"]
+    assert pending(dsn) == []
 
 
 def test_yoyo_cli_equals_pyqueue_migrate(template_dsn, new_database, tmp_path):
     by_cli = new_database()
     yoyo_apply(by_cli, PROJECT / "migrations", tmp_path)
     assert schema_dump(by_cli) == schema_dump(template_dsn)
-    assert checksum(by_cli) == checksum(template_dsn) != []
+    assert definitions(by_cli) == definitions(template_dsn) != []
     assert applied_migrations(by_cli) == applied_migrations(template_dsn)
     # And the CLI run is as repeatable as migrate().
     funcs = functions(by_cli)
@@ -168,16 +180,49 @@ def test_yoyo_cli_equals_pyqueue_migrate(template_dsn, new_database, tmp_path):
     assert functions(by_cli) == funcs
 
 
-def test_changed_sql_reaches_an_installed_database_through_yoyo_apply(dsn, tmp_path):
-    copy = tmp_path / "release"
-    shutil.copytree(PROJECT / "sql", copy / "sql")
-    shutil.copytree(PROJECT / "migrations", copy / "migrations", ignore=shutil.ignore_patterns("__pycache__"))
-    common = copy / "sql" / "000_common.sql"
-    old_body, new_body = "AS $$ SELECT 'dq_' || md5(queue) $$;", "AS $$ SELECT 'dqv2_' || md5(queue) $$;"
-    text = common.read_text()
-    assert text.count(old_body) == 1
-    common.write_text(text.replace(old_body, new_body))
+CHANNEL_BODY, CHANNEL_BODY_V2 = "    SELECT 'dq_' || md5(CASE", "    SELECT 'dqv2_' || md5(CASE"
 
+
+@pytest.fixture
+def release_with_changed_sql(tmp_path: Path) -> Path:
+    """A copy of the tree (pyqueue/, migrations/, sql/) whose sql/ alone differs: dq_channel's body."""
+    copy = tmp_path / "release"
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(PROJECT / "sql", copy / "sql")
+    shutil.copytree(PROJECT / "migrations", copy / "migrations", ignore=ignore)
+    shutil.copytree(PROJECT / "pyqueue", copy / "pyqueue", ignore=ignore)
+    common = copy / "sql" / "000_common.sql"
+    text = common.read_text()
+    assert text.count(CHANNEL_BODY) == 1
+    common.write_text(text.replace(CHANNEL_BODY, CHANNEL_BODY_V2))
+    return copy
+
+
+def pyqueue_cli(*args: str, pythonpath: Path = PROJECT) -> subprocess.CompletedProcess[str]:
+    """``pyqueue ARGS`` in a new process, importing the package from ``pythonpath``."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyqueue.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(pythonpath)),
+        cwd=pythonpath,  # python -m puts the working directory first on sys.path
+    )
+    assert proc.returncode == 0, f"pyqueue {args} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def assert_only_channel_changed(dsn: str, dump_before: str, definitions_before: list[tuple[Any, ...]]) -> None:
+    md5_q = query(dsn, "SELECT md5('q')")[0][0]
+    assert query(dsn, "SELECT dq_channel('q')") == [("dqv2_" + md5_q,)]
+    assert definitions(dsn) != definitions_before
+    # Exactly that function body changed, nothing else.
+    assert schema_dump(dsn) == dump_before.replace(CHANNEL_BODY, CHANNEL_BODY_V2)
+    assert applied_migrations(dsn) == [(m,) for m in schema_steps()]
+
+
+def test_changed_sql_reaches_an_installed_database_through_yoyo_apply(dsn, tmp_path, release_with_changed_sql):
+    copy = release_with_changed_sql
     # No numbered migration is pending: only the always-pending 9999_sql.
     backend = get_backend(yoyo_uri(dsn))
     try:
@@ -186,14 +231,132 @@ def test_changed_sql_reaches_an_installed_database_through_yoyo_apply(dsn, tmp_p
         backend.connection.close()
     assert [m.id for m in todo] == ["9999_sql"]
 
-    dump_before, sum_before = schema_dump(dsn), checksum(dsn)
+    dump_before, definitions_before = schema_dump(dsn), definitions(dsn)
     md5_q = query(dsn, "SELECT md5('q')")[0][0]
     assert query(dsn, "SELECT dq_channel('q')") == [("dq_" + md5_q,)]
 
     yoyo_apply(dsn, copy / "migrations", tmp_path)
 
-    assert query(dsn, "SELECT dq_channel('q')") == [("dqv2_" + md5_q,)]
-    assert checksum(dsn) != sum_before
-    # Exactly that function body changed, nothing else.
-    assert schema_dump(dsn) == dump_before.replace("SELECT 'dq_' || md5(queue) $$", "SELECT 'dqv2_' || md5(queue) $$")
-    assert applied_migrations(dsn) == [(m,) for m in schema_steps()]
+    assert_only_channel_changed(dsn, dump_before, definitions_before)
+
+
+def test_changed_sql_reaches_an_installed_database_through_pyqueue_migrate(dsn, release_with_changed_sql):
+    dump_before, definitions_before = schema_dump(dsn), definitions(dsn)
+    out = pyqueue_cli("migrate", "--dsn", dsn, pythonpath=release_with_changed_sql)
+    assert "no schema step pending" in out.stdout
+    assert_only_channel_changed(dsn, dump_before, definitions_before)
+
+
+def test_migrate_repairs_functions_altered_by_hand(dsn):
+    """The database is compared with sql/, nothing recorded is trusted: a function made SECURITY
+    INVOKER, re-granted, or dropped by hand is put back by the next ``pyqueue migrate``."""
+    dump = schema_dump(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[]) "
+                     "SECURITY INVOKER")
+        conn.execute("GRANT EXECUTE ON FUNCTION dq_channel(text) TO PUBLIC")
+        conn.execute("DROP VIEW dq_stats")
+    assert schema_dump(dsn) != dump
+    out = pyqueue_cli("migrate", "--dsn", dsn)
+    assert "no schema step pending" in out.stdout
+    assert schema_dump(dsn) == dump
+
+
+def rollback(dsn: str, from_step: str, schema: str | None = None) -> list[str]:
+    """Roll back (as ``yoyo rollback``) every applied schema step from ``from_step`` on; their ids."""
+    backend = get_backend(yoyo_uri(dsn, schema))
+    try:
+        migrations = read_migrations(str(migrations_dir())).filter(lambda m: m.id >= from_step)
+        with backend.lock():
+            todo = backend.to_rollback(migrations)
+            backend.rollback_migrations(todo)
+    finally:
+        backend.connection.close()
+    return [m.id for m in todo]
+
+
+def test_down_every_step_then_up_equals_fresh(template_dsn, new_database):
+    db = new_database()
+    migrate(db)
+    assert rollback(db, schema_steps()[0]) == schema_steps()[::-1]
+    assert applied_migrations(db) == []
+    assert query(db, "SELECT count(*) FROM pg_proc WHERE proname LIKE 'dq\\_%'") == [(0,)]
+    assert query(db, "SELECT count(*) FROM pg_class WHERE relname LIKE 'dq\\_%'") == [(0,)]
+    assert query(db, "SELECT count(*) FROM pg_type WHERE typname LIKE 'dq\\_%'") == [(0,)]
+
+    assert migrate(db) == schema_steps()
+    assert schema_dump(db) == schema_dump(template_dsn)
+    assert definitions(db) == definitions(template_dsn)
+
+
+def test_rollback_from_operations_and_reapply_keeps_dq_stats(dsn, template_dsn):
+    """0006_operations' rollback drops dq_stats (it needs the step's row type): the next migrate,
+    with the same steps and the same sql/ as before, re-creates it."""
+    steps = [s for s in schema_steps() if s >= "0006_operations"]
+    assert rollback(dsn, "0006_operations") == steps[::-1]
+    assert query(dsn, "SELECT to_regclass('dq_stats'), to_regprocedure('dq_queue_stats(text)')") == [(None, None)]
+
+    assert migrate(dsn) == steps
+    assert query(dsn, "SELECT to_regclass('dq_stats')::text, to_regprocedure('dq_queue_stats(text)')::text") == [
+        ("dq_stats", "dq_queue_stats(text)")]
+    assert query(dsn, "SELECT count(*) FROM dq_stats") == [(0,)]
+    assert schema_dump(dsn) == schema_dump(template_dsn)
+
+
+def test_partial_yoyo_apply_leaves_the_functions_alone(new_database, tmp_path):
+    """Rule 3: sql/ is applied only on the latest schema. yoyo apply of the first steps only (with
+    the function step) creates no function; the next full apply does."""
+    db = new_database()
+    first = schema_steps()[:2]
+    proc = subprocess.run(
+        [yoyo_cli(), "apply", "--batch", "--no-config-file", "--database", yoyo_uri(db),
+         "--match", "^(" + "|".join([*first, FUNCTION_STEP]) + ")$", str(PROJECT / "migrations")],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert applied_migrations(db) == [(s,) for s in first]
+    assert definitions(db) == []
+    assert migrate(db) == schema_steps()[2:]
+    assert len(definitions(db)) >= 14
+
+
+WHEEL_SCRIPT = """
+import sys
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from pyqueue import testing
+from pyqueue.migrate import migrations_dir, sql_dir
+site, name = sys.argv[1:]
+assert str(migrations_dir()).startswith(site) and str(sql_dir()).startswith(site), (migrations_dir(), sql_dir())
+admin = testing.server_dsn()
+testing.create_template(admin, name)
+dsn = testing.clone_database(admin, name)
+with psycopg.connect(dsn, autocommit=True) as conn:
+    conn.execute("SELECT dq_offer('q', 'k', 'x')")
+print(sorted(testing.offered(dsn, "q")))
+testing.drop_database(admin, conninfo_to_dict(dsn)["dbname"])
+testing.drop_database(admin, name)
+"""
+
+
+def test_installer_and_test_helpers_work_from_the_wheel_layout(admin_dsn, tmp_path):
+    """The package as the wheel lays it out (pyproject's force-include: migrations/, sql/ and docker/
+    inside the package as _migrations, _sql, _docker), without the source checkout around it."""
+    site = tmp_path / "site"
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(PROJECT / "pyqueue", site / "pyqueue", ignore=ignore)
+    for name in ("migrations", "sql", "docker"):
+        shutil.copytree(PROJECT / name, site / "pyqueue" / f"_{name}", ignore=ignore)
+    env = {k: v for k, v in os.environ.items() if k not in ("DQ_TEST_DSN", "PYTHONPATH")}
+    run = [sys.executable, "-c", WHEEL_SCRIPT, str(site), f"dq_wheel_{uuid.uuid4().hex[:12]}"]
+
+    proc = subprocess.run(run, capture_output=True, text=True, timeout=120, cwd=site,
+                          env=dict(env, PYTHONPATH=str(site), DQ_TEST_DSN=admin_dsn))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "['k']\n"
+
+    if not testing.docker_available():  # and no checkout: nothing to start a server with
+        proc = subprocess.run(run, capture_output=True, text=True, timeout=120, cwd=site,
+                              env=dict(env, PYTHONPATH=str(site)))
+        assert proc.returncode == 1
+        assert "RuntimeError: pyqueue.testing: no test server: set DQ_TEST_DSN" in proc.stderr

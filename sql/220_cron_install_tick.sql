@@ -1,0 +1,228 @@
+-- Recurring messages, part 3: the occurrence messages of one key prefix in a queue
+-- (dq_install_tick, dq_uninstall_tick), offered through dq_offer_many's body (sql/100_offer.sql).
+-- Pin the search_path to the install schema (sql/000_common.sql).
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+-- ----------------------------------------------------------------------------- install_tick
+
+-- Is `key` an occurrence key of key_prefix: '<key_prefix>/<hash without slash>/<epoch ms>'? A prefix
+-- 'a' does not claim the keys of a prefix 'a/b' (their rest has two slashes).
+-- No SET clause, so that PostgreSQL inlines it into the DELETEs of dq_install_tick and
+-- dq_uninstall_tick (a SET clause makes every row a function call: 15 us each, 0.6 s of a tick
+-- of 1,000 schedules). It calls only pg_catalog functions, which are found first whatever the
+-- caller's search_path (PostgreSQL docs, 5.9.5 "The Schema Search Path").
+CREATE OR REPLACE FUNCTION dq__cron_key_hash(key text, key_prefix text)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN left($1, char_length($2) + 1) = $2 || '/'
+                 AND substr($1, char_length($2) + 2) ~ '^[^/]+/-?[0-9]+$'
+                THEN split_part(substr($1, char_length($2) + 2), '/', 1) END
+$$;
+COMMENT ON FUNCTION dq__cron_key_hash(text, text) IS
+  'Internal: the config hash of an occurrence key <key_prefix>/<hash>/<epoch ms>, or NULL when key is not one of key_prefix.';
+REVOKE ALL ON FUNCTION dq__cron_key_hash(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- Common argument checks of dq_install_tick and dq_uninstall_tick.
+CREATE OR REPLACE FUNCTION dq__cron_check_prefix(fn text, queue text, key_prefix text, config_hash text, hash_required boolean)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF queue IS NULL OR queue = '' OR char_length(queue) > 100 THEN
+        PERFORM dq__raise_bad_name(fn, 'queue', queue, 100);
+    END IF;
+    IF key_prefix IS NULL OR key_prefix = '' OR char_length(key_prefix) > 100 THEN
+        PERFORM dq__raise_bad_name(fn, 'key_prefix', key_prefix, 100);
+    END IF;
+    IF config_hash IS NULL AND hash_required THEN
+        PERFORM dq__raise_null(fn, 'config_hash');
+    END IF;
+    IF config_hash = '' OR char_length(config_hash) > 64 THEN
+        PERFORM dq__raise_bad_name(fn, 'config_hash', config_hash, 64);
+    END IF;
+    IF strpos(config_hash, '/') > 0 THEN
+        RAISE EXCEPTION '%: config_hash must not contain "/"', fn USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION dq__cron_check_prefix(text, text, text, text, boolean) IS
+  'Internal: 22004/22023/22001 for queue (<=100), key_prefix (<=100), config_hash (<=64, no "/").';
+REVOKE ALL ON FUNCTION dq__cron_check_prefix(text, text, text, text, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- dq_install_tick: the occurrences of one key prefix, installed in one transaction.
+--
+--  1. Installers of one (queue, key_prefix) are serialised by a transaction-level advisory lock, so
+--     two installs with different hashes cannot both keep their messages: the second one's DELETE
+--     (a new statement snapshot under READ COMMITTED) sees and removes the first one's.
+--  2. Messages this prefix created (cron_prefix = key_prefix: ownership is recorded on each
+--     message, never guessed from its key, so an ordinary message keyed like an occurrence is never
+--     touched) with another hash are deleted when they are still future occurrences
+--     (scheduled_at_initially after the transaction's now()) and not in flight (no lock token). A
+--     message in flight is left to its consumer (deleting it would make its ack fail and its work
+--     invisible), and an occurrence already due is left to be delivered: it has happened.
+--  3. Times still held by an in-flight message of another hash are not offered again under this
+--     hash: one message per (prefix, instant), so a definition change never runs an instant twice.
+--  4. The rest goes through dq_offer_many's body (its INSERT .. ON CONFLICT, its checks and its
+--     wake-up NOTIFY rule), recording key_prefix as the owner, with can_update false: an existing
+--     key is ignored, so installing again changes nothing.
+CREATE OR REPLACE FUNCTION dq_install_tick(
+    queue          text,
+    key_prefix     text,
+    config_hash    text,
+    scheduled_ats  timestamptz[],
+    payloads       bytea[],
+    payload_type   text DEFAULT NULL,
+    can_update     boolean DEFAULT false)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_n        integer := coalesce(cardinality(dq_install_tick.scheduled_ats), 0);
+    v_type     text := coalesce(dq_install_tick.payload_type, 'bytes');
+    v_bad      bigint;
+    v_dup      bigint;
+    v_held     timestamptz[];
+    v_keys     text[];
+    v_times    timestamptz[];
+    v_pays     bytea[];
+    v_created  integer;
+BEGIN
+    PERFORM dq__cron_check_prefix('dq_install_tick', dq_install_tick.queue, dq_install_tick.key_prefix,
+                                  dq_install_tick.config_hash, true);
+    IF dq_install_tick.scheduled_ats IS NULL THEN
+        PERFORM dq__raise_null('dq_install_tick', 'scheduled_ats');
+    END IF;
+    IF dq_install_tick.payloads IS NULL THEN
+        PERFORM dq__raise_null('dq_install_tick', 'payloads');
+    END IF;
+    IF dq_install_tick.can_update IS NULL THEN
+        PERFORM dq__raise_null('dq_install_tick', 'can_update');
+    END IF;
+    IF v_type = '' OR char_length(v_type) > 100 THEN
+        PERFORM dq__raise_bad_name('dq_install_tick', 'payload_type', v_type, 100);
+    END IF;
+    IF array_ndims(dq_install_tick.scheduled_ats) > 1 OR array_ndims(dq_install_tick.payloads) > 1 THEN
+        RAISE EXCEPTION 'dq_install_tick: arrays must be one-dimensional' USING ERRCODE = '22023';
+    END IF;
+    IF v_n > 100000 THEN
+        RAISE EXCEPTION 'dq_install_tick: scheduled_ats has % elements, the limit is 100000', v_n USING ERRCODE = '54000';
+    END IF;
+    IF coalesce(cardinality(dq_install_tick.payloads), 0) <> v_n THEN
+        RAISE EXCEPTION 'dq_install_tick: payloads has % elements, scheduled_ats has %',
+            coalesce(cardinality(dq_install_tick.payloads), 0), v_n USING ERRCODE = '22023';
+    END IF;
+    SELECT min(u.i) FILTER (WHERE u.s IS NULL) INTO v_bad
+      FROM unnest(dq_install_tick.scheduled_ats) WITH ORDINALITY AS u(s, i);
+    IF v_bad IS NOT NULL THEN
+        PERFORM dq__raise_null('dq_install_tick', format('scheduled_ats[%s]', v_bad));
+    END IF;
+    SELECT min(u.i) INTO v_bad FROM unnest(dq_install_tick.scheduled_ats) WITH ORDINALITY AS u(s, i)
+     WHERE NOT (u.s BETWEEN dq__min_time() AND dq__max_time());
+    IF v_bad IS NOT NULL THEN
+        PERFORM dq__raise_bad_time('dq_install_tick', format('scheduled_ats[%s]', v_bad),
+                                   dq_install_tick.scheduled_ats[array_lower(dq_install_tick.scheduled_ats, 1) + v_bad - 1]);
+    END IF;
+    SELECT min(u.i) INTO v_bad FROM unnest(dq_install_tick.payloads) WITH ORDINALITY AS u(p, i) WHERE u.p IS NULL;
+    IF v_bad IS NOT NULL THEN
+        PERFORM dq__raise_null('dq_install_tick', format('payloads[%s]', v_bad));
+    END IF;
+    -- One key per millisecond: two times in one millisecond would be one key.
+    SELECT max(u.i) INTO v_dup
+      FROM (SELECT u.i, count(*) OVER (PARTITION BY floor(extract(epoch FROM u.s) * 1000)) AS c
+              FROM unnest(dq_install_tick.scheduled_ats) WITH ORDINALITY AS u(s, i)) u
+     WHERE u.c > 1;
+    IF v_dup IS NOT NULL THEN
+        RAISE EXCEPTION 'dq_install_tick: scheduled_ats[%] repeats an earlier time (keys have millisecond resolution)', v_dup
+            USING ERRCODE = '22023';
+    END IF;
+
+    -- Keyed by (queue, key_prefix) only, as in earlier releases (a deploy's old and new functions
+    -- must exclude each other); installs in two schemas share the key and only serialise.
+    PERFORM pg_advisory_xact_lock(hashtextextended('dq_install_tick' || chr(1) || dq_install_tick.queue
+                                                   || chr(1) || dq_install_tick.key_prefix, 0));
+
+    DELETE FROM dq_messages m
+     WHERE m.queue = dq_install_tick.queue
+       AND m.key >= (dq_install_tick.key_prefix || '/') COLLATE "C"  -- this prefix's keys only: a range
+       AND m.key < (dq_install_tick.key_prefix || '0') COLLATE "C"   -- of the (queue, key) index ('0' follows '/')
+       AND m.dead_from_id IS NULL
+       AND m.cron_prefix = dq_install_tick.key_prefix          -- only messages this prefix created
+       AND m.scheduled_at > now()
+       AND m.scheduled_at_initially > now()
+       AND m.lock_token IS NULL
+       AND dq__cron_key_hash(m.key, dq_install_tick.key_prefix) <> dq_install_tick.config_hash;
+
+    IF v_n = 0 THEN
+        RETURN 0;
+    END IF;
+
+    SELECT array_agg(m.scheduled_at_initially) INTO v_held
+      FROM dq_messages m
+     WHERE m.lock_token IS NOT NULL
+       AND m.queue = dq_install_tick.queue
+       AND m.key >= (dq_install_tick.key_prefix || '/') COLLATE "C"
+       AND m.key < (dq_install_tick.key_prefix || '0') COLLATE "C"
+       AND m.dead_from_id IS NULL
+       AND m.cron_prefix = dq_install_tick.key_prefix
+       AND m.scheduled_at_initially = ANY (dq_install_tick.scheduled_ats)
+       AND dq__cron_key_hash(m.key, dq_install_tick.key_prefix) <> dq_install_tick.config_hash;
+
+    SELECT array_agg(dq_install_tick.key_prefix || '/' || dq_install_tick.config_hash || '/'
+                     || floor(extract(epoch FROM u.s) * 1000)::bigint::text ORDER BY u.i),
+           array_agg(u.s ORDER BY u.i), array_agg(u.p ORDER BY u.i)
+      INTO v_keys, v_times, v_pays
+      FROM unnest(dq_install_tick.scheduled_ats, dq_install_tick.payloads) WITH ORDINALITY AS u(s, p, i)
+     WHERE v_held IS NULL OR NOT (u.s = ANY (v_held));
+    IF v_keys IS NULL THEN
+        RETURN 0;
+    END IF;
+
+    SELECT count(*) FILTER (WHERE o.outcome = 'created') INTO v_created
+      FROM dq__offer_many('dq_install_tick', dq_install_tick.queue, v_keys, v_pays, v_times, dq_install_tick.can_update,
+                          array_fill(v_type, ARRAY[cardinality(v_keys)]), dq_install_tick.key_prefix) o;
+    RETURN v_created;
+END;
+$$;
+COMMENT ON FUNCTION dq_install_tick(text, text, text, timestamptz[], bytea[], text, boolean) IS
+  'dq_install_tick(queue text <=100, key_prefix text <=100, config_hash text <=64 without "/", scheduled_ats timestamptz[] <=100000 distinct milliseconds, payloads bytea[] same length, payload_type text default ''bytes'', can_update boolean default false) -> integer messages created: in one transaction, deletes the future, not-in-flight messages of other hashes that this key_prefix created in the queue (never other messages, whatever their keys), then offers key_prefix/config_hash/<epoch ms> for each time as dq_offer_many does, recording key_prefix as their owner (insert-if-absent unless can_update; an instant still held in flight by another hash is skipped). Installers of one (queue, key_prefix) serialise on an advisory lock. Call under READ COMMITTED. Errors: 22004 NULL, 22023 empty/invalid/unequal lengths/repeated millisecond, 22008 a time outside 0001-01-02 .. 9999-12-30 UTC, 22001 too long, 54000 over 100000 times or a payload over the queue''s limit.';
+REVOKE ALL ON FUNCTION dq_install_tick(text, text, text, timestamptz[], bytea[], text, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_install_tick(text, text, text, timestamptz[], bytea[], text, boolean) TO dq_admin;
+
+CREATE OR REPLACE FUNCTION dq_uninstall_tick(queue text, key_prefix text, config_hash text DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_count integer;
+BEGIN
+    PERFORM dq__cron_check_prefix('dq_uninstall_tick', dq_uninstall_tick.queue, dq_uninstall_tick.key_prefix,
+                                  dq_uninstall_tick.config_hash, false);
+    PERFORM pg_advisory_xact_lock(hashtextextended('dq_install_tick' || chr(1) || dq_uninstall_tick.queue
+                                                   || chr(1) || dq_uninstall_tick.key_prefix, 0));
+    DELETE FROM dq_messages m
+     WHERE m.queue = dq_uninstall_tick.queue
+       AND m.key >= (dq_uninstall_tick.key_prefix || '/') COLLATE "C"  -- a range of the (queue, key) index
+       AND m.key < (dq_uninstall_tick.key_prefix || '0') COLLATE "C"
+       AND m.dead_from_id IS NULL
+       AND m.cron_prefix = dq_uninstall_tick.key_prefix        -- only messages this prefix created
+       AND m.scheduled_at > now()
+       AND m.scheduled_at_initially > now()
+       AND m.lock_token IS NULL
+       AND dq__cron_key_hash(m.key, dq_uninstall_tick.key_prefix) IS NOT NULL
+       AND (dq_uninstall_tick.config_hash IS NULL
+            OR dq__cron_key_hash(m.key, dq_uninstall_tick.key_prefix) = dq_uninstall_tick.config_hash);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+COMMENT ON FUNCTION dq_uninstall_tick(text, text, text) IS
+  'dq_uninstall_tick(queue text, key_prefix text, config_hash text default NULL = every hash) -> integer messages deleted: the future (not yet due), not-in-flight occurrence messages key_prefix/<hash>/<epoch ms> of the queue that dq_install_tick created for this key_prefix (never other messages). Occurrences already due or in flight are left to their consumers. Errors: 22004 NULL, 22023 empty or "/" in config_hash, 22001 too long.';
+REVOKE ALL ON FUNCTION dq_uninstall_tick(text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_uninstall_tick(text, text, text) TO dq_admin;

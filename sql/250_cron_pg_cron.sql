@@ -1,0 +1,69 @@
+-- Recurring messages, part 6: pg_cron, when it is installed in this database.
+-- Pin the search_path to the install schema (sql/000_common.sql).
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+
+-- The pg_cron jobs of this install: name, schedule and command. An install in public keeps the
+-- names and commands of earlier releases (a deploy finds its jobs by name); an install in another
+-- schema suffixes the names with '@<schema>' and qualifies the commands, so two installs in one
+-- database have a job each (cron.schedule with an existing name replaces that job) and each job
+-- calls its own install's function, whatever the search_path pg_cron runs it with.
+CREATE OR REPLACE FUNCTION dq__pg_cron_jobs()
+RETURNS TABLE (jobname text, schedule text, command text)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path FROM CURRENT
+AS $$
+    SELECT j.base || CASE WHEN dq__schema() = 'public' THEN '' ELSE '@' || dq__schema() END,
+           j.schedule,
+           format(j.command, CASE WHEN dq__schema() = 'public' THEN '' ELSE quote_ident(dq__schema()) || '.' END)
+      FROM (VALUES ('dq-cron-tick', '* * * * *', 'SELECT %sdq_cron_tick()'),
+                   ('dq-archive-prune', '*/10 * * * *', 'CALL %sdq_prune_archive_all()'),
+                   ('dq-cron-prune-history', '17 3 * * *', 'SELECT %sdq_cron_prune_run_details()'))
+           AS j(base, schedule, command)
+$$;
+COMMENT ON FUNCTION dq__pg_cron_jobs() IS
+  'Internal: the pg_cron jobs of this install (jobname, schedule, command): dq-cron-tick, dq-archive-prune and dq-cron-prune-history, suffixed with @<schema> and calling schema-qualified functions outside public.';
+REVOKE ALL ON FUNCTION dq__pg_cron_jobs() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- pg_cron hygiene. pg_cron writes one cron.job_run_details row per run and never deletes any
+-- (github.com/citusdata/pg_cron/issues/416; "cron.log_run" turns logging off server-wide, losing
+-- the record of failures). dq-cron-tick alone adds 1,440 rows a day. This deletes the rows of this
+-- install's jobs (dq__pg_cron_jobs) that ended more than `keep` ago; other jobs' rows are left
+-- alone. The job dq-cron-prune-history runs it daily, so our jobs keep at most `keep` of history
+-- (about 10,300 rows at 7 days).
+-- Rows of a run that never ended (the server stopped mid-run) count from their start_time.
+-- Safe to run concurrently: two runs delete disjoint or already-deleted rows (a DELETE skips rows
+-- deleted by a concurrent committed transaction under READ COMMITTED). SECURITY DEFINER (as the
+-- migrating role, owner of the jobs: pg_cron's row security shows a role its own runs).
+CREATE OR REPLACE FUNCTION dq_cron_prune_run_details(keep interval DEFAULT '7 days')
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_count bigint;
+BEGIN
+    IF keep IS NULL THEN
+        PERFORM dq__raise_null('dq_cron_prune_run_details', 'keep');
+    END IF;
+    IF keep < interval '0' THEN
+        RAISE EXCEPTION 'dq_cron_prune_run_details: keep is %, it must not be negative', keep
+            USING ERRCODE = '22023';
+    END IF;
+    IF to_regclass('cron.job_run_details') IS NULL THEN
+        RAISE NOTICE 'dq_cron_prune_run_details: pg_cron is not installed in this database; nothing to prune';
+        RETURN 0;
+    END IF;
+    DELETE FROM cron.job_run_details d
+     USING cron.job j
+     WHERE d.jobid = j.jobid
+       AND j.jobname IN (SELECT o.jobname FROM dq__pg_cron_jobs() o)
+       AND coalesce(d.end_time, d.start_time) < now() - keep;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+COMMENT ON FUNCTION dq_cron_prune_run_details(interval) IS
+  'dq_cron_prune_run_details(keep interval >= 0 default 7 days) -> bigint rows deleted: deletes cron.job_run_details rows of this install''s pg_cron jobs (dq-cron-tick, dq-archive-prune, dq-cron-prune-history; suffixed @<schema> outside public) that ended more than keep ago; other jobs'' rows are untouched. Returns 0 with a NOTICE when pg_cron is not installed here. Run daily by the pg_cron job dq-cron-prune-history. Errors: 22004 keep NULL, 22023 keep negative. Source: pg_cron documentation (cron.job_run_details, cron.log_run) and github.com/citusdata/pg_cron/issues/416 (the table grows without bound).';
+REVOKE ALL ON FUNCTION dq_cron_prune_run_details(interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_cron_prune_run_details(interval) TO dq_admin;

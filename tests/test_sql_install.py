@@ -1,0 +1,275 @@
+"""The files of ``sql/`` as an installer sees them.
+
+* Each file is self-contained and re-runnable: running any one of them again (through ``psql -f``
+  with psql's default search_path, or through psycopg) changes nothing, ``pg_dump --schema-only``
+  and the privileges included.
+* Privileges are table-driven from ``pg_proc``: every public ``dq_*`` function is SECURITY DEFINER
+  with the pinned search_path and executable by exactly the roles of :data:`ROLE_OF`; every
+  internal ``dq__*`` helper by no role. A new function fails the test until it is added there.
+* A second install in another schema of the same database (tables from the numbered
+  ``migrations/*.sql`` steps, functions from ``sql/``, both run with that schema first on the
+  search_path) is independent: its functions see only its tables, its NOTIFY channels and pg_cron
+  jobs differ from those of the install in ``public``.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from sqlhelpers import PROJECT, cloned_database, pg_program, schema_dump
+
+SQL_FILES = sorted((PROJECT / "sql").glob("*.sql"))
+SCHEMA_STEPS = sorted(
+    p for p in (PROJECT / "migrations").glob("*.sql") if not p.name.endswith(".rollback.sql")
+)
+ROLES = ("dq_producer", "dq_consumer", "dq_admin")
+
+#: The role granted EXECUTE on each public function (dq_admin is a member of the other two).
+ROLE_OF = {
+    "dq_offer": "dq_producer",
+    "dq_offer_many": "dq_producer",
+    "dq_cancel": "dq_producer",
+    "dq_poll_many": "dq_consumer",
+    "dq_poll_or_wait": "dq_consumer",
+    "dq_wait": "dq_consumer",
+    "dq_wait_done": "dq_consumer",
+    "dq_channel": "dq_consumer",
+    "dq_ack": "dq_consumer",
+    "dq_nack": "dq_consumer",
+    "dq_extend": "dq_consumer",
+    "dq_get": "dq_consumer",
+    "dq_next_due": "dq_consumer",
+    "dq_configure_queue": "dq_admin",
+    "dq_redrive": "dq_admin",
+    "dq_purge": "dq_admin",
+    "dq_release_locks": "dq_admin",
+    "dq_prune_archive": "dq_admin",
+    "dq_prune_archive_all": "dq_admin",
+    "dq_queue_stats": "dq_admin",
+    "dq_install_tick": "dq_admin",
+    "dq_uninstall_tick": "dq_admin",
+    "dq_cron_config_hash": "dq_admin",
+    "dq_cron_occurrences": "dq_admin",
+    "dq_cron_install": "dq_admin",
+    "dq_cron_uninstall": "dq_admin",
+    "dq_cron_pause": "dq_admin",
+    "dq_cron_resume": "dq_admin",
+    "dq_cron_tick": "dq_admin",
+    "dq_cron_list": "dq_admin",
+    "dq_cron_prune_run_details": "dq_admin",
+}
+#: Which roles may execute a function granted to a role (through membership).
+MAY_EXECUTE = {
+    "dq_producer": {"dq_producer", "dq_admin"},
+    "dq_consumer": {"dq_consumer", "dq_admin"},
+    "dq_admin": {"dq_admin"},
+}
+
+
+@pytest.fixture(scope="module")
+def module_dsn(admin_dsn: str, template_dsn: str) -> Iterator[str]:
+    with cloned_database(admin_dsn, template_dsn) as dsn:
+        yield dsn
+
+
+def privileges(dsn: str) -> list[tuple[Any, ...]]:
+    """Security flags, settings and ACLs of every dq object, and the roles' memberships."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT n.nspname, p.oid::regprocedure::text, p.prosecdef::text, p.proconfig::text, p.proacl::text "
+            "  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.proname LIKE 'dq%' "
+            "UNION ALL SELECT n.nspname, c.relname, c.relkind::text, NULL, c.relacl::text "
+            "  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relname LIKE 'dq%' "
+            "UNION ALL SELECT nspname, 'schema', NULL, NULL, nspacl::text FROM pg_namespace "
+            "UNION ALL SELECT g.rolname, r.rolname, 'member', NULL, NULL FROM pg_auth_members m "
+            "  JOIN pg_roles r ON r.oid = m.member JOIN pg_roles g ON g.oid = m.roleid WHERE g.rolname LIKE 'dq%' "
+            "ORDER BY 1, 2"
+        ).fetchall()
+
+
+def run_psql_file(dsn: str, path: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    return subprocess.run(
+        [pg_program("psql"), dsn, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+@pytest.mark.parametrize("path", SQL_FILES, ids=[p.name for p in SQL_FILES])
+def test_rerunning_one_file_changes_nothing(module_dsn: str, path: Path) -> None:
+    before = schema_dump(module_dsn), privileges(module_dsn)
+    proc = run_psql_file(module_dsn, path)
+    assert proc.returncode == 0, proc.stderr
+    assert (schema_dump(module_dsn), privileges(module_dsn)) == before
+    with psycopg.connect(module_dsn, autocommit=True) as conn:
+        conn.execute(path.read_text(encoding="utf-8"))  # type: ignore[arg-type]
+    assert (schema_dump(module_dsn), privileges(module_dsn)) == before
+
+
+def test_every_file_pins_the_search_path_first() -> None:
+    for path in SQL_FILES:
+        statements = [
+            line for line in path.read_text(encoding="utf-8").splitlines() if line and not line.startswith("--")
+        ]
+        assert statements[0].startswith("SELECT pg_catalog.set_config('search_path',"), path.name
+
+
+def test_privileges_are_those_of_the_table(conn: psycopg.Connection[Any]) -> None:
+    rows = conn.execute(
+        "SELECT p.oid, p.oid::regprocedure::text, p.proname, p.prokind, p.prosecdef, p.proconfig "
+        "FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'dq\\_%' ORDER BY 2"
+    ).fetchall()
+    assert len(rows) > 60
+    public_names = set()
+    for oid, sig, name, kind, secdef, config in rows:
+        executable_by = {
+            role
+            for role in ("public", *ROLES)
+            if conn.execute("SELECT has_function_privilege(%s, %s, 'EXECUTE')", (role, oid)).fetchone()[0]
+        }
+        if name.startswith("dq__"):
+            assert executable_by == set(), sig
+            assert not secdef, sig
+            continue
+        public_names.add(name)
+        assert name in ROLE_OF, f"{sig} is not in ROLE_OF: add it with the role that may execute it"
+        assert executable_by == MAY_EXECUTE[ROLE_OF[name]], sig
+        if kind == "p":  # a procedure that commits can be neither SECURITY DEFINER nor pinned
+            assert not secdef and config is None, sig
+        else:
+            assert secdef, sig
+            assert "search_path=public, pg_temp" in config, sig
+    assert public_names == set(ROLE_OF)
+
+
+def test_views_are_granted_to_dq_admin_only(conn: psycopg.Connection[Any]) -> None:
+    for view in ("dq_stats", "dq_cron_schedules"):
+        granted = {
+            role
+            for role in ("public", *ROLES)
+            if conn.execute("SELECT has_table_privilege(%s, %s, 'SELECT')", (role, view)).fetchone()[0]
+        }
+        assert granted == {"dq_admin"}, view
+
+
+# --------------------------------------------------------------------------- a second install
+
+
+def install_into(dsn: str, schema: str) -> None:
+    """Tables from the numbered migration steps, then the functions, with ``schema`` first."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(schema)))
+        for path in SCHEMA_STEPS:
+            conn.execute(path.read_text(encoding="utf-8"))  # type: ignore[arg-type]
+        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(schema)))
+        for path in SQL_FILES:
+            conn.execute(path.read_text(encoding="utf-8"))  # type: ignore[arg-type]
+
+
+OTHER = "Other Q"  # a name that needs quoting
+
+
+def in_other(query: str) -> sql.Composed:
+    """``query`` with ``{o}`` replaced by the quoted name of the second schema."""
+    return sql.SQL(query).format(o=sql.Identifier(OTHER))  # type: ignore[arg-type]
+
+
+def one(conn: psycopg.Connection[Any], query: str | sql.Composable, *params: Any) -> Any:
+    row = conn.execute(query, params).fetchone()  # type: ignore[arg-type]
+    assert row is not None
+    return row[0]
+
+
+def test_a_second_schema_is_an_independent_install(dsn: str) -> None:
+    install_into(dsn, OTHER)
+    other = sql.Identifier(OTHER).as_string(None)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # Every function of the second install pins its own schema.
+        configs = conn.execute(
+            "SELECT DISTINCT p.proconfig[1] FROM pg_proc p "
+            "WHERE p.pronamespace = %s::regnamespace AND p.proconfig IS NOT NULL",
+            (other,),
+        ).fetchall()
+        assert configs == [(f"search_path={other}, pg_temp",)]
+        assert one(conn, in_other("SELECT {o}.dq__schema()")) == OTHER
+        assert one(conn, "SELECT public.dq__schema()") == "public"
+
+        # One queue name, one key in both: each install sees only its own message.
+        assert one(conn, "SELECT public.dq_offer('q', 'k', 'in public'::text)") == "created"
+        assert one(conn, in_other("SELECT {o}.dq_offer('q', 'k', 'in other'::text)")) == "created"
+        assert one(conn, in_other("SELECT convert_from(payload, 'UTF8') FROM {o}.dq_get('q', 'k')")) == "in other"
+        assert one(conn, "SELECT convert_from(payload, 'UTF8') FROM public.dq_get('q', 'k')") == "in public"
+        token = one(conn, in_other("SELECT lock_token FROM {o}.dq_poll_many('q')"))
+        assert one(conn, "SELECT public.dq_ack(%s::uuid)", token) is False
+        assert one(conn, in_other("SELECT {o}.dq_ack(%s::uuid)"), token) is True
+        assert one(conn, "SELECT count(*) FROM public.dq_messages") == 1
+        assert one(conn, in_other("SELECT count(*) FROM {o}.dq_messages")) == 0
+
+        # Channels and pg_cron jobs differ; public keeps the names of earlier releases.
+        assert one(conn, "SELECT public.dq_channel('q')") == "dq_" + one(conn, "SELECT md5('q')")
+        assert one(conn, in_other("SELECT {o}.dq_channel('q')")) == "dq_" + one(conn, "SELECT md5(%s)", other + ".q")
+        assert conn.execute("SELECT * FROM public.dq__pg_cron_jobs() ORDER BY 1").fetchall() == [
+            ("dq-archive-prune", "*/10 * * * *", "CALL dq_prune_archive_all()"),
+            ("dq-cron-prune-history", "17 3 * * *", "SELECT dq_cron_prune_run_details()"),
+            ("dq-cron-tick", "* * * * *", "SELECT dq_cron_tick()"),
+        ]
+        assert conn.execute(in_other("SELECT * FROM {o}.dq__pg_cron_jobs() ORDER BY 1")).fetchall() == [
+            (f"dq-archive-prune@{OTHER}", "*/10 * * * *", f"CALL {other}.dq_prune_archive_all()"),
+            (f"dq-cron-prune-history@{OTHER}", "17 3 * * *", f"SELECT {other}.dq_cron_prune_run_details()"),
+            (f"dq-cron-tick@{OTHER}", "* * * * *", f"SELECT {other}.dq_cron_tick()"),
+        ]
+        # Each tick job's command runs its own install's tick, whatever the search_path.
+        tick_command = in_other("SELECT command FROM {o}.dq__pg_cron_jobs() WHERE jobname LIKE 'dq-cron-tick%%'")
+        conn.execute("SELECT public.dq_cron_install('s', 'cq', 'every 1 hour', 'x'::text)")
+        conn.execute("DELETE FROM public.dq_messages")
+        conn.execute(in_other("SELECT {o}.dq_cron_install('s', 'cq', 'every 1 hour', 'x'::text)"))
+        conn.execute(in_other("DELETE FROM {o}.dq_messages"))
+        conn.execute("UPDATE public.dq_cron SET next_at = NULL, installed_through = NULL")
+        conn.execute(one(conn, tick_command))
+        assert one(conn, in_other("SELECT count(*) FROM {o}.dq_messages")) == 0  # its schedule needed no work
+        assert one(conn, "SELECT count(*) FROM public.dq_messages") == 0
+        conn.execute(in_other("UPDATE {o}.dq_cron SET next_at = NULL, installed_through = NULL"))
+        conn.execute(one(conn, tick_command))
+        assert one(conn, in_other("SELECT count(*) FROM {o}.dq_messages")) == 1
+        assert one(conn, "SELECT count(*) FROM public.dq_messages") == 0
+        # The retention procedure, which cannot pin a search_path, calls its own install's function.
+        src = one(conn, "SELECT prosrc FROM pg_proc WHERE oid = %s::regproc", other + ".dq_prune_archive_all")
+        assert f"{other}.dq_prune_archive(batch_size)" in src
+        conn.execute("SET search_path = public")
+        conn.execute(in_other("CALL {o}.dq_prune_archive_all()"))
+
+        # The roles reach the second install through the schema, and still not its tables.
+        conn.execute("SET ROLE dq_producer")
+        assert one(conn, in_other("SELECT {o}.dq_offer('p', 'k', 'x'::text)")) == "created"
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(in_other("SELECT count(*) FROM {o}.dq_messages"))
+        conn.execute("RESET ROLE")
+
+
+def test_offers_in_one_schema_do_not_wake_consumers_of_the_other(dsn: str) -> None:
+    install_into(dsn, OTHER)
+    with psycopg.connect(dsn, autocommit=True) as consumer, psycopg.connect(dsn, autocommit=True) as producer:
+        channel = one(consumer, "SELECT public.dq_channel('q')")
+        consumer.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        one(consumer, "SELECT public.dq_wait('q', '30 seconds')")
+
+        def notified(timeout: float) -> list[str]:
+            select.select([consumer.fileno()], [], [], timeout)
+            return [n.payload for n in consumer.notifies(timeout=0.01, stop_after=1)]
+
+        one(producer, in_other("SELECT {o}.dq_offer('q', 'k', 'x'::text)"))
+        assert notified(1.0) == []
+        one(producer, "SELECT public.dq_offer('q', 'k', 'x'::text)")
+        assert notified(5.0) == ["q"]
