@@ -552,14 +552,20 @@ def server_info(conn: psycopg.Connection[Any]) -> dict[str, Any]:
 
 
 def provenance(conn: psycopg.Connection[Any]) -> dict[str, Any]:
-    """What was measured: the installed sql/ checksum, and the git commit and local changes."""
+    """What was measured: a digest of the installed dq_* function definitions, and the git commit
+    and local changes."""
 
     def git(*args: str) -> str:
         out = subprocess.run(["git", "--no-optional-locks", "-C", str(PROJECT), *args], capture_output=True, text=True)
         return out.stdout.strip() if out.returncode == 0 else f"unavailable: {out.stderr.strip()}"
 
     return {
-        "sql_checksum": value(conn, "SELECT value FROM dq_meta WHERE name = 'sql_checksum'"),
+        "functions_md5": value(
+            conn,
+            "SELECT md5(string_agg(pg_get_functiondef(p.oid), '' ORDER BY p.oid::regprocedure::text)) "
+            "FROM pg_proc p WHERE p.proname LIKE 'dq\\_%' AND p.prokind IN ('f', 'p') "
+            "AND p.pronamespace = current_schema()::regnamespace",
+        ),
         "git_head": git("rev-parse", "HEAD"),
         "uncommitted_changes": git("status", "--porcelain", "--", "sql", "migrations").splitlines(),
     }
