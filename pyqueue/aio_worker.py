@@ -69,7 +69,7 @@ class AsyncWorker(WorkerCore):
         self._io: dict[Op, Callable[..., Awaitable[Any]]] = {
             Op.RUNNING: self._running, Op.WAIT: self._wait_handlers, Op.POLL: self._poll, Op.START: self._start,
             Op.SLEEP: self._sleep, Op.ACK: self.queue.ack_many, Op.DRAIN: self._drain, Op.FINISHED: self._finish,
-            Op.BLOCKING: asyncio.to_thread, Op.CALL: self._call, Op.NACK: _nack, Op.EXTEND: _extend,
+            Op.BLOCKING: asyncio.to_thread, Op.NACK: _nack, Op.EXTEND: _extend,
             Op.PAUSE: _pause,
         }
 
@@ -102,14 +102,14 @@ class AsyncWorker(WorkerCore):
     async def _drive(self, steps: Steps) -> Any:
         """Perform the I/O of ``steps`` in this task until they end; returns their value."""
         stepper = Stepper(steps)
-        op = stepper.start()
+        op = stepper.step(None)
         while op is not None:
             try:
                 result = await self._io[op[0]](*op[1:])
             except BaseException as exc:
-                op = stepper.failed(exc)
+                op = stepper.step(None, exc)
             else:
-                op = stepper.ok(result)
+                op = stepper.step(result)
         return stepper.value
 
     async def _running(self) -> int:
@@ -121,7 +121,14 @@ class AsyncWorker(WorkerCore):
         await asyncio.wait({*self._tasks, self._stopped}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
 
     async def _start(self, delivery: Delivery) -> None:
-        self._tasks.add(asyncio.create_task(self._drive(self.handle_steps(delivery))))
+        self._tasks.add(asyncio.create_task(self._handle(delivery)))
+
+    async def _handle(self, delivery: Delivery) -> None:
+        try:
+            await self._call(delivery.message)
+        except Exception as exc:  # the handler's failure (a cancellation after the grace is not one)
+            return await self._drive(self.failed_steps(delivery, exc))  # type: ignore[no-any-return]
+        self.handler_returned(delivery)
 
     async def _sleep(self, seconds: float) -> None:
         assert self._stopped is not None

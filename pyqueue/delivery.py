@@ -262,13 +262,13 @@ class Op(enum.Enum):
     RUNNING = "running"  #: () → int: handlers still running (finished ones forgotten)
     WAIT = "wait"  #: (seconds) → None: until a handler finishes, or the time passes
     POLL = "poll"  #: (max_count, idle: bool) → messages; idle: wait for them up to idle_check, end at a stop
-    START = "start"  #: (Delivery) → None: run its handler (the steps of :meth:`WorkerCore.handle_steps`)
+    START = "start"  #: (Delivery) → None: run its handler (then :meth:`WorkerCore.handler_returned` or
+    #: the steps of :meth:`WorkerCore.failed_steps`)
     SLEEP = "sleep"  #: (seconds) → None: ended early by a stop
     ACK = "ack"  #: (tokens) → int acknowledged: ``queue.ack_many``
     DRAIN = "drain"  #: (seconds) → int: wait that long for running handlers; how many still run
     FINISHED = "finished"  #: () → None: no handler runs any more: end the heartbeat
     BLOCKING = "blocking"  #: (function, *arguments) → its result: a blocking call (in a thread if async)
-    CALL = "call"  #: (message) → None: the handler; what it raises is thrown in
     NACK = "nack"  #: (message, delay, error) → bool: ``message.nack``
     EXTEND = "extend"  #: (message, timeout) → datetime | None: ``message.extend``
     PAUSE = "pause"  #: (seconds) → bool: True once the heartbeat must end
@@ -279,9 +279,10 @@ Steps = Generator[Step, Any, Any]
 
 
 class Stepper:
-    """Runs a step generator for a driver: :meth:`start`, then :meth:`ok` with each result or
-    :meth:`failed` with what the I/O raised; each returns the next :class:`Op` tuple, or None when
-    the steps ended (their return value in :attr:`value`; what they raise propagates)."""
+    """Runs a step generator for a driver: ``step(None)`` first, then ``step(result)`` with each
+    result, or ``step(None, exc)`` with what the I/O raised; each returns the next :class:`Op`
+    tuple, or None when the steps ended (their return value in :attr:`value`; what they raise
+    propagates)."""
 
     __slots__ = ("_steps", "value")
 
@@ -289,18 +290,9 @@ class Stepper:
         self._steps = steps
         self.value: Any = None
 
-    def start(self) -> Step | None:
-        return self.ok(None)
-
-    def ok(self, result: Any) -> Step | None:
-        return self._advance(self._steps.send, result)
-
-    def failed(self, exc: BaseException) -> Step | None:
-        return self._advance(self._steps.throw, exc)
-
-    def _advance(self, step: Callable[[Any], Step], argument: Any) -> Step | None:
+    def step(self, result: Any, error: BaseException | None = None) -> Step | None:
         try:
-            return step(argument)
+            return self._steps.send(result) if error is None else self._steps.throw(error)
         except StopIteration as end:
             self.value = end.value
             return None
@@ -452,24 +444,24 @@ class WorkerCore:
         self._deliveries.acked(tokens, acknowledged)
 
     # -- one handler ---------------------------------------------------------------------------
-    def handle_steps(self, delivery: Delivery) -> Steps:
-        """Run the handler; on return the delivery is DONE (or SETTLED, or stays LOST); when it raises,
-        FAILED and nacked with the backoff (nothing is sent for a LOST one)."""
-        message = delivery.message
-        try:
-            yield (Op.CALL, message)
-        except Exception as exc:  # the handler's failure: nack with backoff
-            delay = self.backoff.delay(message.delivery_count)
-            self._log.warning("handler failed for key %r (delivery %d): %r; retry in %.1f s",
-                              message.key, message.delivery_count, exc, delay.total_seconds())
-            if self._deliveries.raised(delivery) is State.FAILED:
-                try:
-                    yield (Op.NACK, message, delay, f"{type(exc).__name__}: {exc}"[:2000])
-                except PyQueueError as nack_exc:
-                    self._log.warning("nack failed for key %r: %s (the lock will expire)", message.key, nack_exc)
-            return
+    # The driver calls the handler itself (the hot path stays free of steps), then
+    # handler_returned, or drives failed_steps with what it raised.
+    def handler_returned(self, delivery: Delivery) -> None:
+        """The handler returned: DONE (acknowledged with the next batch), SETTLED, or it stays LOST."""
         if self._deliveries.returned(delivery) is State.LOST:
-            self._log.warning("key %r finished after its lock was lost: not acknowledged", message.key)
+            self._log.warning("key %r finished after its lock was lost: not acknowledged", delivery.message.key)
+
+    def failed_steps(self, delivery: Delivery, exc: Exception) -> Steps:
+        """The handler raised ``exc``: FAILED and nacked with the backoff (nothing is sent for a LOST one)."""
+        message = delivery.message
+        delay = self.backoff.delay(message.delivery_count)
+        self._log.warning("handler failed for key %r (delivery %d): %r; retry in %.1f s",
+                          message.key, message.delivery_count, exc, delay.total_seconds())
+        if self._deliveries.raised(delivery) is State.FAILED:
+            try:
+                yield (Op.NACK, message, delay, f"{type(exc).__name__}: {exc}"[:2000])
+            except PyQueueError as nack_exc:
+                self._log.warning("nack failed for key %r: %s (the lock will expire)", message.key, nack_exc)
 
     # -- the heartbeat -------------------------------------------------------------------------
     def _to_extend(self) -> list[Delivery]:

@@ -124,7 +124,7 @@ class Worker(WorkerCore):
         self._io: dict[Op, Callable[..., Any]] = {
             Op.RUNNING: self._running, Op.WAIT: self._wait_handlers, Op.POLL: self._poll, Op.START: self._start,
             Op.SLEEP: self._sleep, Op.ACK: self.queue.ack_many, Op.DRAIN: self._drain, Op.FINISHED: self._finished.set,
-            Op.BLOCKING: _call, Op.CALL: self.handler, Op.NACK: _nack, Op.EXTEND: _extend,
+            Op.BLOCKING: _call, Op.NACK: _nack, Op.EXTEND: _extend,
             Op.PAUSE: self._finished.wait,
         }
 
@@ -159,14 +159,14 @@ class Worker(WorkerCore):
     def _drive(self, steps: Steps) -> Any:
         """Perform the I/O of ``steps`` in this thread until they end; returns their value."""
         stepper = Stepper(steps)
-        op = stepper.start()
+        op = stepper.step(None)
         while op is not None:
             try:
                 result = self._io[op[0]](*op[1:])
             except BaseException as exc:
-                op = stepper.failed(exc)
+                op = stepper.step(None, exc)
             else:
-                op = stepper.ok(result)
+                op = stepper.step(result)
         return stepper.value
 
     def _running(self) -> int:
@@ -178,7 +178,14 @@ class Worker(WorkerCore):
 
     def _start(self, delivery: Delivery) -> None:
         assert self._pool is not None
-        self._handlers.add(self._pool.submit(self._drive, self.handle_steps(delivery)))
+        self._handlers.add(self._pool.submit(self._handle, delivery))
+
+    def _handle(self, delivery: Delivery) -> None:
+        try:
+            self.handler(delivery.message)
+        except Exception as exc:  # the handler's failure
+            return self._drive(self.failed_steps(delivery, exc))  # type: ignore[no-any-return]
+        self.handler_returned(delivery)
 
     def _sleep(self, seconds: float) -> None:
         assert self._waker is not None

@@ -179,25 +179,25 @@ def test_settings_are_checked_as_durations() -> None:
 def test_run_loop_polls_free_slots_waits_idle_only_when_nothing_runs_and_flushes_acks() -> None:
     c = core(concurrency=2)
     steps = Stepper(c.run_steps("jobs", None))
-    assert steps.start() == (Op.RUNNING,)
-    assert steps.ok(0) == (Op.POLL, 2, True)  # nothing runs: an idle wait for 2
+    assert steps.step(None) == (Op.RUNNING,)
+    assert steps.step(0) == (Op.POLL, 2, True)  # nothing runs: an idle wait for 2
     a, b = message("a", late_ms=7), message("b")
-    op = steps.ok([a, b])
+    op = steps.step([a, b])
     assert op is not None and op[0] is Op.START and op[1].message is a
-    op = steps.ok(None)
+    op = steps.step(None)
     assert op is not None and op[0] is Op.START and op[1].message is b
-    assert steps.ok(None) == (Op.RUNNING,)
-    assert steps.ok(2) == (Op.WAIT, HANDLER_WAIT_S)  # every slot busy
+    assert steps.step(None) == (Op.RUNNING,)
+    assert steps.step(2) == (Op.WAIT, HANDLER_WAIT_S)  # every slot busy
     c._deliveries.returned(c._deliveries.to_extend()[0])
-    assert steps.ok(None) == (Op.RUNNING,)
-    assert steps.ok(1) == (Op.ACK, [a.lock_token])  # the finished one's ack goes out first
+    assert steps.step(None) == (Op.RUNNING,)
+    assert steps.step(1) == (Op.ACK, [a.lock_token])  # the finished one's ack goes out first
     # The last poll came back full (2 of 2): the next is a plain poll even though only 1 slot is free.
-    assert steps.ok(1) == (Op.POLL, 1, False)
-    assert steps.ok([]) == (Op.WAIT, HANDLER_WAIT_S)  # nothing new while one handler runs
+    assert steps.step(1) == (Op.POLL, 1, False)
+    assert steps.step([]) == (Op.WAIT, HANDLER_WAIT_S)  # nothing new while one handler runs
     c.stop()
-    assert steps.ok(None) == (Op.DRAIN, 1.0)  # the grace period
-    assert steps.ok(0) == (Op.FINISHED,)
-    assert steps.ok(None) is None
+    assert steps.step(None) == (Op.DRAIN, 1.0)  # the grace period
+    assert steps.step(0) == (Op.FINISHED,)
+    assert steps.step(None) is None
     snap = c.stats.snapshot()
     assert snap["delivered"] == 2 and snap["acknowledged"] == 1
     assert snap["lateness_ms"][str(LATENESS_BUCKETS_MS[2])] == 1  # 7 ms: the 10 ms bucket
@@ -206,16 +206,16 @@ def test_run_loop_polls_free_slots_waits_idle_only_when_nothing_runs_and_flushes
 def test_failed_poll_backs_off_and_stop_ends_it() -> None:
     c = core()
     steps = Stepper(c.run_steps("jobs", None))
-    steps.start()
-    assert steps.ok(0) == (Op.POLL, 4, True)
-    op = steps.failed(DatabaseError("server closed the connection"))
+    steps.step(None)
+    assert steps.step(0) == (Op.POLL, 4, True)
+    op = steps.step(None, DatabaseError("server closed the connection"))
     assert op is not None and op[0] is Op.SLEEP and 0.4 <= op[1] <= 0.6
-    assert steps.ok(None) == (Op.RUNNING,)
-    assert steps.ok(0) == (Op.POLL, 4, True)
-    op = steps.failed(DatabaseError("still down"))
+    assert steps.step(None) == (Op.RUNNING,)
+    assert steps.step(0) == (Op.POLL, 4, True)
+    op = steps.step(None, DatabaseError("still down"))
     assert op is not None and op[0] is Op.SLEEP and 0.8 <= op[1] <= 1.2  # doubled
     c.stop()
-    assert steps.ok(None) == (Op.DRAIN, 1.0)
+    assert steps.step(None) == (Op.DRAIN, 1.0)
 
 
 def test_ack_is_retried_once() -> None:
@@ -223,20 +223,23 @@ def test_ack_is_retried_once() -> None:
     d = c._received(message())
     c._deliveries.returned(d)
     steps = Stepper(c._flush_steps())
-    assert steps.start() == (Op.ACK, [d.lock_token])
-    assert steps.failed(DatabaseError("cut")) == (Op.ACK, [d.lock_token])
-    assert steps.ok(1) is None
+    assert steps.step(None) == (Op.ACK, [d.lock_token])
+    assert steps.step(None, DatabaseError("cut")) == (Op.ACK, [d.lock_token])
+    assert steps.step(1) is None
     assert c.stats.snapshot()["acknowledged"] == 1
 
 
 def test_handler_failure_is_nacked_with_the_backoff() -> None:
     c = core()
     d = c._received(message(delivery_count=3))
-    steps = Stepper(c.handle_steps(d))
-    assert steps.start() == (Op.CALL, d.message)
-    op = steps.failed(ValueError("bad"))
-    assert op == (Op.NACK, d.message, timedelta(seconds=4), "ValueError: bad")
-    assert steps.ok(True) is None and d.state is State.FAILED
+    steps = Stepper(c.failed_steps(d, ValueError("bad")))
+    assert steps.step(None) == (Op.NACK, d.message, timedelta(seconds=4), "ValueError: bad")
+    assert d.state is State.FAILED
+    assert steps.step(True) is None
+    lost = c._received(message())
+    c._deliveries.lock_lost(lost)
+    assert Stepper(c.failed_steps(lost, ValueError("late"))).step(None) is None  # nothing to nack
+    assert lost.state is State.LOST
 
 
 def test_heartbeat_extends_running_ones_and_marks_lost_locks() -> None:
@@ -244,9 +247,9 @@ def test_heartbeat_extends_running_ones_and_marks_lost_locks() -> None:
     keep, lose, own = (c._received(message(k)) for k in "abc")
     settle(own.message, "acked")
     steps = Stepper(c.heartbeat_steps())
-    assert steps.start() == (Op.PAUSE, 10.0)
-    assert steps.ok(False) == (Op.EXTEND, keep.message, LOCK)
-    assert steps.ok(T0) == (Op.EXTEND, lose.message, LOCK)
-    assert steps.ok(None) == (Op.PAUSE, 10.0)
+    assert steps.step(None) == (Op.PAUSE, 10.0)
+    assert steps.step(False) == (Op.EXTEND, keep.message, LOCK)
+    assert steps.step(T0) == (Op.EXTEND, lose.message, LOCK)
+    assert steps.step(None) == (Op.PAUSE, 10.0)
     assert (keep.state, lose.state, own.state) == (State.RUNNING, State.LOST, State.RUNNING)
-    assert steps.ok(True) is None  # finished
+    assert steps.step(True) is None  # finished
