@@ -1,20 +1,25 @@
-"""The asyncio worker: :class:`AsyncWorker`, the twin of :class:`pyqueue.Worker`."""
+"""The asyncio worker: :class:`AsyncWorker`, the twin of :class:`pyqueue.Worker`.
+
+Its decisions are those of :mod:`pyqueue.delivery`, shared with the thread worker; this module
+only performs their I/O with asyncio tasks.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
 import logging
-import signal
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 
-from .aio import AsyncDelayedQueue, AsyncMessage, _resolve
+from .aio import AsyncDelayedQueue, AsyncMessage
+from .delivery import Backoff, Delivery, Op, Stepper, Steps, WorkerCore, stop_signals
+from .durations import Seconds
 from .errors import PyQueueError
-from .worker import Backoff, _WorkerCore
 
 __all__ = ["AsyncWorker", "AsyncHandler"]
 
@@ -24,15 +29,16 @@ log = logging.getLogger("pyqueue.aio")
 AsyncHandler = Callable[[AsyncMessage], Awaitable[Any] | Any]
 
 
-class AsyncWorker(_WorkerCore):
+class AsyncWorker(WorkerCore):
     """Consume ``queue`` with ``handler`` in an asyncio event loop; the twin of :class:`pyqueue.Worker`
-    (same parameters, defaults and delivery guarantees).
+    (same parameters, defaults, errors and delivery guarantees).
 
     :param handler: a coroutine function (awaited in the loop, at most ``concurrency`` at once) or
         a plain function (run in a thread with :func:`asyncio.to_thread`) taking an :class:`AsyncMessage`.
 
     :meth:`run` returns after :meth:`stop`, or SIGTERM/SIGINT when ``install_signal_handlers`` is
-    true (a second signal exits the process at once).
+    true and it runs in the main thread (the process is never exited here; ``pyqueue worker
+    --async`` exits at once on a second signal).
     """
 
     def __init__(
@@ -42,155 +48,137 @@ class AsyncWorker(_WorkerCore):
         *,
         concurrency: int = 4,
         batch_size: int | None = None,
-        lock_timeout: float | timedelta = timedelta(seconds=30),
-        idle_check: float | timedelta = timedelta(seconds=5),
+        lock_timeout: Seconds = timedelta(seconds=30),
+        idle_check: Seconds = timedelta(seconds=5),
         backoff: Backoff | None = None,
-        shutdown_grace: float | timedelta = timedelta(seconds=30),
-        cron_tick: float | timedelta | None = None,
+        shutdown_grace: Seconds = timedelta(seconds=30),
+        cron_tick: Seconds | None = None,
     ) -> None:
         super().__init__(
             handler, concurrency=concurrency, batch_size=batch_size, lock_timeout=lock_timeout,
             idle_check=idle_check, backoff=backoff, shutdown_grace=shutdown_grace, cron_tick=cron_tick,
+            logger=log,
         )
         self.queue = queue
-        self._stop: asyncio.Event | None = None
         self._is_coroutine = inspect.iscoroutinefunction(handler)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._stopped: asyncio.Task[Any] | None = None  # ends at the stop: what idle waits race against
+        self._heartbeat: asyncio.Task[Any] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._io: dict[Op, Callable[..., Awaitable[Any]]] = {
+            Op.RUNNING: self._running, Op.WAIT: self._wait_handlers, Op.POLL: self._poll, Op.START: self._start,
+            Op.SLEEP: self._sleep, Op.ACK: self.queue.ack_many, Op.DRAIN: self._drain, Op.FINISHED: self._finish,
+            Op.BLOCKING: asyncio.to_thread, Op.NACK: _nack, Op.EXTEND: _extend,
+            Op.PAUSE: _pause,
+        }
 
     def stop(self) -> None:
-        """Stop polling; running handlers get ``shutdown_grace`` to finish. Call from the loop's thread."""
-        if self._stop is not None:
-            self._stop.set()
-
-    def _on_signal(self, signum: int) -> None:
-        self._second_signal(signum)
-        self.stop()
+        """Stop polling and end an idle wait at once (its wait task is cancelled); running handlers
+        get ``shutdown_grace`` to finish, then :meth:`run` returns. Safe from any thread and from a
+        signal handler."""
+        self._request_stop()
+        if self._loop is not None and self._stop_event is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._stop_event.set)
 
     async def run(self, *, install_signal_handlers: bool = True) -> None:
         """Run until :meth:`stop` (or a signal, see the class)."""
-        self._stop = asyncio.Event()
-        stop = self._stop
-        loop = asyncio.get_running_loop()
-        installed: list[signal.Signals] = []
-        if install_signal_handlers:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                try:
-                    loop.add_signal_handler(sig, self._on_signal, sig)
-                    installed.append(sig)
-                except (NotImplementedError, RuntimeError):  # not the main thread, or no signals here
-                    break
-        tasks: set[asyncio.Task[None]] = set()
-        heartbeat = asyncio.create_task(self._heartbeat(stop), name="pyqueue-heartbeat")
-        stopping = asyncio.create_task(stop.wait())
-        ticker = self._start_cron_ticker(await _resolve(self.queue.pool.conninfo))
-        self._ready_line(self.queue.queue)
+        self._loop = asyncio.get_running_loop()
+        self._stop_event = asyncio.Event()
+        if self._stopping:
+            self._stop_event.set()
+        self._stopped = asyncio.create_task(self._stop_event.wait())
+        self._heartbeat = asyncio.create_task(self._drive(self.heartbeat_steps()), name="pyqueue-heartbeat")
         try:
-            while not stop.is_set():
-                # Prune first: a handler records its token before its task is done, so every
-                # pruned task's acknowledgement goes out now, not after the next (idle) wait.
-                tasks = {t for t in tasks if not t.done()}
-                await self._flush_acks()
-                free = self.concurrency - len(tasks)
-                if free == 0:
-                    await asyncio.wait({*tasks, stopping}, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
-                    continue
-                want = min(free, self.batch_size)
-                # As Worker.run: wait only when nothing runs and the last poll did not come back full.
-                messages = await self._poll(want, idle=not tasks and not self._backlog, stopping=stopping)
-                self._backlog = len(messages) == want
-                for message in messages:
-                    self._received(message)
-                    tasks.add(asyncio.create_task(self._handle(message)))
-                if not messages and tasks:
-                    await asyncio.wait({*tasks, stopping}, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
+            with stop_signals(self._on_signal) if install_signal_handlers else nullcontext():
+                conninfo: Any = self.queue.pool.conninfo
+                conninfo = conninfo() if callable(conninfo) else conninfo
+                ticker = self._start_cron_ticker(await conninfo if inspect.isawaitable(conninfo) else conninfo)
+                await self._drive(self.run_steps(self.queue.queue, ticker))
         finally:
-            try:
-                if tasks:
-                    _, pending = await asyncio.wait(tasks, timeout=self.shutdown_grace)
-                    if pending:
-                        log.warning("%d handlers still running after the grace period; their messages will be "
-                                    "redelivered when their locks expire", len(pending))
-                        for task in pending:
-                            task.cancel()
-                stop.set()
-                heartbeat.cancel()
-                stopping.cancel()
-                await self._flush_acks()
-                if ticker is not None:
-                    await asyncio.to_thread(ticker.stop, 10)
-                log.info("worker stopped: %s", self.stats.snapshot())
-            finally:
-                for sig in installed:
-                    loop.remove_signal_handler(sig)
+            await self._finish()
 
-    async def _poll(self, max_count: int, *, idle: bool, stopping: asyncio.Task[Any]) -> list[AsyncMessage]:
-        try:
-            if not idle:
-                messages = await self.queue.poll(max_count, lock_timeout=self.lock_timeout)
-            else:
-                # Wait for messages or for the stop, whichever first; a stop cancels the wait.
-                polling = asyncio.create_task(self.queue.poll(
-                    max_count, lock_timeout=self.lock_timeout, wait=self.idle_check, idle_check=self.idle_check))
-                await asyncio.wait({polling, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                if not polling.done():
-                    polling.cancel()
-                    try:
-                        await polling
-                    except (asyncio.CancelledError, PyQueueError, psycopg.Error):
-                        pass
-                    return []
-                messages = polling.result()
-        except PyQueueError as exc:
+    # -- the driver ----------------------------------------------------------------------------
+    async def _drive(self, steps: Steps) -> Any:
+        """Perform the I/O of ``steps`` in this task until they end; returns their value."""
+        stepper = Stepper(steps)
+        op = stepper.step(None)
+        while op is not None:
             try:
-                await asyncio.wait({stopping}, timeout=self._poll_failed(exc))
-            except asyncio.CancelledError:
+                result = await self._io[op[0]](*op[1:])
+            except BaseException as exc:
+                op = stepper.step(None, exc)
+            else:
+                op = stepper.step(result)
+        return stepper.value
+
+    async def _running(self) -> int:
+        self._tasks = {t for t in self._tasks if not t.done()}
+        return len(self._tasks)
+
+    async def _wait_handlers(self, timeout: float) -> None:
+        assert self._stopped is not None
+        await asyncio.wait({*self._tasks, self._stopped}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+
+    async def _start(self, delivery: Delivery) -> None:
+        self._tasks.add(asyncio.create_task(self._handle(delivery)))
+
+    async def _handle(self, delivery: Delivery) -> None:
+        try:
+            await self._call(delivery.message)
+        except Exception as exc:  # the handler's failure (a cancellation after the grace is not one)
+            return await self._drive(self.failed_steps(delivery, exc))  # type: ignore[no-any-return]
+        self.handler_returned(delivery)
+
+    async def _sleep(self, seconds: float) -> None:
+        assert self._stopped is not None
+        await asyncio.wait({self._stopped}, timeout=seconds)
+
+    async def _drain(self, grace: float) -> int:
+        if not self._tasks:
+            return 0
+        _, pending = await asyncio.wait(self._tasks, timeout=grace)
+        for task in pending:
+            task.cancel()
+        return len(pending)
+
+    async def _finish(self) -> None:
+        for task in (self._heartbeat, self._stopped):
+            if task is not None:
+                task.cancel()
+
+    async def _call(self, message: AsyncMessage) -> None:
+        if self._is_coroutine:
+            await self.handler(message)
+        else:
+            await asyncio.to_thread(self.handler, message)
+
+    async def _poll(self, max_count: int, idle: bool) -> list[AsyncMessage]:
+        if not idle:
+            return await self.queue.poll(max_count, lock_timeout=self.lock_timeout)
+        assert self._stopped is not None
+        # Wait for messages or for the stop, whichever first; a stop cancels the wait.
+        polling = asyncio.create_task(self.queue.poll(
+            max_count, lock_timeout=self.lock_timeout, wait=self.idle_check, idle_check=self.idle_check))
+        await asyncio.wait({polling, self._stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if not polling.done():
+            polling.cancel()
+            try:
+                await polling
+            except (asyncio.CancelledError, PyQueueError, psycopg.Error):
                 pass
             return []
-        self._poll_succeeded()
-        return messages
+        return polling.result()
 
-    async def _handle(self, message: AsyncMessage) -> None:
-        try:
-            if self._is_coroutine:
-                await self.handler(message)
-            else:
-                await asyncio.to_thread(self.handler, message)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the handler's failure: nack with backoff
-            nack = self._failed(message, exc)
-            if nack is not None:
-                try:
-                    await message.nack(nack[0], error=nack[1])
-                except PyQueueError as nack_exc:
-                    log.warning("nack failed for key %r: %s (the lock will expire)", message.key, nack_exc)
-            return
-        self._succeeded(message)
 
-    async def _flush_acks(self) -> None:
-        tokens = self._take_done()
-        if not tokens:
-            return
-        for attempt in (1, 2):  # one retry on a fresh connection, as the sync worker
-            try:
-                acked = await self.queue.ack_many(tokens)
-                break
-            except PyQueueError as exc:
-                if attempt == 2:
-                    log.warning("acknowledging %d messages failed (%s); they will be redelivered", len(tokens), exc)
-                    return
-                log.info("acknowledging %d messages failed (%s); retrying", len(tokens), exc)
-        self._acked(tokens, acked)
+async def _nack(message: AsyncMessage, delay: timedelta, error: str) -> bool:
+    return await message.nack(delay, error=error)
 
-    async def _heartbeat(self, stop: asyncio.Event) -> None:
-        """Every lock_timeout / 3, extend the lock of every message whose handler still runs."""
-        period = self.lock_timeout.total_seconds() / 3
-        while True:
-            await asyncio.sleep(period)
-            for message in self._running_now():
-                try:
-                    until = await message.extend(self.lock_timeout)
-                except PyQueueError as exc:
-                    log.warning("extending the lock of key %r failed: %s", message.key, exc)
-                    continue
-                if until is None:
-                    self._lock_lost(message)
+
+async def _extend(message: AsyncMessage, timeout: timedelta) -> Any:
+    return await message.extend(timeout)
+
+
+async def _pause(seconds: float) -> bool:
+    await asyncio.sleep(seconds)
+    return False

@@ -16,6 +16,7 @@ import re
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,6 +24,7 @@ import psycopg
 
 from . import cron as cron_api
 from .client import DelayedQueue
+from .delivery import stop_signals
 from .errors import PyQueueError
 from .migrate import migrate, pending
 from .worker import Worker
@@ -89,42 +91,53 @@ def _load_handler(spec: str) -> Any:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
+    """Run a Worker (or with --async an AsyncWorker) until a signal. The first SIGTERM/SIGINT stops
+    it (running handlers get --shutdown-grace); a second one exits the process at once with status
+    1 (the messages of handlers still running are redelivered when their locks expire)."""
     logging.basicConfig(level=getattr(logging, args.log_level), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     handler = _load_handler(args.handler)
+    settings: dict[str, Any] = {
+        "concurrency": args.concurrency,
+        "batch_size": args.batch_size,
+        "lock_timeout": timedelta(seconds=args.lock_timeout),
+        "idle_check": timedelta(seconds=args.idle_check),
+        "shutdown_grace": timedelta(seconds=args.shutdown_grace),
+        "cron_tick": None if args.cron_tick is None else timedelta(seconds=args.cron_tick),
+    }
     if args.use_async:
-        return _run_async_worker(args, handler)
+        from .aio import AsyncDelayedQueue, AsyncWorker
+
+        async def main() -> None:
+            async with AsyncDelayedQueue(_dsn(args), args.queue, pool_size=args.concurrency + 2) as q:
+                worker = AsyncWorker(q, handler, **settings)
+                with stop_signals(_first_stops_second_exits(worker)):
+                    await worker.run(install_signal_handlers=False)
+
+        asyncio.run(main())
+        return 0
     with DelayedQueue(_dsn(args), args.queue, pool_size=args.concurrency + 2) as q:
-        Worker(
-            q,
-            handler,
-            concurrency=args.concurrency,
-            batch_size=args.batch_size,
-            lock_timeout=timedelta(seconds=args.lock_timeout),
-            idle_check=timedelta(seconds=args.idle_check),
-            shutdown_grace=timedelta(seconds=args.shutdown_grace),
-            cron_tick=None if args.cron_tick is None else timedelta(seconds=args.cron_tick),
-        ).run()
+        worker = Worker(q, handler, **settings)
+        with stop_signals(_first_stops_second_exits(worker)):
+            worker.run(install_signal_handlers=False)
     return 0
 
 
-def _run_async_worker(args: argparse.Namespace, handler: Any) -> int:
-    from .aio import AsyncDelayedQueue, AsyncWorker
+def _first_stops_second_exits(worker: Worker | Any) -> Callable[[int], None]:
+    """The signal handler of ``pyqueue worker``: the first signal calls ``worker.stop()``, the next
+    exits the process at once (status 1), even during the grace period."""
+    log = logging.getLogger("pyqueue.worker")
+    received: list[int] = []
 
-    async def main() -> None:
-        async with AsyncDelayedQueue(_dsn(args), args.queue, pool_size=args.concurrency + 2) as q:
-            await AsyncWorker(
-                q,
-                handler,
-                concurrency=args.concurrency,
-                batch_size=args.batch_size,
-                lock_timeout=timedelta(seconds=args.lock_timeout),
-                idle_check=timedelta(seconds=args.idle_check),
-                shutdown_grace=timedelta(seconds=args.shutdown_grace),
-                cron_tick=None if args.cron_tick is None else timedelta(seconds=args.cron_tick),
-            ).run()
+    def on_signal(signum: int) -> None:
+        received.append(signum)
+        if len(received) > 1:
+            log.warning("second signal %s: exiting now; locks of running messages will expire", signum)
+            logging.shutdown()
+            os._exit(1)
+        log.info("signal %s: stopping (grace %.0f s)", signum, worker.shutdown_grace)
+        worker.stop()
 
-    asyncio.run(main())
-    return 0
+    return on_signal
 
 
 def _stats_table(rows: list[Any], title: str) -> Any:

@@ -339,3 +339,57 @@ def test_worker_drives_the_cron_schedules_with_cron_tick(dsn: str, db) -> None:
     keys = [r[0] for r in db.execute("SELECT key FROM handled ORDER BY key")]
     assert len(keys) == len(set(keys)) >= 4
     assert all(k.startswith("beat/") for k in keys)
+
+
+def test_stop_ends_an_idle_wait_at_once(dsn: str, worker_mode: str) -> None:
+    """stop() during an idle wait of 30 s (idle_check 30): run() returns within about a second, in a
+    thread (Worker) as in a task (AsyncWorker), without any signal."""
+    if worker_mode == "sync":
+        with DelayedQueue(dsn, "jobs") as q:
+            worker = Worker(q, print, idle_check=30)
+            t = threading.Thread(target=worker.run)
+            t.start()
+            time.sleep(1)  # idle, waiting on LISTEN
+            started = time.monotonic()
+            worker.stop()
+            t.join(timeout=10)
+            elapsed = time.monotonic() - started
+            assert not t.is_alive()
+    else:
+        async def main() -> float:
+            async with AsyncDelayedQueue(dsn, "jobs") as q:
+                worker = AsyncWorker(q, print, idle_check=30)
+                task = asyncio.create_task(worker.run(install_signal_handlers=False))
+                await asyncio.sleep(1)
+                started = time.monotonic()
+                worker.stop()
+                await asyncio.wait_for(task, 10)
+                return time.monotonic() - started
+
+        elapsed = asyncio.run(main())
+    assert elapsed < 1.5
+
+
+def test_cli_sigterm_while_idle_exits_at_once_and_a_second_signal_ends_the_grace(dsn: str, db) -> None:
+    """`pyqueue worker`: SIGTERM while idle (idle_check 30 s) exits 0 within a few seconds. With a
+    handler running and a grace of 60 s, a second SIGTERM exits at once with status 1, saying so."""
+    idle = start_worker(dsn, "workerhandlers:record", "--idle-check", "30")
+    time.sleep(2)  # started and waiting
+    started = time.monotonic()
+    code, out = stop(idle)
+    assert code == 0, out
+    assert time.monotonic() - started < 5, out
+    assert "worker stopped" in out
+
+    with DelayedQueue(dsn, "jobs") as q:
+        q.offer("long", {"sleep": 30})
+    busy = start_worker(dsn, "workerhandlers:slow", "--shutdown-grace", "60", "--lock-timeout", "10")
+    wait_for(db, "SELECT count(*) FROM handled WHERE phase = 'started'", 1)
+    busy.send_signal(signal.SIGTERM)
+    time.sleep(1)  # in the grace period now
+    started = time.monotonic()
+    code, out = stop(busy)
+    assert code == 1, out
+    assert time.monotonic() - started < 5, out
+    assert "stopping (grace 60 s)" in out and "second signal" in out
+    assert "worker stopped" not in out

@@ -1,0 +1,506 @@
+"""The worker's core, written once for :class:`pyqueue.Worker` and :class:`pyqueue.aio.AsyncWorker`.
+
+Two parts, neither doing any I/O:
+
+* :class:`Deliveries`, the bookkeeping: one :class:`Delivery` record per lock token, in an
+  explicit :class:`State` (running → done | failed | lost | settled by the handler; the
+  transitions of docs/state_machine.md, "The worker's deliveries"), and the :class:`WorkerStats`
+  counters, all under one lock. An illegal transition raises :class:`DeliveryStateError`.
+* :class:`WorkerCore`, every decision of a worker (when to poll and how many messages, when to wait
+  idle, flushing acknowledgements, the grace period, what the heartbeat extends, the nack after a
+  failure, the backoff after failed polls) as *step generators*: each yields the I/O it needs as an
+  :class:`Op` tuple ``(Op.X, *arguments)``, and its driver (threads in ``Worker``, tasks in
+  ``AsyncWorker``) performs it and sends back the result, or throws in what the I/O raised.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+import signal
+import threading
+from bisect import bisect_left
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from types import FrameType
+from typing import Any
+from uuid import UUID
+
+from .durations import Seconds, as_timedelta
+from .errors import InvalidArgument, PyQueueError
+
+__all__ = [
+    "Backoff", "Delivery", "DeliveryStateError", "Deliveries", "Op", "State", "WorkerCore", "WorkerStats",
+    "stop_signals",
+]
+
+LATENESS_BUCKETS_MS = (1, 5, 10, 50, 100, 500, 1000, 5000, float("inf"))
+
+#: Waits after consecutive failed polls (the database unreachable): 0.5 s doubling up to 30 s.
+RECONNECT_BASE_S = 0.5
+RECONNECT_CAP_S = 30.0
+
+#: How long a worker with every handler slot busy, or with nothing new to poll while handlers
+#: run, waits for one of them to finish before it looks again (seconds).
+HANDLER_WAIT_S = 0.5
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Delay before a failed message is delivered again: ``base * factor**(delivery_count - 1)``,
+    capped at ``cap``, then multiplied by a random factor in ``[1 - jitter, 1 + jitter]``.
+
+    :param base: first retry delay (timedelta, > 0).
+    :param factor: growth per delivery (≥ 1).
+    :param cap: longest delay (timedelta, ≥ ``base``).
+    :param jitter: relative spread, 0 ≤ jitter < 1 (spreads retries of messages that failed together).
+    :raises InvalidArgument: any of these out of range.
+    """
+
+    base: timedelta = timedelta(seconds=1)
+    factor: float = 2.0
+    cap: timedelta = timedelta(minutes=10)
+    jitter: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.factor < 1 or not 0 <= self.jitter < 1 or self.base <= timedelta(0) or self.cap < self.base:
+            raise InvalidArgument("Backoff needs base > 0, cap >= base, factor >= 1 and 0 <= jitter < 1")
+
+    def delay(self, delivery_count: int) -> timedelta:
+        """The nack delay after the ``delivery_count``-th delivery failed."""
+        raw = self.base.total_seconds() * self.factor ** max(delivery_count - 1, 0)
+        capped = min(raw, self.cap.total_seconds())
+        return timedelta(seconds=capped * random.uniform(1 - self.jitter, 1 + self.jitter))
+
+
+@dataclass
+class WorkerStats:
+    """Counters a caller can read or export; updated under a lock, read with :meth:`snapshot`.
+
+    ``delivered``: messages received from polls; ``acknowledged``: by the worker's ``dq_ack`` or by
+    the handler itself; ``failed``: handlers that raised; ``lock_lost``: deliveries whose lock was
+    gone when the heartbeat extended it or when the worker acknowledged it. ``lateness_ms`` counts
+    deliveries by (claim time − due time) on the database clock, in the buckets of
+    ``LATENESS_BUCKETS_MS`` (upper bounds, milliseconds).
+    """
+
+    delivered: int = 0
+    acknowledged: int = 0
+    failed: int = 0
+    lock_lost: int = 0
+    lateness_ms: list[int] = field(default_factory=lambda: [0] * len(LATENESS_BUCKETS_MS))
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The counters as a dict (``lateness_ms`` keyed by the bucket's upper bound as text)."""
+        with self._lock:
+            return {
+                "delivered": self.delivered,
+                "acknowledged": self.acknowledged,
+                "failed": self.failed,
+                "lock_lost": self.lock_lost,
+                "lateness_ms": dict(zip((str(b) for b in LATENESS_BUCKETS_MS), self.lateness_ms, strict=True)),
+            }
+
+
+class State(enum.Enum):
+    """Where one delivery stands in a worker (docs/state_machine.md, "The worker's deliveries")."""
+
+    RUNNING = "running"  #: its handler runs; the heartbeat extends its lock
+    LOST = "lost"  #: the heartbeat found its lock gone while the handler ran: nothing will be sent for it
+    DONE = "done"  #: the handler returned: acknowledged with the next dq_ack(uuid[])
+    FAILED = "failed"  #: the handler raised: nacked with the backoff
+    SETTLED = "settled"  #: the handler acknowledged or nacked it itself: nothing more is sent
+
+
+#: The legal transitions. RUNNING and LOST are the states of a running handler; every handler
+#: ends in DONE, FAILED, SETTLED or (its lock lost) LOST, and the record leaves the book then
+#: (DONE: when its acknowledgement is sent).
+TRANSITIONS: dict[State, frozenset[State]] = {
+    State.RUNNING: frozenset({State.LOST, State.DONE, State.FAILED, State.SETTLED}),
+    State.LOST: frozenset({State.SETTLED}),
+    State.DONE: frozenset(),
+    State.FAILED: frozenset(),
+    State.SETTLED: frozenset(),
+}
+
+
+class DeliveryStateError(RuntimeError):
+    """A transition that docs/state_machine.md does not allow (a bug in the worker, not in the handler)."""
+
+
+@dataclass(eq=False, slots=True)
+class Delivery:
+    """One delivery a worker holds: the message (a :class:`pyqueue.Message` or
+    :class:`pyqueue.aio.AsyncMessage`) and its :class:`State`. ``message.settled`` tells whether
+    the handler acknowledged or nacked it itself."""
+
+    message: Any
+    state: State = State.RUNNING
+    running: bool = True  #: False once the handler ended
+
+    @property
+    def lock_token(self) -> UUID:
+        token: UUID = self.message.lock_token
+        return token
+
+
+class Deliveries:
+    """The deliveries of one worker, by lock token, and its counters; thread-safe (one lock, the
+    counters' own), no I/O.
+
+    :param stats: the counters to keep up to date (their lock guards the records too).
+    """
+
+    def __init__(self, stats: WorkerStats) -> None:
+        self.stats = stats
+        self._lock = stats._lock
+        self._running: dict[UUID, Delivery] = {}  # handler still running: RUNNING or LOST
+        self._to_ack: list[UUID] = []  # DONE, to acknowledge with the next dq_ack(uuid[])
+
+    def __len__(self) -> int:
+        """Deliveries still held: handlers running, and finished ones not yet acknowledged."""
+        with self._lock:
+            return len(self._running) + len(self._to_ack)
+
+    @staticmethod
+    def _move(delivery: Delivery, to: State) -> None:
+        if to not in TRANSITIONS[delivery.state]:
+            raise DeliveryStateError(f"delivery {delivery.lock_token}: {delivery.state.value} -> {to.value}")
+        delivery.state = to
+
+    def received(self, message: Any, lateness_bucket: int) -> Delivery:
+        """A polled message whose handler is about to start: a RUNNING record.
+
+        :param lateness_bucket: index into ``LATENESS_BUCKETS_MS`` of its claim time − due time.
+        :raises DeliveryStateError: the worker already holds this lock token.
+        """
+        delivery = Delivery(message)
+        with self._lock:
+            if delivery.lock_token in self._running:
+                raise DeliveryStateError(f"delivery {delivery.lock_token} received twice")
+            self._running[delivery.lock_token] = delivery
+            self.stats.delivered += 1
+            self.stats.lateness_ms[lateness_bucket] += 1
+        return delivery
+
+    def _end(self, delivery: Delivery) -> None:
+        if not delivery.running or self._running.pop(delivery.lock_token, None) is not delivery:
+            raise DeliveryStateError(f"delivery {delivery.lock_token}: its handler ended twice")
+        delivery.running = False
+
+    def returned(self, delivery: Delivery) -> State:
+        """The handler returned: SETTLED when it settled the message itself (counted acknowledged if
+        it acked), else DONE (queued for :meth:`take_acks`), or LOST when the lock was lost first.
+
+        :raises DeliveryStateError: the handler of this delivery ended before.
+        """
+        with self._lock:
+            self._end(delivery)
+            if delivery.message.settled is not None:
+                # Settled by the handler (e.g. acknowledged in its own transaction): nothing left to
+                # send, and a lock the heartbeat reported lost meanwhile was released by that ack/nack.
+                self._move(delivery, State.SETTLED)
+                if delivery.message.settled == "acked":
+                    self.stats.acknowledged += 1
+            elif delivery.state is State.RUNNING:
+                self._move(delivery, State.DONE)
+                self._to_ack.append(delivery.lock_token)
+        return delivery.state
+
+    def raised(self, delivery: Delivery) -> State:
+        """The handler raised: FAILED (to be nacked), or LOST when its lock was lost (nothing to nack).
+
+        :raises DeliveryStateError: the handler of this delivery ended before.
+        """
+        with self._lock:
+            self._end(delivery)
+            self.stats.failed += 1
+            if delivery.state is State.RUNNING:
+                self._move(delivery, State.FAILED)
+        return delivery.state
+
+    def to_extend(self) -> list[Delivery]:
+        """The RUNNING deliveries whose handlers have not settled them: what the heartbeat extends."""
+        with self._lock:
+            return [d for d in self._running.values() if d.state is State.RUNNING and d.message.settled is None]
+
+    def lock_lost(self, delivery: Delivery) -> bool:
+        """The heartbeat's extend found no lock: RUNNING → LOST, counted; True.
+
+        False, and nothing changes, when the handler has ended or settled the message since the
+        heartbeat listed it (its own ack or nack removed the lock; a worker's acknowledgement counts
+        a lost lock itself, :meth:`acked`), or when the delivery is already LOST.
+        """
+        with self._lock:
+            if not delivery.running or delivery.state is not State.RUNNING or delivery.message.settled is not None:
+                return False
+            self._move(delivery, State.LOST)
+            self.stats.lock_lost += 1
+        return True
+
+    def take_acks(self) -> list[UUID]:
+        """The lock tokens of the DONE deliveries, removed from the book: send them in one dq_ack."""
+        with self._lock:
+            tokens, self._to_ack = self._to_ack, []
+        return tokens
+
+    def acked(self, tokens: list[UUID], acknowledged: int) -> None:
+        """``dq_ack(tokens)`` acknowledged this many: the others had lost their locks."""
+        with self._lock:
+            self.stats.acknowledged += acknowledged
+            self.stats.lock_lost += len(tokens) - acknowledged
+
+
+class Op(enum.Enum):
+    """The I/O a step generator asks its driver for; a step yields ``(Op.X, *arguments)`` and is
+    sent the result (or thrown the exception) noted here."""
+
+    RUNNING = "running"  #: () → int: handlers still running (finished ones forgotten)
+    WAIT = "wait"  #: (seconds) → None: until a handler finishes, or the time passes
+    POLL = "poll"  #: (max_count, idle: bool) → messages; idle: wait for them up to idle_check, end at a stop
+    START = "start"  #: (Delivery) → None: run its handler (then :meth:`WorkerCore.handler_returned` or
+    #: the steps of :meth:`WorkerCore.failed_steps`)
+    SLEEP = "sleep"  #: (seconds) → None: ended early by a stop
+    ACK = "ack"  #: (tokens) → int acknowledged: ``queue.ack_many``
+    DRAIN = "drain"  #: (seconds) → int: wait that long for running handlers; how many still run
+    FINISHED = "finished"  #: () → None: no handler runs any more: end the heartbeat
+    BLOCKING = "blocking"  #: (function, *arguments) → its result: a blocking call (in a thread if async)
+    NACK = "nack"  #: (message, delay, error) → bool: ``message.nack``
+    EXTEND = "extend"  #: (message, timeout) → datetime | None: ``message.extend``
+    PAUSE = "pause"  #: (seconds) → bool: True once the heartbeat must end
+
+
+Step = tuple[Any, ...]
+Steps = Generator[Step, Any, Any]
+
+
+class Stepper:
+    """Runs a step generator for a driver: ``step(None)`` first, then ``step(result)`` with each
+    result, or ``step(None, exc)`` with what the I/O raised; each returns the next :class:`Op`
+    tuple, or None when the steps ended (their return value in :attr:`value`; what they raise
+    propagates)."""
+
+    __slots__ = ("_steps", "value")
+
+    def __init__(self, steps: Steps) -> None:
+        self._steps = steps
+        self.value: Any = None
+
+    def step(self, result: Any, error: BaseException | None = None) -> Step | None:
+        try:
+            return self._steps.send(result) if error is None else self._steps.throw(error)
+        except StopIteration as end:
+            self.value = end.value
+            return None
+
+
+class WorkerCore:
+    """Settings, counters, deliveries and the decisions of a worker; :class:`pyqueue.Worker` and
+    :class:`pyqueue.aio.AsyncWorker` add only their I/O (a driver for the :class:`Op` steps)."""
+
+    def __init__(
+        self,
+        handler: Callable[[Any], Any],
+        *,
+        concurrency: int,
+        batch_size: int | None,
+        lock_timeout: Seconds,
+        idle_check: Seconds,
+        backoff: Backoff | None,
+        shutdown_grace: Seconds,
+        cron_tick: Seconds | None,
+        logger: logging.Logger,
+    ) -> None:
+        if concurrency < 1:
+            raise InvalidArgument(f"concurrency is {concurrency}, it must be at least 1")
+        if batch_size is not None and not 1 <= batch_size <= 10000:
+            raise InvalidArgument(f"batch_size is {batch_size}, it must be between 1 and 10000")
+        self.handler = handler
+        self.concurrency = concurrency
+        self.batch_size = batch_size or concurrency
+        self.lock_timeout = as_timedelta(lock_timeout, "lock_timeout")
+        self.idle_check = as_timedelta(idle_check, "idle_check")
+        self.backoff = backoff or Backoff()
+        self.shutdown_grace = as_timedelta(shutdown_grace, "shutdown_grace").total_seconds()
+        self.cron_tick = None if cron_tick is None else as_timedelta(cron_tick, "cron_tick")
+        self.stats = WorkerStats()
+        self._deliveries = Deliveries(self.stats)
+        self._log = logger
+        self._stopping = False
+        self._signals = 0
+        self._poll_failures = 0
+        self._backlog = False  # the last poll came back full: more is probably due
+
+    # -- control -------------------------------------------------------------------------------
+    def _request_stop(self) -> None:
+        """Stop polling (the flag every step checks); the driver then wakes what waits."""
+        self._stopping = True
+
+    def _on_signal(self, signum: int) -> None:
+        """SIGTERM/SIGINT while :meth:`run` handles them: stop (every signal; the process is not exited)."""
+        self._signals += 1
+        if self._signals == 1:
+            self._log.info("signal %s: stopping (grace %.0f s)", signum, self.shutdown_grace)
+        else:
+            self._log.info("signal %s: already stopping", signum)
+        self.stop()
+
+    def stop(self) -> None:  # pragma: no cover - every driver defines it
+        raise NotImplementedError
+
+    def _start_cron_ticker(self, conninfo: Any) -> Any:
+        """With ``cron_tick``: a started :class:`pyqueue.cron.CronTicker` thread driving
+        ``dq_cron_tick()`` (one ticker per database works at a time, by an advisory lock; the
+        others stand by); None without."""
+        if self.cron_tick is None:
+            return None
+        from .cron import CronTicker
+
+        ticker = CronTicker(conninfo, every=self.cron_tick)
+        ticker.start()
+        self._log.info("cron ticker started: dq_cron_tick() every %s while this worker holds the tick lock",
+                       self.cron_tick)
+        return ticker
+
+    # -- the run loop --------------------------------------------------------------------------
+    def run_steps(self, queue_name: str, ticker: Any) -> Steps:
+        """The whole life of a worker after start-up: poll, start handlers and acknowledge until
+        stopped, then the grace period, the last acknowledgements and the ticker's stop."""
+        self._log.info("worker ready: queue %r, concurrency %d, batch %d, lock_timeout %s",
+                       queue_name, self.concurrency, self.batch_size, self.lock_timeout)
+        try:
+            while not self._stopping:
+                # Prune first: a handler records its token before it counts as finished, so every
+                # pruned handler's acknowledgement goes out now, not after the next (idle) wait.
+                running = yield (Op.RUNNING,)
+                yield from self._flush_steps()
+                free = self.concurrency - running
+                if free == 0:
+                    yield (Op.WAIT, HANDLER_WAIT_S)
+                    continue
+                want = min(free, self.batch_size)
+                # Wait (dq_poll_or_wait, registering as a waiter) only when nothing runs and the last
+                # poll did not come back full: while draining a backlog, polls stay plain.
+                messages = yield from self._poll_steps(want, idle=running == 0 and not self._backlog)
+                self._backlog = len(messages) == want
+                for message in messages:
+                    yield (Op.START, self._received(message))
+                if not messages and running:
+                    yield (Op.WAIT, HANDLER_WAIT_S)
+        finally:
+            self._stopping = True
+            still_running = yield (Op.DRAIN, self.shutdown_grace)
+            if still_running:
+                self._log.warning("%d handlers still running after the grace period; their messages will be "
+                                  "redelivered when their locks expire", still_running)
+            yield (Op.FINISHED,)
+            yield from self._flush_steps()
+            if ticker is not None:
+                yield (Op.BLOCKING, ticker.stop, 10)
+            self._log.info("worker stopped: %s", self.stats.snapshot())
+
+    def _poll_steps(self, want: int, *, idle: bool) -> Steps:
+        try:
+            messages = yield (Op.POLL, want, idle)
+        except PyQueueError as exc:
+            self._poll_failures += 1
+            delay = min(RECONNECT_BASE_S * 2.0 ** (self._poll_failures - 1), RECONNECT_CAP_S)
+            delay *= random.uniform(0.8, 1.2)
+            self._log.warning("poll failed (attempt %d: %s); retrying in %.1f s", self._poll_failures, exc, delay)
+            yield (Op.SLEEP, delay)
+            return []
+        if self._poll_failures:
+            self._log.info("database reachable again after %d failed polls", self._poll_failures)
+            self._poll_failures = 0
+        return messages
+
+    def _received(self, message: Any) -> Delivery:
+        claim_to_due = message.locked_until - self.lock_timeout - message.scheduled_at
+        lateness_ms = max(claim_to_due.total_seconds() * 1000, 0.0)
+        # The first bucket >= lateness_ms.
+        return self._deliveries.received(message, bisect_left(LATENESS_BUCKETS_MS, lateness_ms))
+
+    def _flush_steps(self) -> Steps:
+        """Acknowledge the DONE deliveries in one ``dq_ack(uuid[])``."""
+        tokens = self._deliveries.take_acks()
+        if not tokens:
+            return
+        # A connection cut under us (server restart, pg_terminate_backend) fails the first attempt; the
+        # tokens are still valid, so one retry on a fresh pooled connection avoids a redelivery.
+        for attempt in (1, 2):
+            try:
+                acknowledged = yield (Op.ACK, tokens)
+                break
+            except PyQueueError as exc:
+                if attempt == 2:
+                    self._log.warning("acknowledging %d messages failed (%s); they will be redelivered",
+                                      len(tokens), exc)
+                    return
+                self._log.info("acknowledging %d messages failed (%s); retrying", len(tokens), exc)
+        self._deliveries.acked(tokens, acknowledged)
+
+    # -- one handler ---------------------------------------------------------------------------
+    # The driver calls the handler itself (the hot path stays free of steps), then
+    # handler_returned, or drives failed_steps with what it raised.
+    def handler_returned(self, delivery: Delivery) -> None:
+        """The handler returned: DONE (acknowledged with the next batch), SETTLED, or it stays LOST."""
+        if self._deliveries.returned(delivery) is State.LOST:
+            self._log.warning("key %r finished after its lock was lost: not acknowledged", delivery.message.key)
+
+    def failed_steps(self, delivery: Delivery, exc: Exception) -> Steps:
+        """The handler raised ``exc``: FAILED and nacked with the backoff (nothing is sent for a LOST one)."""
+        message = delivery.message
+        delay = self.backoff.delay(message.delivery_count)
+        self._log.warning("handler failed for key %r (delivery %d): %r; retry in %.1f s",
+                          message.key, message.delivery_count, exc, delay.total_seconds())
+        if self._deliveries.raised(delivery) is State.FAILED:
+            try:
+                yield (Op.NACK, message, delay, f"{type(exc).__name__}: {exc}"[:2000])
+            except PyQueueError as nack_exc:
+                self._log.warning("nack failed for key %r: %s (the lock will expire)", message.key, nack_exc)
+
+    # -- the heartbeat -------------------------------------------------------------------------
+    def _to_extend(self) -> list[Delivery]:
+        """The deliveries the heartbeat extends now (RUNNING, not settled by their handlers)."""
+        return self._deliveries.to_extend()
+
+    def heartbeat_steps(self) -> Steps:
+        """Every lock_timeout / 3, extend the lock of every delivery whose handler still runs."""
+        period = self.lock_timeout.total_seconds() / 3
+        while not (yield (Op.PAUSE, period)):
+            for delivery in self._to_extend():
+                message = delivery.message
+                try:
+                    until = yield (Op.EXTEND, message, self.lock_timeout)
+                except PyQueueError as exc:
+                    self._log.warning("extending the lock of key %r failed: %s", message.key, exc)
+                    continue
+                if until is None and self._deliveries.lock_lost(delivery):
+                    self._log.warning("lock of key %r was lost; its result will not be acknowledged", message.key)
+
+
+@contextmanager
+def stop_signals(on_signal: Callable[[int], None]) -> Iterator[bool]:
+    """While inside, SIGTERM and SIGINT call ``on_signal(signum)`` (with :func:`signal.signal`);
+    the previous handlers are restored on exit. Only the main thread can install signal handlers:
+    elsewhere nothing is installed. Yields whether the handlers were installed.
+
+    ``on_signal`` runs in the main thread between two Python instructions of whatever it was doing,
+    so it must not block nor take a lock that code may hold (set a flag, write to a socket)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield False
+        return
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        on_signal(signum)
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield True
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

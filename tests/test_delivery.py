@@ -1,0 +1,255 @@
+"""The worker's delivery state machine and its decisions on their own, without a database.
+
+:class:`pyqueue.delivery.Deliveries` is pure bookkeeping, and :class:`pyqueue.delivery.WorkerCore`'s
+step generators only yield the I/O they want: these tests play the driver by hand, sending each
+step the result a database would give. The end-to-end behaviour is in test_worker.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from pyqueue import DatabaseError, Message
+from pyqueue.delivery import (
+    HANDLER_WAIT_S,
+    LATENESS_BUCKETS_MS,
+    TRANSITIONS,
+    Backoff,
+    Deliveries,
+    Delivery,
+    DeliveryStateError,
+    Op,
+    State,
+    Stepper,
+    WorkerCore,
+    WorkerStats,
+)
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+LOCK = timedelta(seconds=30)
+
+
+def message(key: str = "k", *, delivery_count: int = 1, late_ms: float = 0) -> Message:
+    """A delivery as dq_poll_many returns it: claimed ``late_ms`` after it was due, lock of 30 s."""
+    due = T0
+    return Message(id=1, queue="jobs", key=key, raw_payload=b"x", payload_type="text", scheduled_at=due,
+                   scheduled_at_initially=due, created_at=due, delivery_count=delivery_count,
+                   lock_token=uuid.uuid4(), locked_until=due + timedelta(milliseconds=late_ms) + LOCK)
+
+
+def settle(m: Message, how: str) -> None:
+    """What ``Message.ack``/``nack`` record once the database answered true (possibly in the
+    handler's own transaction)."""
+    object.__setattr__(m, "settled", how)
+
+
+def book() -> Deliveries:
+    return Deliveries(WorkerStats())
+
+
+# -- the transitions --------------------------------------------------------------------------------
+
+def test_transitions_are_those_of_the_documented_machine() -> None:
+    assert TRANSITIONS == {
+        State.RUNNING: {State.LOST, State.DONE, State.FAILED, State.SETTLED},
+        State.LOST: {State.SETTLED},
+        State.DONE: set(), State.FAILED: set(), State.SETTLED: set(),
+    }
+
+
+def test_returned_is_done_and_acknowledged_in_one_batch() -> None:
+    b = book()
+    ds = [b.received(message(f"k{i}"), 0) for i in range(3)]
+    assert [d.state for d in ds] == [State.RUNNING] * 3
+    assert b.to_extend() == ds
+    assert [b.returned(d) for d in ds[:2]] == [State.DONE, State.DONE]
+    assert b.to_extend() == ds[2:]
+    tokens = b.take_acks()
+    assert tokens == [d.lock_token for d in ds[:2]]
+    assert b.take_acks() == []
+    b.acked(tokens, 1)  # one of them had lost its lock meanwhile
+    snap = b.stats.snapshot()
+    assert (snap["delivered"], snap["acknowledged"], snap["lock_lost"], snap["failed"]) == (3, 1, 1, 0)
+    assert len(b) == 1
+
+
+def test_raised_is_failed_unless_the_lock_was_lost() -> None:
+    b = book()
+    failing, lost = b.received(message("a"), 0), b.received(message("b"), 0)
+    assert b.lock_lost(lost) is True
+    assert lost.state is State.LOST and b.to_extend() == [failing]
+    assert b.raised(failing) is State.FAILED
+    assert b.raised(lost) is State.LOST  # nothing to nack: the token is stale
+    assert b.take_acks() == [] and len(b) == 0
+    snap = b.stats.snapshot()
+    assert (snap["failed"], snap["lock_lost"], snap["acknowledged"]) == (2, 1, 0)
+
+
+def test_lost_then_returned_is_not_acknowledged_nor_counted_twice() -> None:
+    b = book()
+    d = b.received(message(), 0)
+    assert b.lock_lost(d) is True
+    assert b.lock_lost(d) is False  # the heartbeat does not extend (nor count) a lost one again
+    assert b.to_extend() == []
+    assert b.returned(d) is State.LOST
+    assert b.take_acks() == []
+    assert b.stats.snapshot()["lock_lost"] == 1
+
+
+@pytest.mark.parametrize("how", ["acked", "nacked"])
+def test_settled_by_the_handler(how: str) -> None:
+    b = book()
+    d = b.received(message(), 0)
+    settle(d.message, how)
+    assert b.to_extend() == []  # the heartbeat leaves it alone while the handler still runs
+    assert b.lock_lost(d) is False  # its own ack/nack removed the lock: not a lost lock
+    assert b.returned(d) is State.SETTLED
+    assert b.take_acks() == []
+    snap = b.stats.snapshot()
+    assert (snap["acknowledged"], snap["lock_lost"]) == ((1 if how == "acked" else 0), 0)
+
+
+def test_settled_after_the_heartbeat_reported_it_lost_counts_as_settled() -> None:
+    """The handler's own ack deleted the row just before the heartbeat's extend: LOST → SETTLED."""
+    b = book()
+    d = b.received(message(), 0)
+    assert b.lock_lost(d) is True
+    settle(d.message, "acked")
+    assert b.returned(d) is State.SETTLED
+    assert b.stats.snapshot()["acknowledged"] == 1
+
+
+def test_a_heartbeat_racing_a_finished_handler_changes_nothing() -> None:
+    b = book()
+    d = b.received(message(), 0)
+    listed = b.to_extend()
+    assert b.returned(d) is State.DONE
+    assert listed == [d] and b.lock_lost(d) is False  # its extend found the acknowledged row gone
+    assert d.state is State.DONE and b.stats.snapshot()["lock_lost"] == 0
+
+
+def test_illegal_transitions_raise() -> None:
+    b = book()
+    d = b.received(message(), 0)
+    b.returned(d)
+    with pytest.raises(DeliveryStateError):
+        b.returned(d)
+    with pytest.raises(DeliveryStateError):
+        b.raised(d)
+    twice = message()
+    b.received(twice, 0)
+    with pytest.raises(DeliveryStateError):
+        b.received(twice, 0)
+    for state, allowed in TRANSITIONS.items():
+        for to in set(State) - allowed:
+            with pytest.raises(DeliveryStateError):
+                Deliveries._move(Delivery(message(), state), to)
+
+
+# -- the decisions ----------------------------------------------------------------------------------
+
+class Core(WorkerCore):
+    def stop(self) -> None:
+        self._request_stop()
+
+
+def core(**settings: Any) -> Core:
+    options: dict[str, Any] = {"concurrency": 4, "batch_size": None, "lock_timeout": LOCK, "idle_check": 5,
+                               "backoff": Backoff(jitter=0), "shutdown_grace": 1, "cron_tick": None}
+    options.update(settings)
+    return Core(print, logger=logging.getLogger("test"), **options)
+
+
+def test_settings_are_checked_as_durations() -> None:
+    from pyqueue import InvalidArgument
+
+    c = core(lock_timeout=1.5, idle_check=timedelta(seconds=2), shutdown_grace=3)
+    assert (c.lock_timeout, c.idle_check, c.shutdown_grace) == (timedelta(seconds=1.5), timedelta(seconds=2), 3.0)
+    for bad in ({"lock_timeout": 0}, {"idle_check": -1}, {"shutdown_grace": timedelta(0)}, {"cron_tick": 0},
+                {"concurrency": 0}, {"batch_size": 10001}):
+        with pytest.raises(InvalidArgument):
+            core(**bad)
+
+
+def test_run_loop_polls_free_slots_waits_idle_only_when_nothing_runs_and_flushes_acks() -> None:
+    c = core(concurrency=2)
+    steps = Stepper(c.run_steps("jobs", None))
+    assert steps.step(None) == (Op.RUNNING,)
+    assert steps.step(0) == (Op.POLL, 2, True)  # nothing runs: an idle wait for 2
+    a, b = message("a", late_ms=7), message("b")
+    op = steps.step([a, b])
+    assert op is not None and op[0] is Op.START and op[1].message is a
+    op = steps.step(None)
+    assert op is not None and op[0] is Op.START and op[1].message is b
+    assert steps.step(None) == (Op.RUNNING,)
+    assert steps.step(2) == (Op.WAIT, HANDLER_WAIT_S)  # every slot busy
+    c._deliveries.returned(c._deliveries.to_extend()[0])
+    assert steps.step(None) == (Op.RUNNING,)
+    assert steps.step(1) == (Op.ACK, [a.lock_token])  # the finished one's ack goes out first
+    # The last poll came back full (2 of 2): the next is a plain poll even though only 1 slot is free.
+    assert steps.step(1) == (Op.POLL, 1, False)
+    assert steps.step([]) == (Op.WAIT, HANDLER_WAIT_S)  # nothing new while one handler runs
+    c.stop()
+    assert steps.step(None) == (Op.DRAIN, 1.0)  # the grace period
+    assert steps.step(0) == (Op.FINISHED,)
+    assert steps.step(None) is None
+    snap = c.stats.snapshot()
+    assert snap["delivered"] == 2 and snap["acknowledged"] == 1
+    assert snap["lateness_ms"][str(LATENESS_BUCKETS_MS[2])] == 1  # 7 ms: the 10 ms bucket
+
+
+def test_failed_poll_backs_off_and_stop_ends_it() -> None:
+    c = core()
+    steps = Stepper(c.run_steps("jobs", None))
+    steps.step(None)
+    assert steps.step(0) == (Op.POLL, 4, True)
+    op = steps.step(None, DatabaseError("server closed the connection"))
+    assert op is not None and op[0] is Op.SLEEP and 0.4 <= op[1] <= 0.6
+    assert steps.step(None) == (Op.RUNNING,)
+    assert steps.step(0) == (Op.POLL, 4, True)
+    op = steps.step(None, DatabaseError("still down"))
+    assert op is not None and op[0] is Op.SLEEP and 0.8 <= op[1] <= 1.2  # doubled
+    c.stop()
+    assert steps.step(None) == (Op.DRAIN, 1.0)
+
+
+def test_ack_is_retried_once() -> None:
+    c = core()
+    d = c._received(message())
+    c._deliveries.returned(d)
+    steps = Stepper(c._flush_steps())
+    assert steps.step(None) == (Op.ACK, [d.lock_token])
+    assert steps.step(None, DatabaseError("cut")) == (Op.ACK, [d.lock_token])
+    assert steps.step(1) is None
+    assert c.stats.snapshot()["acknowledged"] == 1
+
+
+def test_handler_failure_is_nacked_with_the_backoff() -> None:
+    c = core()
+    d = c._received(message(delivery_count=3))
+    steps = Stepper(c.failed_steps(d, ValueError("bad")))
+    assert steps.step(None) == (Op.NACK, d.message, timedelta(seconds=4), "ValueError: bad")
+    assert d.state is State.FAILED
+    assert steps.step(True) is None
+    lost = c._received(message())
+    c._deliveries.lock_lost(lost)
+    assert Stepper(c.failed_steps(lost, ValueError("late"))).step(None) is None  # nothing to nack
+    assert lost.state is State.LOST
+
+
+def test_heartbeat_extends_running_ones_and_marks_lost_locks() -> None:
+    c = core()
+    keep, lose, own = (c._received(message(k)) for k in "abc")
+    settle(own.message, "acked")
+    steps = Stepper(c.heartbeat_steps())
+    assert steps.step(None) == (Op.PAUSE, 10.0)
+    assert steps.step(False) == (Op.EXTEND, keep.message, LOCK)
+    assert steps.step(T0) == (Op.EXTEND, lose.message, LOCK)
+    assert steps.step(None) == (Op.PAUSE, 10.0)
+    assert (keep.state, lose.state, own.state) == (State.RUNNING, State.LOST, State.RUNNING)
+    assert steps.step(True) is None  # finished
