@@ -20,9 +20,13 @@ SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SE
 -- the input: the column must be one of the result's, the operator one of a fixed list, the value
 -- a query parameter cast to the column's type), so PostgreSQL plans them with the id range, and
 -- can use any index of the table, as if the caller had written the WHERE clause on the table.
--- The functions are PL/pgSQL set-returning functions: PostgreSQL collects each call's rows before
--- returning the first (PostgreSQL manual, "SQL Functions Returning Sets", and PL/pgSQL RETURN
--- QUERY), so read a large table in parts of a bounded size.
+--
+-- dq_export_messages and dq_export_archive return a cursor (PL/pgSQL manual, "Returning Cursors"),
+-- opened with the function's rights; the caller FETCHes from it in the same transaction. The rows
+-- stream as from a SELECT on the table. A set-returning function would collect every row of the
+-- range before returning the first (PostgreSQL manual, PL/pgSQL RETURN QUERY): measured with
+-- bench/spark.py --runs read (1,000,000 rows, Spark local[2]), that read a whole queue at about
+-- 115,000 rows/s, where the cursor, like the former direct SELECT on the table, reads about 160,000.
 
 -- The query of one export: its columns (name, expression over the table aliased m, type) and the
 -- conditions of the id range and the filters. $1 and $2 are id_from and id_to, $3 the filters.
@@ -114,31 +118,33 @@ BEGIN
     END LOOP;
     RETURN format('SELECT %s FROM %I AS m WHERE %s',
                   CASE WHEN bounds THEN format('min(%s), max(%s)', v_split, v_split)
-                       ELSE array_to_string(v_exprs, ', ') END,
+                       ELSE (SELECT string_agg(format('%s AS %I', e, n), ', ' ORDER BY i)
+                               FROM unnest(v_exprs, v_names) WITH ORDINALITY AS c(e, n, i)) END,
                   v_table,
                   CASE WHEN cardinality(v_where) = 0 THEN 'true' ELSE array_to_string(v_where, ' AND ') END);
 END;
 $$;
 COMMENT ON FUNCTION dq__export_query(text, text, jsonb, boolean, boolean, boolean) IS
-  'Internal: the SELECT of an export of dq_messages (source messages) or dq_archive, with the id range ($1, $2) and the filters ($3) as conditions on the table. Errors: 22004 filters NULL, 22023 a filter that is not [column, operator, value] with a column of the result and a known operator.';
+  'Internal: the SELECT (or, with bounds, the min and max id) of an export of dq_messages (source messages) or dq_archive, with the id range ($1, $2) and the filters ($3) as conditions on the table. Errors: 22004 filters NULL, 22023 a filter that is not [column, operator, value] with a column of the result and a known operator.';
 REVOKE ALL ON FUNCTION dq__export_query(text, text, jsonb, boolean, boolean, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_export_messages(id_from bigint DEFAULT NULL, id_to bigint DEFAULT NULL,
                                               filters jsonb DEFAULT '[]')
-RETURNS TABLE (id bigint, queue text, key text, payload bytea, payload_type text, scheduled_at timestamptz,
-               scheduled_at_initially timestamptz, delivery_count integer, created_at timestamptz, locked boolean,
-               last_error text, last_error_at timestamptz, dead_from text, dead_at timestamptz)
+RETURNS refcursor
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_cursor refcursor;
 BEGIN
-    RETURN QUERY EXECUTE dq__export_query('dq_export_messages', 'messages', filters, id_from IS NOT NULL,
-                                          id_to IS NOT NULL, false)
+    OPEN v_cursor NO SCROLL FOR EXECUTE
+        dq__export_query('dq_export_messages', 'messages', filters, id_from IS NOT NULL, id_to IS NOT NULL, false)
         USING id_from, id_to, filters;
+    RETURN v_cursor;
 END;
 $$;
 COMMENT ON FUNCTION dq_export_messages(bigint, bigint, jsonb) IS
-  'dq_export_messages(id_from bigint DEFAULT NULL, id_to bigint DEFAULT NULL, filters jsonb DEFAULT ''[]'') -> the live messages (dead letters included) with id_from <= id < id_to (NULL: no bound) that match every filter, in no order: id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, delivery_count, created_at, locked (a consumer holds it; the lock token is not returned), last_error, last_error_at, dead_from, dead_at. filters: a JSON array of [column, operator, value] with operator =, <, <=, >, >=, IN (value a JSON array) or [column, ''IS NULL''|''IS NOT NULL'']; values are cast to the column''s type. A plain read, no lock; the id range and the filters are planned together (index and range scans). Errors: 22004 filters NULL, 22023 a bad filter, the cast''s error (22P02, 22007, 22008) for a value not of the column''s type.';
+  'dq_export_messages(id_from bigint DEFAULT NULL, id_to bigint DEFAULT NULL, filters jsonb DEFAULT ''[]'') -> refcursor: the name of a cursor, open until the end of the transaction, over the live messages (dead letters included) with id_from <= id < id_to (NULL: no bound) that match every filter, in no order; FETCH its rows: id bigint, queue text, key text, payload bytea, payload_type text, scheduled_at timestamptz, scheduled_at_initially timestamptz, delivery_count integer, created_at timestamptz, locked boolean (a consumer holds it; the lock token is not returned), last_error text, last_error_at timestamptz, dead_from text, dead_at timestamptz. filters: a JSON array of [column, operator, value] with operator =, <, <=, >, >=, IN (value a JSON array), or [column, ''IS NULL''|''IS NOT NULL'']; values are cast to the column''s type. A plain read, no lock; the id range and the filters are planned together (index and range scans). Errors: 22004 filters NULL, 22023 a bad filter, the cast''s error (22P02, 22007, 22008) for a value not of the column''s type.';
 REVOKE ALL ON FUNCTION dq_export_messages(bigint, bigint, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_export_messages(bigint, bigint, jsonb) TO dq_consumer;
 
@@ -159,20 +165,21 @@ GRANT EXECUTE ON FUNCTION dq_export_messages_bounds(jsonb) TO dq_consumer;
 
 CREATE OR REPLACE FUNCTION dq_export_archive(id_from bigint DEFAULT NULL, id_to bigint DEFAULT NULL,
                                              filters jsonb DEFAULT '[]')
-RETURNS TABLE (archive_id bigint, id bigint, queue text, key text, payload bytea, payload_type text,
-               scheduled_at timestamptz, scheduled_at_initially timestamptz, created_at timestamptz,
-               delivery_count integer, outcome text, acked_at timestamptz, last_error text)
+RETURNS refcursor
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_cursor refcursor;
 BEGIN
-    RETURN QUERY EXECUTE dq__export_query('dq_export_archive', 'archive', filters, id_from IS NOT NULL,
-                                          id_to IS NOT NULL, false)
+    OPEN v_cursor NO SCROLL FOR EXECUTE
+        dq__export_query('dq_export_archive', 'archive', filters, id_from IS NOT NULL, id_to IS NOT NULL, false)
         USING id_from, id_to, filters;
+    RETURN v_cursor;
 END;
 $$;
 COMMENT ON FUNCTION dq_export_archive(bigint, bigint, jsonb) IS
-  'dq_export_archive(id_from bigint DEFAULT NULL, id_to bigint DEFAULT NULL, filters jsonb DEFAULT ''[]'') -> the archive rows (acknowledged, dead and cancelled messages of archiving queues) with id_from <= archive_id < id_to (NULL: no bound) that match every filter, in no order: archive_id, id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, delivery_count, outcome, acked_at, last_error. filters as for dq_export_messages, on these columns. Errors: 22004 filters NULL, 22023 a bad filter, the cast''s error for a value not of the column''s type.';
+  'dq_export_archive(id_from bigint DEFAULT NULL, id_to bigint DEFAULT NULL, filters jsonb DEFAULT ''[]'') -> refcursor: the name of a cursor, open until the end of the transaction, over the archive rows (acknowledged, dead and cancelled messages of archiving queues) with id_from <= archive_id < id_to (NULL: no bound) that match every filter, in no order; FETCH its rows: archive_id bigint, id bigint, queue text, key text, payload bytea, payload_type text, scheduled_at timestamptz, scheduled_at_initially timestamptz, created_at timestamptz, delivery_count integer, outcome text, acked_at timestamptz, last_error text. filters as for dq_export_messages, on these columns. Errors: 22004 filters NULL, 22023 a bad filter, the cast''s error for a value not of the column''s type.';
 REVOKE ALL ON FUNCTION dq_export_archive(bigint, bigint, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_export_archive(bigint, bigint, jsonb) TO dq_admin;
 
