@@ -192,3 +192,33 @@ dq_b(x int) RETURNS int
         ("dq_a", "queue text, payload jsonb, n integer DEFAULT 1", "TABLE (key text, outcome text)", False),
         ("dq_p", "batch integer DEFAULT 10", None, True),
     ]
+
+
+def imported_modules(folder: Path) -> set[str]:
+    """Top-level names of the absolute imports in the .py files of ``folder``."""
+    import ast
+
+    found: set[str] = set()
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+    return found
+
+
+def test_every_runtime_dependency_is_imported_by_the_package() -> None:
+    """pyproject.toml's dependencies (and the spark extra) are each imported by pyqueue/."""
+    import tomllib
+    from importlib.metadata import packages_distributions
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    wanted = project["dependencies"] + project["optional-dependencies"]["spark"]
+    distributions = {re.split(r"[\[<>=!~; ]", req, maxsplit=1)[0].lower().replace("_", "-") for req in wanted}
+    provided = {
+        dist.lower().replace("_", "-")
+        for module in imported_modules(ROOT / "pyqueue")
+        for dist in packages_distributions().get(module, [])
+    }
+    assert distributions - provided == set(), f"dependencies that pyqueue/ never imports: {distributions - provided}"
