@@ -128,21 +128,43 @@ COMMENT ON FUNCTION dq__export_query(text, text, jsonb, boolean, boolean, boolea
   'Internal: the SELECT (or, with bounds, the min and max id) of an export of dq_messages (source messages) or dq_archive, with the id range ($1, $2) and the filters ($3) as conditions on the table. Errors: 22004 filters NULL, 22023 a filter that is not [column, operator, value] with a column of the result and a known operator.';
 REVOKE ALL ON FUNCTION dq__export_query(text, text, jsonb, boolean, boolean, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
-CREATE OR REPLACE FUNCTION dq_export_messages(id_from bigint DEFAULT NULL, id_to bigint DEFAULT NULL,
-                                              filters jsonb DEFAULT '[]')
+-- Open the cursor of an export (dq_export_messages, dq_export_archive), or read its bounds.
+CREATE OR REPLACE FUNCTION dq__export_open(fn text, source text, id_from bigint, id_to bigint, filters jsonb)
 RETURNS refcursor
-LANGUAGE plpgsql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_cursor refcursor;
 BEGIN
-    OPEN v_cursor NO SCROLL FOR EXECUTE
-        dq__export_query('dq_export_messages', 'messages', filters, id_from IS NOT NULL, id_to IS NOT NULL, false)
+    OPEN v_cursor NO SCROLL FOR EXECUTE dq__export_query(fn, source, filters, id_from IS NOT NULL, id_to IS NOT NULL, false)
         USING id_from, id_to, filters;
     RETURN v_cursor;
 END;
 $$;
+COMMENT ON FUNCTION dq__export_open(text, text, bigint, bigint, jsonb) IS
+  'Internal: opens the cursor of an export of source (messages or archive) over id_from <= id < id_to with the filters; returns its name. Errors: those of dq__export_query.';
+REVOKE ALL ON FUNCTION dq__export_open(text, text, bigint, bigint, jsonb) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+CREATE OR REPLACE FUNCTION dq__export_bounds(fn text, source text, filters jsonb)
+RETURNS TABLE (id_min bigint, id_max bigint)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY EXECUTE dq__export_query(fn, source, filters, false, false, true) USING NULL::bigint, NULL::bigint, filters;
+END;
+$$;
+COMMENT ON FUNCTION dq__export_bounds(text, text, jsonb) IS
+  'Internal: one row, the smallest and largest id of the rows of source (messages or archive) that match the filters, both NULL when none. Errors: those of dq__export_query.';
+REVOKE ALL ON FUNCTION dq__export_bounds(text, text, jsonb) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+CREATE OR REPLACE FUNCTION dq_export_messages(id_from bigint DEFAULT NULL, id_to bigint DEFAULT NULL,
+                                              filters jsonb DEFAULT '[]')
+RETURNS refcursor
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$ SELECT dq__export_open('dq_export_messages', 'messages', id_from, id_to, filters) $$;
 COMMENT ON FUNCTION dq_export_messages(bigint, bigint, jsonb) IS
   'dq_export_messages(id_from bigint DEFAULT NULL, id_to bigint DEFAULT NULL, filters jsonb DEFAULT ''[]'') -> refcursor: the name of a cursor, open until the end of the transaction, over the live messages (dead letters included) with id_from <= id < id_to (NULL: no bound) that match every filter, in no order; FETCH its rows: id bigint, queue text, key text, payload bytea, payload_type text, scheduled_at timestamptz, scheduled_at_initially timestamptz, delivery_count integer, created_at timestamptz, locked boolean (a consumer holds it; the lock token is not returned), last_error text, last_error_at timestamptz, dead_from text, dead_at timestamptz. filters: a JSON array of [column, operator, value] with operator =, <, <=, >, >=, IN (value a JSON array), or [column, ''IS NULL''|''IS NOT NULL'']; values are cast to the column''s type. A plain read, no lock; the id range and the filters are planned together (index and range scans). Errors: 22004 filters NULL, 22023 a bad filter, the cast''s error (22P02, 22007, 22008) for a value not of the column''s type.';
 REVOKE ALL ON FUNCTION dq_export_messages(bigint, bigint, jsonb) FROM PUBLIC;
@@ -150,14 +172,9 @@ GRANT EXECUTE ON FUNCTION dq_export_messages(bigint, bigint, jsonb) TO dq_consum
 
 CREATE OR REPLACE FUNCTION dq_export_messages_bounds(filters jsonb DEFAULT '[]')
 RETURNS TABLE (id_min bigint, id_max bigint)
-LANGUAGE plpgsql STABLE SECURITY DEFINER
+LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path FROM CURRENT
-AS $$
-BEGIN
-    RETURN QUERY EXECUTE dq__export_query('dq_export_messages_bounds', 'messages', filters, false, false, true)
-        USING NULL::bigint, NULL::bigint, filters;
-END;
-$$;
+AS $$ SELECT * FROM dq__export_bounds('dq_export_messages_bounds', 'messages', filters) $$;
 COMMENT ON FUNCTION dq_export_messages_bounds(jsonb) IS
   'dq_export_messages_bounds(filters jsonb DEFAULT ''[]'') -> one row (id_min bigint, id_max bigint): the smallest and largest id of the live messages that match the filters (as dq_export_messages takes them), both NULL when none; for splitting a read into id ranges. Errors: those of dq_export_messages'' filters.';
 REVOKE ALL ON FUNCTION dq_export_messages_bounds(jsonb) FROM PUBLIC;
@@ -166,18 +183,9 @@ GRANT EXECUTE ON FUNCTION dq_export_messages_bounds(jsonb) TO dq_consumer;
 CREATE OR REPLACE FUNCTION dq_export_archive(id_from bigint DEFAULT NULL, id_to bigint DEFAULT NULL,
                                              filters jsonb DEFAULT '[]')
 RETURNS refcursor
-LANGUAGE plpgsql STABLE SECURITY DEFINER
+LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_cursor refcursor;
-BEGIN
-    OPEN v_cursor NO SCROLL FOR EXECUTE
-        dq__export_query('dq_export_archive', 'archive', filters, id_from IS NOT NULL, id_to IS NOT NULL, false)
-        USING id_from, id_to, filters;
-    RETURN v_cursor;
-END;
-$$;
+AS $$ SELECT dq__export_open('dq_export_archive', 'archive', id_from, id_to, filters) $$;
 COMMENT ON FUNCTION dq_export_archive(bigint, bigint, jsonb) IS
   'dq_export_archive(id_from bigint DEFAULT NULL, id_to bigint DEFAULT NULL, filters jsonb DEFAULT ''[]'') -> refcursor: the name of a cursor, open until the end of the transaction, over the archive rows (acknowledged, dead and cancelled messages of archiving queues) with id_from <= archive_id < id_to (NULL: no bound) that match every filter, in no order; FETCH its rows: archive_id bigint, id bigint, queue text, key text, payload bytea, payload_type text, scheduled_at timestamptz, scheduled_at_initially timestamptz, created_at timestamptz, delivery_count integer, outcome text, acked_at timestamptz, last_error text. filters as for dq_export_messages, on these columns. Errors: 22004 filters NULL, 22023 a bad filter, the cast''s error for a value not of the column''s type.';
 REVOKE ALL ON FUNCTION dq_export_archive(bigint, bigint, jsonb) FROM PUBLIC;
@@ -185,14 +193,9 @@ GRANT EXECUTE ON FUNCTION dq_export_archive(bigint, bigint, jsonb) TO dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_export_archive_bounds(filters jsonb DEFAULT '[]')
 RETURNS TABLE (id_min bigint, id_max bigint)
-LANGUAGE plpgsql STABLE SECURITY DEFINER
+LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path FROM CURRENT
-AS $$
-BEGIN
-    RETURN QUERY EXECUTE dq__export_query('dq_export_archive_bounds', 'archive', filters, false, false, true)
-        USING NULL::bigint, NULL::bigint, filters;
-END;
-$$;
+AS $$ SELECT * FROM dq__export_bounds('dq_export_archive_bounds', 'archive', filters) $$;
 COMMENT ON FUNCTION dq_export_archive_bounds(jsonb) IS
   'dq_export_archive_bounds(filters jsonb DEFAULT ''[]'') -> one row (id_min bigint, id_max bigint): the smallest and largest archive_id of the archive rows that match the filters (as dq_export_archive takes them), both NULL when none. Errors: those of dq_export_archive''s filters.';
 REVOKE ALL ON FUNCTION dq_export_archive_bounds(jsonb) FROM PUBLIC;
