@@ -18,6 +18,16 @@ same rows into an empty queue (``TRUNCATE dq_messages``, then ``CHECKPOINT``): k
   ``df.write.format("delayedqueue")``; the time of ``save()``. Spark's start-up and a warm-up
   write of 2,000 rows per method (which starts the Python workers) are not counted.
 
+Reading (``--runs read``; ``--runs write,read`` is the default): the queue is filled with ``--rows``
+rows by ``COPY``, then read back
+
+* by one Python process with a server-side cursor over ``dq_messages`` itself, fetching
+  ``fetchSize`` rows at a time (baseline: what the server and psycopg deliver, as the table's
+  owner);
+* by Spark (``local[2]``, ``numPartitions`` 2): ``spark.read.format("delayedqueue")`` into the
+  ``noop`` sink (every row is read and converted, nothing is kept), all rows and with a pushed
+  filter that keeps the first half (``scheduled_at <`` the middle time).
+
 Rows per second for each, as a table and as JSON (``bench/results/spark-<timestamp>.json``). The
 target: the Spark path at least 50% of the COPY baseline. The Spark runs also report, from their
 commit summary, the task time spent reading/staging and offering. The host may be shared: each
@@ -154,6 +164,45 @@ def run_spark(spark: Any, dsn: str, n: int, batch: int, method: str, queue: str 
     return elapsed, logged[-1].msg if logged else ""
 
 
+Q_READ_TABLE = (
+    "SELECT id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, delivery_count,"
+    " created_at, lock_token IS NOT NULL, last_error, last_error_at, dead_from, dead_at FROM dq_messages"
+)
+
+
+def run_read_table(dsn: str, fetch_size: int = 10_000) -> tuple[float, int]:
+    """The read baseline: every row of dq_messages through one server-side cursor."""
+    with psycopg.connect(dsn, application_name="bench.spark read baseline") as conn:
+        start = time.perf_counter()
+        fetched = 0
+        with conn.cursor(name="bench_read") as cur:
+            cur.itersize = fetch_size
+            cur.execute(Q_READ_TABLE)
+            while got := cur.fetchmany(fetch_size):
+                fetched += len(got)
+        conn.rollback()
+        return time.perf_counter() - start, fetched
+
+
+def run_spark_read(spark: Any, dsn: str, until: datetime | None = None) -> tuple[float, int]:
+    """Spark reads dq_messages (all of it, or ``scheduled_at < until``) into the noop sink."""
+    from pyspark.sql import functions as F
+
+    df = spark.read.format("delayedqueue").option("dsn", dsn).option("numPartitions", "2").load()
+    if until is not None:
+        df = df.where(F.col("scheduled_at") < F.lit(until))
+    start = time.perf_counter()
+    df.write.format("noop").mode("overwrite").save()
+    elapsed = time.perf_counter() - start
+    rows = df.count() if until is not None else value_count(dsn)
+    return elapsed, rows
+
+
+def value_count(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        return int(value(conn, "SELECT count(*) FROM dq_messages"))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.spark", description=__doc__.split("\n")[0])
     parser.add_argument("--dsn", required=True, help="admin DSN of the server (a database to connect to)")
@@ -164,6 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--methods", default="copy,arrays", help="Spark write methods to run, comma-separated (default copy,arrays)"
     )
+    parser.add_argument("--runs", default="write,read", help="write, read or both (default write,read)")
     args = parser.parse_args(argv)
     n, batch = args.rows, args.batch_size
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -176,56 +226,90 @@ def main(argv: list[str] | None = None) -> None:
     spark_start_s = time.perf_counter() - t
     import pyspark
 
+    runs = set(args.runs.split(","))
     results: list[dict[str, Any]] = []
+    reads: list[dict[str, Any]] = []
     with psycopg.connect(dsn, autocommit=True) as admin:
         server, source = server_info(admin), provenance(admin)
 
-        def record(name: str, seconds: float, note: str = "") -> None:
-            check(admin, n, name)
+        def record(
+            name: str, seconds: float, note: str = "", rows: int = n, into: list[dict[str, Any]] = results
+        ) -> None:
+            if into is results:
+                check(admin, n, name)
             load = os.getloadavg()[0]
-            results.append(
+            into.append(
                 {
                     "name": name,
-                    "rows": n,
+                    "rows": rows,
                     "seconds": seconds,
-                    "rows_per_s": n / seconds,
+                    "rows_per_s": rows / seconds,
                     "load_1min": load,
                     "note": note,
                 }
             )
-            console().log(f"{name:<34} {n / seconds:>10,.0f} rows/s  ({seconds:.1f} s, load {load:.1f})  {note}")
+            console().log(f"{name:<40} {rows / seconds:>10,.0f} rows/s  ({seconds:.1f} s, load {load:.1f})  {note}")
 
         # Warm-up, not counted: the first Spark job starts the Python workers and imports the modules.
         for method in args.methods.split(","):
             run_spark(spark, dsn, 2000, batch, method, queue=f"warm-up-{method}")
         empty_queue(admin)
-        record("COPY into dq_messages (baseline)", run_copy(dsn, n))
-        empty_queue(admin)
-        record(f"dq_offer_many x{batch}, 1 process", run_offer_many(dsn, n, batch))
-        for method in args.methods.split(","):
+        if "write" in runs:
+            record("COPY into dq_messages (baseline)", run_copy(dsn, n))
             empty_queue(admin)
-            seconds, note = run_spark(spark, dsn, n, batch, method, queue=f"{QUEUE}-{method}")
-            record(f"Spark local[2] writeMethod={method}", seconds, note.split("; ", 1)[-1])
-        empty_queue(admin)
+            record(f"dq_offer_many x{batch}, 1 process", run_offer_many(dsn, n, batch))
+            for method in args.methods.split(","):
+                empty_queue(admin)
+                seconds, note = run_spark(spark, dsn, n, batch, method, queue=f"{QUEUE}-{method}")
+                record(f"Spark local[2] writeMethod={method}", seconds, note.split("; ", 1)[-1])
+            empty_queue(admin)
+        if "read" in runs:
+            run_copy(dsn, n)
+            admin.execute("VACUUM ANALYZE dq_messages")
+            run_spark_read(spark, dsn)  # warm-up of the read path, not counted
+            middle = T0 + timedelta(milliseconds=n // 2)
+            for _ in range(2):  # alternating, twice: the host may be shared
+                seconds, rows_read = run_read_table(dsn)
+                record("server-side cursor over dq_messages (baseline)", seconds, rows=rows_read, into=reads)
+                seconds, rows_read = run_spark_read(spark, dsn)
+                record("Spark local[2] read, all rows", seconds, rows=rows_read, into=reads)
+                seconds, rows_read = run_spark_read(spark, dsn, until=middle)
+                record("Spark local[2] read, scheduled_at < middle", seconds, rows=rows_read, into=reads)
+            empty_queue(admin)
     spark.stop()
 
-    base = results[0]["rows_per_s"]
-    for r in results:
-        r["of_copy"] = r["rows_per_s"] / base
     from rich.table import Table
 
-    table = Table(title=f"Offering {n:,} rows into an empty queue (rows/s)")
-    for col in ("path", "rows/s", "seconds", "of COPY", "load (1 min)"):
-        table.add_column(col, justify="left" if col == "path" else "right")
-    for r in results:
-        table.add_row(
-            r["name"], f"{r['rows_per_s']:,.0f}", f"{r['seconds']:.1f}", f"{r['of_copy']:.0%}", f"{r['load_1min']:.1f}"
+    spark_best: dict[str, Any] | None = None
+    if results:
+        base = results[0]["rows_per_s"]
+        for r in results:
+            r["of_copy"] = r["rows_per_s"] / base
+        table = Table(title=f"Offering {n:,} rows into an empty queue (rows/s)")
+        for col in ("path", "rows/s", "seconds", "of COPY", "load (1 min)"):
+            table.add_column(col, justify="left" if col == "path" else "right")
+        for r in results:
+            table.add_row(
+                r["name"],
+                f"{r['rows_per_s']:,.0f}",
+                f"{r['seconds']:.1f}",
+                f"{r['of_copy']:.0%}",
+                f"{r['load_1min']:.1f}",
+            )
+        spark_best = max((r for r in results if r["name"].startswith("Spark")), key=lambda r: r["rows_per_s"])
+        table.caption = f"target: Spark ≥ 50% of COPY; best Spark path {spark_best['of_copy']:.0%}: " + (
+            "[green]PASS[/]" if spark_best["of_copy"] >= 0.5 else "[red]MISS[/]"
         )
-    spark_best = max((r for r in results if r["name"].startswith("Spark")), key=lambda r: r["rows_per_s"])
-    table.caption = f"target: Spark ≥ 50% of COPY; best Spark path {spark_best['of_copy']:.0%}: " + (
-        "[green]PASS[/]" if spark_best["of_copy"] >= 0.5 else "[red]MISS[/]"
-    )
-    console().print(table)
+        console().print(table)
+    if reads:
+        table = Table(title=f"Reading a queue of {n:,} rows (rows/s)")
+        for col in ("path", "rows", "rows/s", "seconds", "load (1 min)"):
+            table.add_column(col, justify="left" if col == "path" else "right")
+        for r in reads:
+            table.add_row(
+                r["name"], f"{r['rows']:,}", f"{r['rows_per_s']:,.0f}", f"{r['seconds']:.1f}", f"{r['load_1min']:.1f}"
+            )
+        console().print(table)
     report = {
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
         "rows": n,
@@ -241,7 +325,10 @@ def main(argv: list[str] | None = None) -> None:
         "server": server,
         "source": source,
         "results": results,
-        "target": {"spark_of_copy": 0.5, "best": spark_best["of_copy"], "pass": spark_best["of_copy"] >= 0.5},
+        "reads": reads,
+        "target": None
+        if spark_best is None
+        else {"spark_of_copy": 0.5, "best": spark_best["of_copy"], "pass": spark_best["of_copy"] >= 0.5},
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2, default=str) + "\n")

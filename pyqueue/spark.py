@@ -11,8 +11,8 @@ then::
        .mode("append").save())
     spark.read.format("delayedqueue").option("dsn", dsn).option("queue", "reminders").load()
 
-Writing goes through ``dq_offer_many`` only (never into ``dq_messages`` directly), so a message is
-identified by its de-duplication key (seed 000, seed 003 ``offerBatch``): a task that Spark runs
+Writing goes through ``dq_offer_many`` only (never into ``dq_messages`` directly; ``dq_producer``
+may call it), so a message is identified by its de-duplication key: a task that Spark runs
 twice (retry, speculation) or a job run again offers the same keys again, which creates no second
 message. Each task offers its partition in batches of ``batchSize`` rows, one ``dq_offer_many``
 call and one transaction per batch, in one of two ways (option ``writeMethod``):
@@ -23,9 +23,11 @@ call and one transaction per batch, in one of two ways (option ``writeMethod``):
   then offered from the stage by set-based calls; a bad row stops the task before it offers
   anything, at the cost of not overlapping Spark's work with the database's.
 
-Reading splits the id range of ``dq_messages`` (or ``archive_id`` of ``dq_archive``) into
-``numPartitions`` parallel reads, and pushes comparisons on the queue, the keys and the times into
-the SQL (as psycopg parameters; column names come from a fixed allow-list).
+Reading goes through the export functions (``dq_export_messages``, which ``dq_consumer`` may
+call, and ``dq_export_archive``, for ``dq_admin``; no role reads the tables directly): the id range
+of ``dq_messages`` (or ``archive_id`` of ``dq_archive``) is split into ``numPartitions`` parallel
+reads, and comparisons on the queue, the keys and the times are passed to the function as its
+``filters`` argument, which PostgreSQL plans with the id range (docs/spark.md).
 """
 
 from __future__ import annotations
@@ -641,12 +643,14 @@ def _json_bytes(value: Any, arrow_type: Any) -> bytes:
 
 @dataclass(frozen=True)
 class _Table:
-    """A readable table: its name, split column, and columns (name → Spark type, SQL expression)."""
+    """A readable table: its name, the functions that read it (sql/170_export.sql), its split
+    column and its columns (name, Spark type, nullable), in the order the read function returns them."""
 
     name: str
+    function: str  # dq_export_messages(id_from, id_to, filters): the rows of an id range
+    bounds: str  # dq_export_messages_bounds(filters): the smallest and largest id
     split: str
-    columns: tuple[tuple[str, DataType, bool], ...]  # name, type, nullable
-    derived: tuple[tuple[str, str], ...] = ()  # name → SQL expression (fixed text)
+    columns: tuple[tuple[str, DataType, bool], ...]
 
     @property
     def schema(self) -> StructType:
@@ -659,6 +663,8 @@ def _col(name: str, data_type: DataType, nullable: bool = False) -> tuple[str, D
 
 MESSAGES = _Table(
     name="dq_messages",
+    function="dq_export_messages",
+    bounds="dq_export_messages_bounds",
     split="id",
     columns=(
         _col("id", LongType()),
@@ -670,17 +676,17 @@ MESSAGES = _Table(
         _col("scheduled_at_initially", TimestampType()),
         _col("delivery_count", IntegerType()),
         _col("created_at", TimestampType()),
-        _col("locked", BooleanType()),
+        _col("locked", BooleanType()),  # whether a consumer holds the message; its lock token is never read
         _col("last_error", StringType(), True),
         _col("last_error_at", TimestampType(), True),
         _col("dead_from", StringType(), True),
         _col("dead_at", TimestampType(), True),
     ),
-    # Whether a consumer holds the message now; the lock token itself is never read.
-    derived=(("locked", "lock_token IS NOT NULL"),),
 )
 ARCHIVE = _Table(
     name="dq_archive",
+    function="dq_export_archive",
+    bounds="dq_export_archive_bounds",
     split="archive_id",
     columns=(
         _col("archive_id", LongType()),
@@ -702,7 +708,7 @@ TABLES = {"messages": MESSAGES, "archive": ARCHIVE}
 MESSAGES_SCHEMA = MESSAGES.schema
 ARCHIVE_SCHEMA = ARCHIVE.schema
 
-# Pushed filter kinds → SQL operator (fixed text). In, IsNull and IsNotNull are composed apart.
+# Pushed filter kinds → the operator of the export functions' filters. In, IsNull and IsNotNull apart.
 _COMPARISONS: dict[type[Filter], str] = {
     EqualTo: "=",
     GreaterThan: ">",
@@ -721,41 +727,33 @@ def _table(options: Any) -> _Table:
 
 
 def _filter_value(value: Any) -> Any:
-    """A pushed literal as a query parameter. Spark passes timestamp literals as aware datetimes
-    (UTC); a naive one (timestamp_ntz) is read as UTC, as Spark's variant decoding defines it."""
-    if isinstance(value, dt.datetime) and value.tzinfo is None:
-        return value.replace(tzinfo=dt.UTC)
-    return value
+    """A pushed literal as a JSON value of a filter, or ``_UNPUSHABLE``. Spark passes timestamp
+    literals as aware datetimes (UTC); a naive one (timestamp_ntz) is read as UTC, as Spark's
+    variant decoding defines it. Timestamps travel as ISO 8601 text with their offset, which the
+    export functions cast to timestamptz exactly (microseconds included)."""
+    if isinstance(value, dt.datetime):
+        return (value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)).isoformat()
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    return _UNPUSHABLE
+
+
+_UNPUSHABLE = object()
 
 
 @dataclass(frozen=True)
 class _Pushed:
-    """One pushed filter in plain data (picklable): column, operator key, value."""
+    """One pushed filter in plain data (picklable): column, operator, value."""
 
     column: str
     op: str  # one of _COMPARISONS' values, "IN", "IS NULL", "IS NOT NULL"
     value: Any = None
 
-    def compose(self) -> tuple[sql.Composable, list[Any]]:
-        column = sql.Identifier(self.column)
-        if self.op == "IN":
-            return sql.SQL("{} = ANY({})").format(column, sql.Placeholder()), [list(self.value)]
-        template = _TEMPLATES[self.op]  # fixed text only: an unknown operator is a KeyError
+    def as_json(self) -> list[Any]:
+        """The filter as the export functions take it: [column, op, value] or [column, op]."""
         if self.op in _NULLS.values():
-            return template.format(column), []
-        return template.format(column, sql.Placeholder()), [self.value]
-
-
-# The SQL of each operator, written out (no text is ever built from a filter).
-_TEMPLATES: dict[str, sql.SQL] = {
-    "=": sql.SQL("{} = {}"),
-    ">": sql.SQL("{} > {}"),
-    ">=": sql.SQL("{} >= {}"),
-    "<": sql.SQL("{} < {}"),
-    "<=": sql.SQL("{} <= {}"),
-    "IS NULL": sql.SQL("{} IS NULL"),
-    "IS NOT NULL": sql.SQL("{} IS NOT NULL"),
-}
+            return [self.column, self.op]
+        return [self.column, self.op, list(self.value) if self.op == "IN" else self.value]
 
 
 class IdRange(InputPartition):
@@ -769,7 +767,9 @@ class IdRange(InputPartition):
 
 
 class DelayedQueueReader(DataSourceReader):
-    """Reads ``dq_messages`` or ``dq_archive`` in id ranges, with filters pushed into the SQL."""
+    """Reads ``dq_messages`` or ``dq_archive`` in id ranges through the export functions
+    (``dq_export_messages``, granted to ``dq_consumer``; ``dq_export_archive``, granted to
+    ``dq_admin``), with the pushed filters passed to them as a JSON argument."""
 
     def __init__(self, options: Options, schema: StructType) -> None:
         self.dsn = _required(options, "dsn")
@@ -795,47 +795,44 @@ class DelayedQueueReader(DataSourceReader):
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         columns = {name: data_type for name, data_type, _ in self.table.columns}
-        derived = dict(self.table.derived)
         for f in filters:
             attr: tuple[str, ...] = getattr(f, "attribute", ())
             name = attr[0] if len(attr) == 1 else None
-            if name is None or name not in columns or name in derived:
+            if name is None or name not in columns:
                 yield f
                 continue
             kind = type(f)
-            if kind in _COMPARISONS and not isinstance(columns[name], BinaryType):
-                value = f.value  # type: ignore[attr-defined]
-                self.pushed.append(_Pushed(name, _COMPARISONS[kind], _filter_value(value)))
-            elif kind is In and not isinstance(columns[name], BinaryType):
-                values = f.value  # type: ignore[attr-defined]
-                self.pushed.append(_Pushed(name, "IN", tuple(_filter_value(v) for v in values)))
+            comparable = not isinstance(columns[name], BinaryType)
+            if kind in _COMPARISONS and comparable:
+                value = _filter_value(f.value)  # type: ignore[attr-defined]
+                if value is _UNPUSHABLE:
+                    yield f
+                    continue
+                self.pushed.append(_Pushed(name, _COMPARISONS[kind], value))
+            elif kind is In and comparable:
+                values = tuple(_filter_value(v) for v in f.value)  # type: ignore[attr-defined]
+                if any(v is _UNPUSHABLE for v in values):
+                    yield f
+                    continue
+                self.pushed.append(_Pushed(name, "IN", values))
             elif kind in _NULLS:
                 self.pushed.append(_Pushed(name, _NULLS[kind]))
             else:
                 yield f
 
-    def _where(self) -> tuple[sql.Composable, list[Any]]:
-        parts: list[sql.Composable] = []
-        params: list[Any] = []
-        if self.queue is not None:
-            parts.append(sql.SQL("{} = {}").format(sql.Identifier("queue"), sql.Placeholder()))
-            params.append(self.queue)
-        for p in self.pushed:
-            clause, values = p.compose()
-            parts.append(clause)
-            params.extend(values)
-        if not parts:
-            return sql.SQL("true"), params
-        return sql.SQL(" AND ").join(parts), params
+    def filters(self) -> str:
+        """The ``filters`` argument of the export functions: the queue option and the pushed
+        filters, as JSON text."""
+        parts = [["queue", "=", self.queue]] if self.queue is not None else []
+        parts.extend(p.as_json() for p in self.pushed)
+        return json.dumps(parts, ensure_ascii=False)
 
     def partitions(self) -> Sequence[InputPartition]:
-        where, params = self._where()
-        split = sql.Identifier(self.table.split)
-        query = sql.SQL("SELECT min({split}), max({split}) FROM {table} WHERE {where}").format(
-            split=split, table=sql.Identifier(self.table.name), where=where
+        query = sql.SQL("SELECT id_min, id_max FROM {bounds}(%s::jsonb)").format(
+            bounds=sql.Identifier(self.table.bounds)
         )
         with psycopg.connect(self.dsn, autocommit=True, application_name="pyqueue.spark reader") as conn:
-            row = conn.execute(query, params).fetchone()
+            row = conn.execute(query, [self.filters()]).fetchone()
         assert row is not None
         lo, hi = row
         if lo is None:
@@ -846,25 +843,9 @@ class DelayedQueueReader(DataSourceReader):
         return [IdRange(i, bounds[i], bounds[i + 1]) for i in range(n)]
 
     def query(self, partition: IdRange) -> tuple[sql.Composed, list[Any]]:
-        """The SELECT of one partition and its parameters (composed, never string-built)."""
-        derived = dict(self.table.derived)
-        select = sql.SQL(", ").join(
-            sql.SQL(derived[f.name] + " AS {}").format(sql.Identifier(f.name))
-            if f.name in derived
-            else sql.Identifier(f.name)
-            for f in self.schema.fields
-        )
-        where, params = self._where()
-        split = sql.Identifier(self.table.split)
-        query = sql.SQL("SELECT {select} FROM {table} WHERE {split} >= {lo} AND {split} < {hi} AND ({where})").format(
-            select=select,
-            table=sql.Identifier(self.table.name),
-            split=split,
-            lo=sql.Placeholder(),
-            hi=sql.Placeholder(),
-            where=where,
-        )
-        return query, [partition.lo, partition.hi, *params]
+        """The call that opens the cursor of one partition, and its parameters (composed, never string-built)."""
+        query = sql.SQL("SELECT {function}(%s, %s, %s::jsonb)").format(function=sql.Identifier(self.table.function))
+        return query, [partition.lo, partition.hi, self.filters()]
 
     # ----------------------------------------------------------------- reading (executors)
 
@@ -878,31 +859,37 @@ class DelayedQueueReader(DataSourceReader):
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
         query, params = self.query(partition)
         fetched = 0
+        # The function opens a cursor over all the table's columns (in self.table.columns' order);
+        # the schema's fields pick theirs.
+        order = [name for name, _, _ in self.table.columns]
+        picks = [order.index(f.name) for f in self.schema.fields]
         with psycopg.connect(self.dsn, application_name=f"pyqueue.spark read {partition.index}") as conn:
             text = query.as_string(conn)
-            with conn.cursor(name="dq_spark_read") as cur:
-                cur.itersize = self.fetch_size
-                cur.execute(query, params)
-                while rows := cur.fetchmany(self.fetch_size):
+            row = conn.execute(query, params).fetchone()
+            assert row is not None
+            fetch = sql.SQL("FETCH FORWARD {} FROM {}").format(sql.Literal(self.fetch_size), sql.Identifier(row[0]))
+            with conn.cursor() as cur:
+                while rows := cur.execute(fetch).fetchall():
                     fetched += len(rows)
                     columns = list(zip(*rows, strict=True))
                     arrays = [
                         pa.array(
-                            [bytes(v) for v in values] if pa.types.is_binary(field.type) else values,
+                            [bytes(v) for v in columns[i]] if pa.types.is_binary(field.type) else columns[i],
                             type=field.type,
                         )
-                        for values, field in zip(columns, arrow_schema, strict=True)
+                        for i, field in zip(picks, arrow_schema, strict=True)
                     ]
                     yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
             conn.rollback()
         _task_logger().info(
-            "%s: read partition %d of %s: %d rows fetched by: %s; parameters %r",
+            "%s: read partition %d of %s: %d rows fetched by: %s; parameters %r; columns %s",
             NAME,
             partition.index,
             self.table.name,
             fetched,
             text,
             params,
+            ", ".join(f.name for f in self.schema.fields),
             extra={"sql": text, "rows_fetched": fetched},
         )
 
