@@ -25,7 +25,7 @@ from .durations import Seconds, as_timedelta
 from .errors import InvalidArgument
 from .model import (
     CronSchedule,
-    Delivery,
+    LockedMessage,
     OfferOutcome,
     OfferRequest,
     QueueStats,
@@ -37,7 +37,7 @@ from .serializers import SerializerRegistry
 __all__ = ["Op", "Ops", "QueueOps", "Waited", "statements", "check_schema", "check_queue_name"]
 
 T = TypeVar("T")
-M = TypeVar("M", bound=Delivery[Any])
+M = TypeVar("M", bound=LockedMessage[Any])
 Rows = list[tuple[Any, ...]]
 #: Builds an operation's result from the column names of its result and its rows.
 Decoder = Callable[[Sequence[str], Rows], T]
@@ -386,7 +386,7 @@ class QueueOps(Ops):
 
     def ack_many(self, messages: Iterable[Any]) -> Op[int]:
         """Acknowledge deliveries or lock tokens (UUIDs); no statement when there are none."""
-        tokens = [m.lock_token if isinstance(m, Delivery) else m for m in messages]
+        tokens = [m.lock_token if isinstance(m, LockedMessage) else m for m in messages]
         decode = _value("acked", int, 0)
         return Op(self.sql.ack_many, {"lock_tokens": tokens}, decode) if tokens else Op(None, None, decode)
 

@@ -36,7 +36,7 @@ from ._ops import Ops, QueueOps
 from .aio_cron import AsyncQueueCron
 from .durations import Seconds
 from .errors import translating
-from .model import Batch, Delivery, OfferOutcome, OfferRequest, QueueStats, StoredMessage
+from .model import Batch, LockedMessage, OfferOutcome, OfferRequest, QueueStats, StoredMessage
 from .serializers import SerializerRegistry
 from .serializers import registry as default_registry
 
@@ -49,7 +49,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class AsyncMessage(Delivery["AsyncDelayedQueue"]):
+class AsyncMessage(LockedMessage["AsyncDelayedQueue"]):
     """One delivery, as :class:`pyqueue.Message`, with coroutine ``ack``/``nack``/``extend``."""
 
     async def ack(self, *, conn: AsyncConnection | None = None) -> bool:

@@ -25,7 +25,7 @@ from ._ops import Ops, QueueOps
 from ._sync import Connection, Driver, run
 from .durations import Seconds
 from .errors import translating
-from .model import Batch, Delivery, OfferOutcome, OfferRequest, QueueStats, StoredMessage
+from .model import Batch, LockedMessage, OfferOutcome, OfferRequest, QueueStats, StoredMessage
 from .serializers import SerializerRegistry
 from .serializers import registry as default_registry
 
@@ -39,8 +39,8 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class Message(Delivery["DelayedQueue"]):
-    """One delivery of a message (see :class:`pyqueue.model.Delivery` for its fields), settled with
+class Message(LockedMessage["DelayedQueue"]):
+    """One delivery of a message (see :class:`pyqueue.model.LockedMessage` for its fields), settled with
     :meth:`ack` or :meth:`nack` before ``locked_until``, or delivered again (at-least-once)."""
 
     def ack(self, *, conn: Connection | None = None) -> bool:

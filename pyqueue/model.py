@@ -1,7 +1,7 @@
 """The row types of the binding, shared by the sync and the asyncio clients.
 
 Each class here holds every field and rule of its kind; the clients only add their I/O:
-:class:`pyqueue.Message` and :class:`pyqueue.aio.AsyncMessage` are :class:`Delivery` with a
+:class:`pyqueue.Message` and :class:`pyqueue.aio.AsyncMessage` are :class:`LockedMessage` with a
 blocking or an awaited ``ack``/``nack``/``extend``, :class:`pyqueue.TransactionalBatch` and
 :class:`pyqueue.aio.AsyncTransactionalBatch` are :class:`Batch` over their kind of connection.
 Field names are the column names of the SQL results (see :mod:`pyqueue._ops`), which is how the
@@ -28,7 +28,7 @@ __all__ = [
     "OfferRequest",
     "MessageBase",
     "StoredMessage",
-    "Delivery",
+    "LockedMessage",
     "Batch",
     "QueueStats",
     "CronSchedule",
@@ -102,7 +102,7 @@ class StoredMessage(MessageBase):
 
 
 @dataclass(frozen=True)
-class Delivery(MessageBase, Generic[C]):
+class LockedMessage(MessageBase, Generic[C]):
     """One delivery of a message, held under its own ``lock_token`` until ``locked_until``.
 
     ``payload`` is decoded on first access by the decoder of ``payload_type`` (so a message of an
@@ -216,7 +216,7 @@ def common_fields(row: Sequence[Any], columns: Sequence[str] = column_names(Mess
 def delivery_from_row(
     cls: type[M], row: Sequence[Any], client: Any, columns: Sequence[str] = DELIVERY_COLUMNS
 ) -> M:
-    """A ``dq_delivery`` row whose columns are named ``columns`` as ``cls`` (a :class:`Delivery`)
+    """A ``dq_delivery`` row whose columns are named ``columns`` as ``cls`` (a :class:`LockedMessage`)
     bound to ``client``: the same object as ``cls(**fields, _client=client)``, built without the
     frozen dataclass ``__init__`` (which costs one ``object.__setattr__`` per field): this is the
     worker's hot path. tests/test_model.py checks that both agree and that every field is set."""
