@@ -15,21 +15,8 @@ import psycopg
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
+from . import _routines as routines
 from ._ops import Op, Ops, QueueOps
-from ._routines import (
-    Acquire,
-    ClientPid,
-    Handoff,
-    Listening,
-    Notified,
-    Release,
-    Routine,
-    Run,
-    RunPooled,
-    Sleep,
-    behind_pooler,
-    start_listening,
-)
 from .errors import translating
 
 __all__ = ["AsyncConnection", "AsyncDriver", "run", "resolve"]
@@ -72,21 +59,18 @@ class AsyncDriver:
 
     def __init__(self, conninfo_or_pool: str | AsyncConnectionPool[Any], ops: QueueOps, pool_size: int) -> None:
         self._ops = ops
-        self._listening = Listening()
+        self._listening = routines.Listening()
         self._listeners: list[AsyncConnection] = []
         self._opened = False
-        if isinstance(conninfo_or_pool, AsyncConnectionPool):
-            self._pool: AsyncConnectionPool[Any] = conninfo_or_pool
-            self._owns_pool = False
-        else:
-            self._pool = AsyncConnectionPool(
-                conninfo_or_pool, min_size=1, max_size=pool_size, kwargs={"autocommit": True},
-                configure=self._configure, open=False, name=f"pyqueue-aio:{ops.queue}",
-            )
-            self._owns_pool = True
+        self._owns_pool = isinstance(conninfo_or_pool, str)
+        settings = ops.pool_settings(pool_size, "pyqueue-aio")
+        self._pool: AsyncConnectionPool[Any] = (
+            AsyncConnectionPool(conninfo_or_pool, configure=self._configure, open=False, **settings)
+            if isinstance(conninfo_or_pool, str) else conninfo_or_pool
+        )
 
     async def _configure(self, conn: AsyncConnection) -> None:
-        await self._step(behind_pooler(Ops()), conn)
+        await self._step(routines.behind_pooler(Ops()), conn)
 
     async def open(self) -> None:
         """Open the owned pool (done by ``async with`` and on first use)."""
@@ -140,7 +124,7 @@ class AsyncDriver:
         kwargs = {k: v for k, v in (pool_kwargs or {}).items() if k != "autocommit"}
         conn = await psycopg.AsyncConnection.connect(await resolve(self._pool.conninfo), autocommit=True, **kwargs)
         try:
-            await self._step(start_listening(self._ops, self._listening), conn)
+            await self._step(routines.start_listening(self._ops, self._listening), conn)
         except BaseException:
             await conn.close()
             raise
@@ -152,52 +136,40 @@ class AsyncDriver:
         else:
             await conn.close()
 
-    async def _step(self, routine: Routine[T], conn: AsyncConnection | None = None) -> T:
+    async def _step(self, routine: routines.Routine[T], conn: AsyncConnection | None = None) -> T:
         """As :meth:`pyqueue._sync.Driver._step`, awaiting each step."""
-        held: AsyncConnection | None = conn
-        value: Any = None
-        error: psycopg.Error | None = None
+        stepper: routines.Stepper[T, AsyncConnection] = routines.Stepper(routine, conn)
         try:
-            while True:
+            while (step := stepper.next()) is not None:
                 try:
-                    step = routine.send(value) if error is None else routine.throw(error)
-                except StopIteration as done:
-                    return cast(T, done.value)
-                value, error = None, None
-                if isinstance(step, Handoff):
-                    return cast(T, step.value)
-                try:
-                    value = await self._perform(step, held)
-                    if isinstance(step, Acquire):
-                        held = value
-                    elif isinstance(step, Release):
-                        held = None
+                    stepper.performed(step, await self._perform(step, stepper.held))
                 except psycopg.Error as exc:
-                    error = exc
+                    stepper.failed(exc)
+            return cast(T, stepper.result)
         finally:
-            if held is not None and held is not conn:
-                await held.close()
+            if (left := stepper.left_open()) is not None:
+                await left.close()
 
     async def _perform(self, step: Any, held: AsyncConnection | None) -> Any:
-        if isinstance(step, Acquire):
+        if isinstance(step, routines.Acquire):
             return await self._take_listener()
-        if isinstance(step, Release):
+        if isinstance(step, routines.Release):
             if held is not None:
                 await self._give_back(held, step.keep)
             return None
-        if isinstance(step, RunPooled):
+        if isinstance(step, routines.RunPooled):
             async with self._pool.connection() as other:
                 return await run(other, step.op)
-        if isinstance(step, Sleep):
+        if isinstance(step, routines.Sleep):
             await asyncio.sleep(step.seconds)
             return None
         if held is None:
             raise AssertionError(f"{step} needs a connection")
-        if isinstance(step, Run):
+        if isinstance(step, routines.Run):
             return await run(held, step.op)
-        if isinstance(step, Notified):
+        if isinstance(step, routines.Notified):
             return await _notified(held, step.timeout)
-        if isinstance(step, ClientPid):
+        if isinstance(step, routines.ClientPid):
             return held.info.backend_pid
         held.prepare_threshold = None  # NoPrepare
         return None

@@ -30,6 +30,7 @@ from .model import (
     OfferRequest,
     QueueStats,
     StoredMessage,
+    column_names,
     delivery_from_row,
 )
 from .serializers import SerializerRegistry
@@ -105,10 +106,9 @@ def _schedule(row: dict[str, Any]) -> CronSchedule:
 
 @dataclass(frozen=True)
 class Statements:
-    """The SQL text of every operation; ``{s}`` stands for the schema prefix (see :func:`statements`).
-
-    Result columns are named as the fields of the row types of :mod:`pyqueue.model` they become.
-    """
+    """The SQL text of every operation; ``{s}`` stands for the schema prefix, ``{delivery}``,
+    ``{stored}``, ``{stats}`` and ``{schedule}`` for the columns of the row types of
+    :mod:`pyqueue.model` they become, named as their fields (see :func:`statements`)."""
 
     offer: str = (
         "SELECT {s}dq_offer(%(queue)s, %(key)s, %(payload)s::bytea, "
@@ -125,16 +125,10 @@ class Statements:
         "SELECT key, outcome FROM {s}dq_offer_many(%(queue)s, %(keys)s::text[], %(payloads)s::bytea[], NULL, "
         "%(can_update)s, %(payload_types)s::text[])"
     )
-    poll: str = (
-        "SELECT id, queue, key, payload AS raw_payload, payload_type, scheduled_at, scheduled_at_initially, "
-        "created_at, delivery_count, lock_token, locked_until "
-        "FROM {s}dq_poll_many(%(queue)s, %(max_count)s, %(lock_timeout)s)"
-    )
+    poll: str = "SELECT {delivery} FROM {s}dq_poll_many(%(queue)s, %(max_count)s, %(lock_timeout)s)"
     poll_or_wait: str = (
-        "SELECT id, %(queue)s::text AS queue, key, payload AS raw_payload, payload_type, scheduled_at, "
-        "scheduled_at_initially, created_at, delivery_count, lock_token, locked_until, "
-        "extract(epoch FROM wake_in)::float8 AS wake_in_s "
-        "FROM {s}dq_poll_or_wait(%(queue)s, %(max_count)s, %(lock_timeout)s, %(max_wait)s)"
+        "SELECT {delivery}, extract(epoch FROM wake_in)::float8 AS wake_in_s FROM (SELECT *, %(queue)s::text AS queue "
+        "FROM {s}dq_poll_or_wait(%(queue)s, %(max_count)s, %(lock_timeout)s, %(max_wait)s)) AS w"
     )
     # binary: 16 bytes a token, no text array to build or parse
     ack: str = "SELECT {s}dq_ack(%(lock_token)s::uuid) AS acked"
@@ -145,22 +139,13 @@ class Statements:
         "SELECT max_deliveries, dead_letter_queue FROM {s}dq_configure_queue(%(queue)s, %(max_deliveries)s, "
         "%(dead_letter_queue)s, %(archive)s, %(retention)s, %(notify)s, %(max_payload_bytes)s)"
     )
-    stats: str = (
-        "SELECT queue, ready, scheduled, in_flight, redelivered, dead, oldest_ready_age, next_due, "
-        "acked_last_minute, acked_last_hour, approximate FROM {s}dq_queue_stats(%(queue)s)"
-    )
-    all_stats: str = (
-        "SELECT queue, ready, scheduled, in_flight, redelivered, dead, oldest_ready_age, next_due, "
-        "acked_last_minute, acked_last_hour, approximate FROM {s}dq_stats"
-    )
+    stats: str = "SELECT {stats} FROM {s}dq_queue_stats(%(queue)s)"
+    all_stats: str = "SELECT {stats} FROM {s}dq_stats"
     purge: str = "SELECT {s}dq_purge(%(queue)s, %(confirm)s) AS purged"
     release_locks: str = "SELECT {s}dq_release_locks(%(queue)s) AS released"
     redrive: str = "SELECT {s}dq_redrive(%(queue)s, %(max_count)s) AS moved"
     cancel: str = "SELECT {s}dq_cancel(%(queue)s, %(key)s) AS cancelled"
-    get: str = (
-        "SELECT id, queue, key, payload AS raw_payload, payload_type, scheduled_at, scheduled_at_initially, "
-        "created_at, delivery_count, locked_until FROM {s}dq_get(%(queue)s, %(key)s)"
-    )
+    get: str = "SELECT {stored} FROM {s}dq_get(%(queue)s, %(key)s)"
     next_due: str = "SELECT {s}dq_next_due(%(queue)s) AS next_due"
     channel: str = "SELECT {s}dq_channel(%(queue)s) AS channel"
     cron_install: str = (
@@ -173,9 +158,7 @@ class Statements:
     cron_resume: str = "SELECT {s}dq_cron_resume(%(name)s) AS done"
     cron_tick: str = "SELECT {s}dq_cron_tick() AS created"
     cron_schedules: str = (
-        "SELECT name, queue, schedule, timezone, payload_type, lookahead, config_hash, paused, "
-        "next_occurrences, installed_through, created_at, updated_at FROM {s}dq_cron_schedules "
-        "WHERE %(queue)s::text IS NULL OR queue = %(queue)s ORDER BY name"
+        "SELECT {schedule} FROM {s}dq_cron_schedules WHERE %(queue)s::text IS NULL OR queue = %(queue)s ORDER BY name"
     )
     cron_occurrences: str = (
         "SELECT o AS occurrence FROM {s}dq_cron_occurrences(%(schedule)s, %(timezone)s, "
@@ -196,12 +179,25 @@ def check_schema(schema: object) -> str | None:
     return schema
 
 
+def _select_list(cls: type) -> str:
+    """The result columns of ``cls`` (its fields), the payload renamed ``raw_payload``."""
+    return ", ".join("payload AS raw_payload" if n == "raw_payload" else n for n in column_names(cls))
+
+
 @functools.cache
 def statements(schema: str | None) -> Statements:
     """Every statement naming the install in ``schema``: ``"schema".dq_…`` (quoted as an identifier,
     ``%`` doubled for the placeholder syntax), or the bare ``dq_…`` names when ``schema`` is None."""
     prefix = "" if schema is None else sql.Identifier(schema).as_string(None).replace("%", "%%") + "."
-    return Statements(**{f.name: str(f.default).replace("{s}", prefix) for f in fields(Statements)})
+    marks = {"{s}": prefix, "{delivery}": _select_list(LockedMessage), "{stored}": _select_list(StoredMessage),
+             "{stats}": _select_list(QueueStats), "{schedule}": _select_list(CronSchedule)}
+    texts = {}
+    for f in fields(Statements):
+        text = str(f.default)
+        for mark, value in marks.items():
+            text = text.replace(mark, value)
+        texts[f.name] = text
+    return Statements(**texts)
 
 
 def check_queue_name(queue: object) -> str:
@@ -308,6 +304,10 @@ class QueueOps(Ops):
         super().__init__(schema)
         self.queue = check_queue_name(queue)
         self.serializers = serializers
+
+    def pool_settings(self, pool_size: int, prefix: str) -> dict[str, Any]:
+        """The settings of a pool a queue creates: 1 to ``pool_size`` autocommit connections."""
+        return {"min_size": 1, "max_size": pool_size, "kwargs": {"autocommit": True}, "name": f"{prefix}:{self.queue}"}
 
     def _q(self, **params: Any) -> dict[str, Any]:
         return {"queue": self.queue, **params}

@@ -3,9 +3,10 @@
 A routine is a generator: it yields a *step* (run this :class:`~pyqueue._ops.Op`, wait for a
 notification up to ``s`` seconds, sleep ``s`` seconds …), the driver performs it on its kind of
 connection and sends the result back (or throws the driver's :class:`psycopg.Error` into the
-routine), until the routine returns its result. The sync driver (:func:`pyqueue._sync.Driver.step`)
-and the asyncio driver (:func:`pyqueue._async.AsyncDriver.step`) are the only code that performs
-steps; the decisions (when to poll, how long to sleep, when to retry, what a pooler breaks) are here.
+routine), until the routine returns its result. The sync driver (:meth:`pyqueue._sync.Driver._step`) and the asyncio
+driver (:meth:`pyqueue._async.AsyncDriver._step`) are the only code that performs steps (with the
+bookkeeping of :class:`Stepper`); the decisions (when to poll, how long to sleep, when to retry,
+what a pooler breaks) are here.
 
 Steps act on the routine's connection: the one the driver was given, or the listening connection
 taken by :class:`Acquire`.
@@ -18,7 +19,7 @@ import time
 from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 from uuid import uuid4
 
 import psycopg
@@ -29,10 +30,11 @@ from .durations import Seconds, as_timedelta
 
 __all__ = [
     "Run", "RunPooled", "Notified", "Sleep", "ClientPid", "NoPrepare", "Acquire", "Release", "Handoff",
-    "Routine", "Listening", "behind_pooler", "start_listening", "poll_waiting", "transaction",
+    "Routine", "Stepper", "Listening", "behind_pooler", "start_listening", "poll_waiting", "transaction",
 ]
 
 T = TypeVar("T")
+C = TypeVar("C")  # a connection (sync or async)
 
 log = logging.getLogger("pyqueue.client")
 
@@ -101,6 +103,63 @@ class Handoff:
 Step = Run | RunPooled | Notified | Sleep | ClientPid | NoPrepare | Acquire | Release | Handoff
 #: A routine: yields steps, receives their results, returns ``T``.
 Routine = Generator[Step, Any, T]
+
+class Stepper(Generic[T, C]):
+    """The bookkeeping of stepping one routine, shared by both drivers, which only perform steps::
+
+        stepper = Stepper(routine, conn)
+        try:
+            while (step := stepper.next()) is not None:
+                try:
+                    stepper.performed(step, perform(step, stepper.held))
+                except psycopg.Error as exc:
+                    stepper.failed(exc)
+            return stepper.result
+        finally:
+            close(stepper.left_open())  # when not None
+
+    ``held`` is the routine's connection: ``conn``, or the one an :class:`Acquire` step got. The
+    stepping stops when the routine returns or yields a :class:`Handoff` (``result`` is then its
+    value; stepping the same routine again resumes it).
+    """
+
+    def __init__(self, routine: Routine[T], conn: C | None) -> None:
+        self.routine = routine
+        self.conn = conn
+        self.held = conn
+        self.result: Any = None
+        self._value: Any = None
+        self._error: psycopg.Error | None = None
+
+    def next(self) -> Step | None:
+        """The next step to perform, or None when the stepping is over (see :attr:`result`)."""
+        value, error, self._value, self._error = self._value, self._error, None, None
+        try:
+            step = self.routine.send(value) if error is None else self.routine.throw(error)
+        except StopIteration as done:
+            self.result = done.value
+            return None
+        if isinstance(step, Handoff):
+            self.result = step.value
+            return None
+        return step
+
+    def performed(self, step: Step, value: Any) -> None:
+        """``step`` gave ``value`` (for :class:`Acquire`, the connection now held)."""
+        self._value = value
+        if isinstance(step, Acquire):
+            self.held = value
+        elif isinstance(step, Release):
+            self.held = None
+
+    def failed(self, exc: psycopg.Error) -> None:
+        """The step raised ``exc``: it is thrown into the routine at the next :meth:`next`."""
+        self._error = exc
+
+    def left_open(self) -> C | None:
+        """The connection acquired and not released (the driver closes it), or None."""
+        return self.held if self.held is not self.conn else None
+
 
 #: How long a LISTEN probe waits for its own notification before concluding that notifications
 #: do not reach this connection (seconds).

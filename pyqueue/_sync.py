@@ -15,21 +15,8 @@ import psycopg
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
+from . import _routines as routines
 from ._ops import Op, Ops, QueueOps
-from ._routines import (
-    Acquire,
-    ClientPid,
-    Handoff,
-    Listening,
-    Notified,
-    Release,
-    Routine,
-    Run,
-    RunPooled,
-    Sleep,
-    behind_pooler,
-    start_listening,
-)
 from .errors import translating
 
 __all__ = ["Connection", "Driver", "run"]
@@ -66,22 +53,19 @@ class Driver:
 
     def __init__(self, conninfo_or_pool: str | ConnectionPool[Any], ops: QueueOps, pool_size: int) -> None:
         self._ops = ops
-        self._listening = Listening()
+        self._listening = routines.Listening()
         self._listeners: list[Connection] = []
         self._listeners_lock = threading.Lock()
-        if isinstance(conninfo_or_pool, ConnectionPool):
-            self._pool: ConnectionPool[Any] = conninfo_or_pool
-            self._owns_pool = False
-        else:
-            self._pool = ConnectionPool(
-                conninfo_or_pool, min_size=1, max_size=pool_size, kwargs={"autocommit": True},
-                configure=self._configure, open=True, name=f"pyqueue:{ops.queue}",
-            )
-            self._owns_pool = True
+        self._owns_pool = isinstance(conninfo_or_pool, str)
+        settings = ops.pool_settings(pool_size, "pyqueue")
+        self._pool: ConnectionPool[Any] = (
+            ConnectionPool(conninfo_or_pool, configure=self._configure, open=True, **settings)
+            if isinstance(conninfo_or_pool, str) else conninfo_or_pool
+        )
 
     def _configure(self, conn: Connection) -> None:
         """Pool hook for new connections: behind a pooler, no prepared statements."""
-        self._step(behind_pooler(Ops()), conn)
+        self._step(routines.behind_pooler(Ops()), conn)
 
     def close(self) -> None:
         """Close the waiting connections, and the pool if this queue created it."""
@@ -134,7 +118,7 @@ class Driver:
         kwargs = {k: v for k, v in (pool_kwargs or {}).items() if k != "autocommit"}
         conn = psycopg.connect(conninfo, autocommit=True, **kwargs)
         try:
-            self._step(start_listening(self._ops, self._listening), conn)
+            self._step(routines.start_listening(self._ops, self._listening), conn)
         except BaseException:
             conn.close()
             raise
@@ -147,54 +131,42 @@ class Driver:
         else:
             conn.close()
 
-    def _step(self, routine: Routine[T], conn: Connection | None = None) -> T:
+    def _step(self, routine: routines.Routine[T], conn: Connection | None = None) -> T:
         """Perform the steps of ``routine`` on ``conn`` (or the connection it acquires) until it
         returns, or until it hands a value over (:class:`Handoff`: that value is returned, and the
         next call resumes the routine). A connection acquired and not released is closed."""
-        held: Connection | None = conn
-        value: Any = None
-        error: psycopg.Error | None = None
+        stepper: routines.Stepper[T, Connection] = routines.Stepper(routine, conn)
         try:
-            while True:
+            while (step := stepper.next()) is not None:
                 try:
-                    step = routine.send(value) if error is None else routine.throw(error)
-                except StopIteration as done:
-                    return cast(T, done.value)
-                value, error = None, None
-                if isinstance(step, Handoff):
-                    return cast(T, step.value)
-                try:
-                    value = self._perform(step, held)
-                    if isinstance(step, Acquire):
-                        held = value
-                    elif isinstance(step, Release):
-                        held = None
+                    stepper.performed(step, self._perform(step, stepper.held))
                 except psycopg.Error as exc:
-                    error = exc
+                    stepper.failed(exc)
+            return cast(T, stepper.result)
         finally:
-            if held is not None and held is not conn:
-                held.close()
+            if (left := stepper.left_open()) is not None:
+                left.close()
 
     def _perform(self, step: Any, held: Connection | None) -> Any:
-        if isinstance(step, Acquire):
+        if isinstance(step, routines.Acquire):
             return self._take_listener()
-        if isinstance(step, Release):
+        if isinstance(step, routines.Release):
             if held is not None:
                 self._give_back(held, step.keep)
             return None
-        if isinstance(step, RunPooled):
+        if isinstance(step, routines.RunPooled):
             with self._pool.connection() as other:
                 return run(other, step.op)
-        if isinstance(step, Sleep):
+        if isinstance(step, routines.Sleep):
             time.sleep(step.seconds)
             return None
         if held is None:
             raise AssertionError(f"{step} needs a connection")
-        if isinstance(step, Run):
+        if isinstance(step, routines.Run):
             return run(held, step.op)
-        if isinstance(step, Notified):
+        if isinstance(step, routines.Notified):
             return _notified(held, step.timeout)
-        if isinstance(step, ClientPid):
+        if isinstance(step, routines.ClientPid):
             return held.info.backend_pid
         held.prepare_threshold = None  # NoPrepare
         return None

@@ -31,17 +31,9 @@ async def _run(conn: psycopg.AsyncConnection[Any], op: Op[Any]) -> Any:
 
 
 async def install(
-    conn: psycopg.AsyncConnection[Any],
-    name: str,
-    queue: str,
-    schedule: str,
-    payload: Any,
-    *,
-    timezone: str = "UTC",
-    payload_type: str | None = None,
-    lookahead: timedelta = timedelta(hours=1),
-    serializers: SerializerRegistry | None = None,
-    schema: str | None = None,
+    conn: psycopg.AsyncConnection[Any], name: str, queue: str, schedule: str, payload: Any, *, timezone: str = "UTC",
+    payload_type: str | None = None, lookahead: timedelta = timedelta(hours=1),
+    serializers: SerializerRegistry | None = None, schema: str | None = None,
 ) -> str:
     """Create or replace the named schedule; returns its config hash (see :func:`pyqueue.cron.install`)."""
     op = Ops(schema).cron_install(name, queue, schedule, payload, timezone, payload_type, lookahead,
@@ -76,14 +68,8 @@ async def schedules(conn: psycopg.AsyncConnection[Any], *, schema: str | None = 
 
 
 async def occurrences(
-    conn: psycopg.AsyncConnection[Any],
-    schedule: str,
-    *,
-    timezone: str = "UTC",
-    after: datetime | None = None,
-    until: datetime | None = None,
-    max_count: int = 10,
-    schema: str | None = None,
+    conn: psycopg.AsyncConnection[Any], schedule: str, *, timezone: str = "UTC", after: datetime | None = None,
+    until: datetime | None = None, max_count: int = 10, schema: str | None = None,
 ) -> list[datetime]:
     """The instants at which ``schedule`` fires in ``(after, until]`` (:func:`pyqueue.cron.occurrences`)."""
     op = Ops(schema).cron_occurrences(schedule, timezone, after, until, max_count)
@@ -101,13 +87,7 @@ class AsyncQueueCron:
         self._ops = queue._ops
 
     async def install(
-        self,
-        name: str,
-        *,
-        schedule: str,
-        payload: Any,
-        tz: str = "UTC",
-        payload_type: str | None = None,
+        self, name: str, *, schedule: str, payload: Any, tz: str = "UTC", payload_type: str | None = None,
         lookahead: timedelta = timedelta(hours=1),
     ) -> str:
         """Create or replace the named schedule sending ``payload`` to this queue; returns the config hash."""
