@@ -104,6 +104,7 @@ Step = Run | RunPooled | Notified | Sleep | ClientPid | NoPrepare | Acquire | Re
 #: A routine: yields steps, receives their results, returns ``T``.
 Routine = Generator[Step, Any, T]
 
+
 class Stepper(Generic[T, C]):
     """The bookkeeping of stepping one routine, shared by both drivers, which only perform steps::
 
