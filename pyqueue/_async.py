@@ -59,6 +59,8 @@ class AsyncDriver:
 
     def __init__(self, conninfo_or_pool: str | AsyncConnectionPool[Any], ops: QueueOps, pool_size: int) -> None:
         self._ops = ops
+        #: The queue's name, its install's schema (None: search_path) and its payload serializers.
+        self.queue, self.schema, self.serializers = ops.queue, ops.schema, ops.serializers
         self._listening = routines.Listening()
         self._listeners: list[AsyncConnection] = []
         self._opened = False

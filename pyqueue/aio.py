@@ -82,20 +82,9 @@ class AsyncDelayedQueue(AsyncDriver):
     :param schema: the schema of the install; None: names resolved by the connection's search_path.
     """
 
-    def __init__(
-        self,
-        conninfo_or_pool: str | AsyncConnectionPool[Any],
-        queue: str,
-        *,
-        serializers: SerializerRegistry | None = None,
-        pool_size: int = 4,
-        schema: str | None = None,
-    ) -> None:
-        self.serializers = serializers or default_registry
-        ops = QueueOps(queue, schema, self.serializers)
-        self.queue = ops.queue
-        self.schema = ops.schema
-        super().__init__(conninfo_or_pool, ops, pool_size)
+    def __init__(self, conninfo_or_pool: str | AsyncConnectionPool[Any], queue: str, *,
+                 serializers: SerializerRegistry | None = None, pool_size: int = 4, schema: str | None = None) -> None:
+        super().__init__(conninfo_or_pool, QueueOps(queue, schema, serializers or default_registry), pool_size)
 
     async def __aenter__(self) -> AsyncDelayedQueue:
         await self.open()

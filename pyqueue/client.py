@@ -88,11 +88,7 @@ class DelayedQueue(Driver):
         pool_size: int = 4,
         schema: str | None = None,
     ) -> None:
-        self.serializers = serializers or default_registry
-        ops = QueueOps(queue, schema, self.serializers)
-        self.queue = ops.queue
-        self.schema = ops.schema
-        super().__init__(conninfo_or_pool, ops, pool_size)
+        super().__init__(conninfo_or_pool, QueueOps(queue, schema, serializers or default_registry), pool_size)
 
     def __enter__(self) -> DelayedQueue:
         return self

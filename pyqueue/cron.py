@@ -175,13 +175,7 @@ class QueueCron:
         self._ops = queue._ops
 
     def install(
-        self,
-        name: str,
-        *,
-        schedule: str,
-        payload: Any,
-        tz: str = "UTC",
-        payload_type: str | None = None,
+        self, name: str, *, schedule: str, payload: Any, tz: str = "UTC", payload_type: str | None = None,
         lookahead: timedelta = timedelta(hours=1),
     ) -> str:
         """Create or replace the named schedule sending ``payload`` to this queue (see :func:`install`:
