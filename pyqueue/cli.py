@@ -1,7 +1,8 @@
-"""Command line: ``pyqueue migrate | offer | poll | worker | next-due | cron``.
+"""Command line: ``pyqueue migrate | offer | poll | worker | stats | next-due | cron``.
 
 ``pyqueue migrate --dsn DSN`` installs or upgrades the database (same as ``yoyo apply``).
-The DSN defaults to the ``DQ_DSN`` environment variable.
+The DSN defaults to the ``DQ_DSN`` environment variable. Every command takes ``--schema NAME``,
+the schema of the install (default: the names are resolved by the connection's search_path).
 """
 
 from __future__ import annotations
@@ -49,14 +50,14 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
 def _cmd_offer(args: argparse.Namespace) -> int:
     payload: object = json.loads(args.payload) if args.json else args.payload
-    with DelayedQueue(_dsn(args), args.queue, pool_size=1) as q:
+    with DelayedQueue(_dsn(args), args.queue, pool_size=1, schema=args.schema) as q:
         outcome = q.offer(args.key, payload, delay=timedelta(seconds=args.delay), can_update=not args.no_update)
     print(outcome.value)
     return 0
 
 
 def _cmd_poll(args: argparse.Namespace) -> int:
-    with DelayedQueue(_dsn(args), args.queue, pool_size=1) as q:
+    with DelayedQueue(_dsn(args), args.queue, pool_size=1, schema=args.schema) as q:
         messages = q.poll(args.max_count, lock_timeout=args.lock_timeout, wait=args.wait)
         for m in messages:
             print(json.dumps({"key": m.key, "payload_type": m.payload_type,
@@ -69,7 +70,7 @@ def _cmd_poll(args: argparse.Namespace) -> int:
 
 
 def _cmd_next_due(args: argparse.Namespace) -> int:
-    with DelayedQueue(_dsn(args), args.queue, pool_size=1) as q:
+    with DelayedQueue(_dsn(args), args.queue, pool_size=1, schema=args.schema) as q:
         due = q.next_due()
     print(due.isoformat() if due else "empty")
     return 0
@@ -171,7 +172,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     console = Console()
     with translating(), psycopg.connect(_dsn(args), autocommit=True) as conn:
         def render() -> Any:
-            rows = [r for r in all_stats(conn) if args.queue is None or r.queue == args.queue]
+            rows = [r for r in all_stats(conn, schema=args.schema) if args.queue is None or r.queue == args.queue]
             title = f"dq_stats at {datetime.now().astimezone().isoformat(timespec='seconds')} (~ estimated)"
             return _stats_table(rows, title)
 
@@ -209,23 +210,24 @@ def _duration(text: str) -> timedelta:
 
 def _cmd_cron(args: argparse.Namespace) -> int:
     dsn = _dsn(args)
+    schema = args.schema
     if args.cron_command == "tick" and args.every is not None:
-        return _cron_tick_loop(dsn, args.every)
+        return _cron_tick_loop(dsn, args.every, schema)
     with psycopg.connect(dsn, autocommit=True) as conn:
         if args.cron_command == "tick":
-            print(cron_api.tick(conn))
+            print(cron_api.tick(conn, schema=schema))
         elif args.cron_command == "install":
             payload: object = json.loads(args.payload) if args.json else args.payload
             print(cron_api.install(conn, args.name, args.queue, args.schedule, payload, timezone=args.timezone,
-                                   payload_type=args.payload_type, lookahead=args.lookahead))
+                                   payload_type=args.payload_type, lookahead=args.lookahead, schema=schema))
         elif args.cron_command in ("uninstall", "pause", "resume"):
-            done = getattr(cron_api, args.cron_command)(conn, args.name)
+            done = getattr(cron_api, args.cron_command)(conn, args.name, schema=schema)
             if not done:
                 print(f"pyqueue cron {args.cron_command}: no schedule named {args.name!r}", file=sys.stderr)
                 return 1
             print("ok")
         else:  # list
-            for s in cron_api.schedules(conn):
+            for s in cron_api.schedules(conn, schema=schema):
                 print(json.dumps({"name": s.name, "queue": s.queue, "schedule": s.schedule, "timezone": s.timezone,
                                   "payload_type": s.payload_type, "lookahead_s": s.lookahead.total_seconds(),
                                   "config_hash": s.config_hash, "paused": s.paused,
@@ -233,7 +235,7 @@ def _cmd_cron(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cron_tick_loop(dsn: str, every: timedelta) -> int:
+def _cron_tick_loop(dsn: str, every: timedelta, schema: str | None) -> int:
     """Tick every ``every`` with a CronTicker until SIGINT or SIGTERM; exit 0."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     stop = threading.Event()
@@ -243,7 +245,7 @@ def _cron_tick_loop(dsn: str, every: timedelta) -> int:
 
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
-    ticker = cron_api.CronTicker(dsn, every=every, on_tick=lambda n: print(n, flush=True))
+    ticker = cron_api.CronTicker(dsn, every=every, on_tick=lambda n: print(n, flush=True), schema=schema)
     ticker.start()
     while not stop.wait(0.5):
         if not ticker.is_alive():  # pragma: no cover - the thread only ends when stopped
@@ -255,11 +257,14 @@ def _cron_tick_loop(dsn: str, every: timedelta) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyqueue", description="Delayed message queue in PostgreSQL")
     sub = parser.add_subparsers(dest="command", required=True)
+    # The options of every command (the cron subcommands included).
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--dsn", help="libpq connection string (default: $DQ_DSN)")
+    common.add_argument("--schema", default=None,
+                        help="schema of the install (default: names resolved by the connection's search_path)")
 
     def add(name: str, help_: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_)
-        p.add_argument("--dsn", help="libpq connection string (default: $DQ_DSN)")
-        return p
+        return sub.add_parser(name, help=help_, parents=[common])
 
     p = add("migrate", "install or upgrade the schema and functions")
     p.add_argument("--schema", default="public", help="install schema, created when absent (default: public)")
@@ -312,8 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     cron_sub = p.add_subparsers(dest="cron_command", required=True)
 
     def add_cron(name: str, help_: str) -> argparse.ArgumentParser:
-        c = cron_sub.add_parser(name, help=help_)
-        c.add_argument("--dsn", help="libpq connection string (default: $DQ_DSN)")
+        c = cron_sub.add_parser(name, help=help_, parents=[common])
         c.set_defaults(func=_cmd_cron)
         return c
 

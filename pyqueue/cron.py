@@ -1,14 +1,16 @@
-"""Recurring messages: named schedules installed by the database itself (issue 4, docs/cron.md).
+"""Recurring messages, sync API: named schedules installed by the database itself (docs/cron.md).
 
 A schedule (``dq_cron_install``) is installed ahead of time as ordinary delayed messages keyed
-``<name>/<config_hash>/<epoch ms>`` (seed 003's CronService keys), so every install is idempotent
-and any number of installers may run without a leader. In the database that holds pg_cron, the job
-``dq-cron-tick`` calls ``dq_cron_tick()`` every minute; elsewhere run :class:`CronTicker` (or
+``<name>/<config_hash>/<epoch ms>``, so every install is idempotent and any number of installers
+may run without a leader. In the database that holds pg_cron, the job ``dq-cron-tick`` calls
+``dq_cron_tick()`` every minute; elsewhere run :class:`CronTicker` (or
 ``pyqueue cron tick --every 30s``).
 
 The functions here take an open :class:`psycopg.Connection` and make one call each. In autocommit
 mode each call is its own transaction; otherwise it joins the caller's transaction (call them under
-READ COMMITTED, the default). Server errors are raised as :mod:`pyqueue.errors` exceptions.
+READ COMMITTED, the default). Server errors are raised as :mod:`pyqueue.errors` exceptions. Each
+takes ``schema``, the schema of the install (None: the names are resolved by the connection's
+search_path). :mod:`pyqueue.aio_cron` holds the asyncio twins (same names and parameters).
 """
 
 from __future__ import annotations
@@ -16,17 +18,21 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg.rows import dict_row
 
-from .errors import translating
+from ._ops import Op, Ops
+from ._sync import run
+from .durations import Seconds, as_timedelta
+from .errors import InvalidArgument, translating
+from .model import CronSchedule
 from .serializers import SerializerRegistry
 from .serializers import registry as default_registry
+
+if TYPE_CHECKING:
+    from .client import DelayedQueue
 
 __all__ = [
     "CronSchedule",
@@ -48,57 +54,10 @@ log = logging.getLogger("pyqueue.cron")
 #: with this bigint key): at most one ticker per database works at a time.
 TICKER_LOCK_KEY = 0x64715F63726F6E  # b"dq_cron"
 
-_INSTALL = (
-    "SELECT dq_cron_install(name => %(name)s, queue => %(queue)s, schedule => %(schedule)s, "
-    "payload => %(payload)s::bytea, timezone => %(timezone)s, payload_type => %(payload_type)s, "
-    "lookahead => %(lookahead)s::interval)"
-)
-_UNINSTALL = "SELECT dq_cron_uninstall(%s)"
-_PAUSE = "SELECT dq_cron_pause(%s)"
-_RESUME = "SELECT dq_cron_resume(%s)"
-_TICK = "SELECT dq_cron_tick()"
-_SCHEDULE_COLUMNS = (
-    "SELECT name, queue, schedule, timezone, payload_type, lookahead, config_hash, paused, "
-    "next_occurrences, installed_through, created_at, updated_at FROM dq_cron_schedules"
-)
-_SCHEDULES = _SCHEDULE_COLUMNS + " ORDER BY name"
-_SCHEDULES_OF_QUEUE = _SCHEDULE_COLUMNS + " WHERE queue = %s ORDER BY name"
-_OCCURRENCES = (
-    "SELECT o FROM dq_cron_occurrences(%(schedule)s, %(timezone)s, coalesce(%(after)s::timestamptz, now()), "
-    "coalesce(%(until)s::timestamptz, 'infinity'), %(max_count)s) AS o"
-)
-_TRY_LOCK = "SELECT pg_try_advisory_lock(%s)"
 
-
-@dataclass(frozen=True)
-class CronSchedule:
-    """One row of the view ``dq_cron_schedules``.
-
-    :ivar next_occurrences: the next 5 instants (timezone-aware) at which it fires; empty when paused.
-    :ivar lookahead: how far ahead occurrences are installed as messages.
-    :ivar installed_through: occurrences up to this instant are installed (``None`` before the first
-        install after a pause or a change).
-    """
-
-    name: str
-    queue: str
-    schedule: str
-    timezone: str
-    payload_type: str
-    lookahead: timedelta
-    config_hash: str
-    paused: bool
-    next_occurrences: tuple[datetime, ...]
-    installed_through: datetime | None
-    created_at: datetime
-    updated_at: datetime
-
-
-def _scalar(conn: psycopg.Connection[Any], query: str, params: Any) -> Any:
+def _run(conn: psycopg.Connection[Any], op: Op[Any]) -> Any:
     with translating():
-        row = conn.execute(query, params).fetchone()
-    assert row is not None
-    return row[0]
+        return run(conn, op)
 
 
 def install(
@@ -112,94 +71,73 @@ def install(
     payload_type: str | None = None,
     lookahead: timedelta = timedelta(hours=1),
     serializers: SerializerRegistry | None = None,
+    schema: str | None = None,
 ) -> str:
     """Create or replace the named schedule and install its next occurrences at once.
 
-    :param name: the schedule's name, 1..100 characters; also the key prefix of its messages.
-    :param queue: the queue its messages go to, 1..100 characters.
+    :param name: the schedule's name, 1 to :data:`pyqueue.limits.CRON_NAME_CHARS` characters; also
+        the key prefix of its messages.
+    :param queue: the queue its messages go to, 1 to :data:`pyqueue.limits.QUEUE_CHARS` characters.
     :param schedule: a 5-field cron expression (``"*/15 9-17 * * mon-fri"``), a macro (``"@daily"``),
         ``"every 15 minutes"`` (multiples of the interval since the Unix epoch) or
-        ``"daily at 09:00, 17:30"``; at most 1000 characters. See docs/cron.md.
+        ``"daily at 09:00, 17:30"``; at most :data:`pyqueue.limits.CRON_SCHEDULE_CHARS` characters.
+        See docs/cron.md.
     :param payload: bytes (payload_type ``bytes``), str (``text``) or a JSON-serializable object
         (``json``), encoded as :meth:`pyqueue.DelayedQueue.offer` does.
     :param timezone: IANA zone name in which cron and ``daily at`` times are read; default ``"UTC"``.
     :param payload_type: tag stored with each message; default inferred from ``payload``.
-    :param lookahead: how far ahead occurrences are installed (0 < lookahead <= 366 days); default
-        1 hour. Occurrences keep coming as long as something ticks at least once per lookahead.
+    :param lookahead: how far ahead occurrences are installed (more than 0, at most
+        :data:`pyqueue.limits.CRON_LOOKAHEAD_MAX`); default 1 hour. Occurrences keep coming as long
+        as something ticks at least once per lookahead.
     :param serializers: payload encoders (default: the process registry).
+    :param schema: the schema of the install; None: resolved by the connection's search_path.
     :returns: the configuration hash (16 hex digits). The same definition again changes nothing; a
         changed definition replaces every future occurrence in one transaction.
     :raises pyqueue.errors.InvalidArgument: bad schedule, zone or lookahead (22023), or a
         :class:`~pyqueue.errors.NullValueNotAllowed` / :class:`~pyqueue.errors.ValueTooLong`.
     """
-    params = _install_params(name, queue, schedule, payload, timezone, payload_type, lookahead, serializers)
-    return str(_scalar(conn, _INSTALL, params))
+    op = Ops(schema).cron_install(name, queue, schedule, payload, timezone, payload_type, lookahead,
+                                  serializers or default_registry)
+    return str(_run(conn, op))
 
 
-def _install_params(
-    name: str,
-    queue: str,
-    schedule: str,
-    payload: Any,
-    timezone: str,
-    payload_type: str | None,
-    lookahead: timedelta,
-    serializers: SerializerRegistry | None,
-) -> dict[str, Any]:
-    data, ptype = (serializers or default_registry).encode(payload, payload_type)
-    return {
-        "name": name,
-        "queue": queue,
-        "schedule": schedule,
-        "payload": data,
-        "timezone": timezone,
-        "payload_type": ptype,
-        "lookahead": lookahead,
-    }
-
-
-def _to_schedules(rows: list[dict[str, Any]]) -> list[CronSchedule]:
-    return [CronSchedule(**{**r, "next_occurrences": tuple(r["next_occurrences"] or ())}) for r in rows]
-
-
-def uninstall(conn: psycopg.Connection[Any], name: str) -> bool:
+def uninstall(conn: psycopg.Connection[Any], name: str, *, schema: str | None = None) -> bool:
     """Remove the schedule and its future occurrence messages (due or in-flight ones stay).
 
     :returns: ``False`` when no schedule has that name.
     :raises pyqueue.errors.InvalidArgument: empty or too long ``name``.
     """
-    return bool(_scalar(conn, _UNINSTALL, (name,)))
+    return bool(_run(conn, Ops(schema).cron_uninstall(name)))
 
 
-def pause(conn: psycopg.Connection[Any], name: str) -> bool:
+def pause(conn: psycopg.Connection[Any], name: str, *, schema: str | None = None) -> bool:
     """Pause the schedule: its future occurrences are deleted and none is installed until :func:`resume`.
 
     :returns: ``False`` when no schedule has that name.
     """
-    return bool(_scalar(conn, _PAUSE, (name,)))
+    return bool(_run(conn, Ops(schema).cron_pause(name)))
 
 
-def resume(conn: psycopg.Connection[Any], name: str) -> bool:
+def resume(conn: psycopg.Connection[Any], name: str, *, schema: str | None = None) -> bool:
     """Resume a paused schedule from now (what fell while paused is not caught up).
 
     :returns: ``False`` when no schedule has that name.
     """
-    return bool(_scalar(conn, _RESUME, (name,)))
+    return bool(_run(conn, Ops(schema).cron_resume(name)))
 
 
-def tick(conn: psycopg.Connection[Any]) -> int:
+def tick(conn: psycopg.Connection[Any], *, schema: str | None = None) -> int:
     """Run ``dq_cron_tick()`` once: install what every active schedule lacks.
 
     :returns: the number of messages created (0 when everything was installed already).
     """
-    return int(_scalar(conn, _TICK, None))
+    return int(_run(conn, Ops(schema).cron_tick()))
 
 
-def schedules(conn: psycopg.Connection[Any]) -> list[CronSchedule]:
+def schedules(conn: psycopg.Connection[Any], *, schema: str | None = None) -> list[CronSchedule]:
     """All schedules, by name, with their next occurrences (the view ``dq_cron_schedules``)."""
-    with translating(), conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(_SCHEDULES).fetchall()
-    return _to_schedules(rows)
+    result: list[CronSchedule] = _run(conn, Ops(schema).cron_schedules())
+    return result
 
 
 def occurrences(
@@ -210,24 +148,17 @@ def occurrences(
     after: datetime | None = None,
     until: datetime | None = None,
     max_count: int = 10,
+    schema: str | None = None,
 ) -> list[datetime]:
     """The instants at which ``schedule`` fires in ``(after, until]``, earliest first (changes nothing).
 
     :param after: exclusive start; ``None`` = the database's ``now()``.
     :param until: inclusive end; ``None`` = no end (then at most 50 years are searched).
-    :param max_count: at most this many, 1..10000.
+    :param max_count: at most this many, 1 to :data:`pyqueue.limits.OCCURRENCES_MAX_COUNT`.
     :raises pyqueue.errors.InvalidArgument: bad schedule, zone or max_count.
     """
-    params = {"schedule": schedule, "timezone": timezone, "after": after, "until": until, "max_count": max_count}
-    with translating():
-        return [r[0] for r in conn.execute(_OCCURRENCES, params).fetchall()]
-
-
-class _QueueLike(Protocol):
-    queue: str
-    serializers: SerializerRegistry
-
-    def _conn(self, conn: None) -> AbstractContextManager[psycopg.Connection[Any]]: ...
+    result: list[datetime] = _run(conn, Ops(schema).cron_occurrences(schedule, timezone, after, until, max_count))
+    return result
 
 
 class QueueCron:
@@ -239,17 +170,12 @@ class QueueCron:
     shows this queue's schedules only.
     """
 
-    def __init__(self, queue: _QueueLike) -> None:
+    def __init__(self, queue: DelayedQueue) -> None:
         self._queue = queue
+        self._ops = queue._ops
 
     def install(
-        self,
-        name: str,
-        *,
-        schedule: str,
-        payload: Any,
-        tz: str = "UTC",
-        payload_type: str | None = None,
+        self, name: str, *, schedule: str, payload: Any, tz: str = "UTC", payload_type: str | None = None,
         lookahead: timedelta = timedelta(hours=1),
     ) -> str:
         """Create or replace the named schedule sending ``payload`` to this queue (see :func:`install`:
@@ -258,35 +184,29 @@ class QueueCron:
         :returns: the configuration hash (16 hex digits).
         :raises pyqueue.errors.InvalidArgument: bad schedule, zone or lookahead (22023).
         """
-        params = _install_params(name, self._queue.queue, schedule, payload, tz, payload_type, lookahead,
-                                 self._queue.serializers)
-        with self._queue._conn(None) as c:
-            return str(_scalar(c, _INSTALL, params))
+        ops = self._ops
+        op = ops.cron_install(name, ops.queue, schedule, payload, tz, payload_type, lookahead, ops.serializers)
+        return self._queue._run(op)
 
     def uninstall(self, name: str) -> bool:
         """Remove the schedule and its future messages (:func:`uninstall`); False when no schedule has that name."""
-        with self._queue._conn(None) as c:
-            return uninstall(c, name)
+        return self._queue._run(self._ops.cron_uninstall(name))
 
     def pause(self, name: str) -> bool:
         """:func:`pause`: future occurrences deleted, none installed until :meth:`resume`."""
-        with self._queue._conn(None) as c:
-            return pause(c, name)
+        return self._queue._run(self._ops.cron_pause(name))
 
     def resume(self, name: str) -> bool:
         """:func:`resume`: installs again from now (no catching up)."""
-        with self._queue._conn(None) as c:
-            return resume(c, name)
+        return self._queue._run(self._ops.cron_resume(name))
 
     def list(self) -> list[CronSchedule]:
         """This queue's schedules, by name, with their next 5 occurrences."""
-        with self._queue._conn(None) as c, c.cursor(row_factory=dict_row) as cur:
-            return _to_schedules(cur.execute(_SCHEDULES_OF_QUEUE, (self._queue.queue,)).fetchall())
+        return self._queue._run(self._ops.cron_schedules(self._ops.queue))
 
     def tick(self) -> int:
         """Run ``dq_cron_tick()`` once (every schedule of the database); returns messages created."""
-        with self._queue._conn(None) as c:
-            return tick(c)
+        return self._queue._run(self._ops.cron_tick())
 
 
 class CronTicker(threading.Thread):
@@ -307,25 +227,30 @@ class CronTicker(threading.Thread):
     :param min_backoff: first wait after a failure; default 0.5 s.
     :param max_backoff: longest wait between reconnection attempts; default 30 s.
     :param on_tick: called with the number of messages each tick created (in the ticker thread).
+    :param schema: the schema of the install; None: resolved by the connection's search_path.
+    :raises pyqueue.InvalidArgument: a period or backoff not positive, or max_backoff below min_backoff.
     """
 
     def __init__(
         self,
         dsn: str,
         *,
-        every: timedelta | float = timedelta(seconds=30),
-        min_backoff: timedelta | float = 0.5,
-        max_backoff: timedelta | float = 30.0,
+        every: Seconds = timedelta(seconds=30),
+        min_backoff: Seconds = 0.5,
+        max_backoff: Seconds = 30.0,
         on_tick: Callable[[int], None] | None = None,
         name: str = "pyqueue-cron-ticker",
+        schema: str | None = None,
     ) -> None:
         super().__init__(name=name, daemon=True)
         self.dsn = dsn
-        self.every = _seconds(every)
-        self.min_backoff = _seconds(min_backoff)
-        self.max_backoff = _seconds(max_backoff)
-        if self.every <= 0 or self.min_backoff <= 0 or self.max_backoff < self.min_backoff:
-            raise ValueError("every and min_backoff must be positive, max_backoff at least min_backoff")
+        #: Seconds between ticks, and the first and longest waits after a failure.
+        self.every = as_timedelta(every, "every").total_seconds()
+        self.min_backoff = as_timedelta(min_backoff, "min_backoff").total_seconds()
+        self.max_backoff = as_timedelta(max_backoff, "max_backoff").total_seconds()
+        if self.max_backoff < self.min_backoff:
+            raise InvalidArgument("max_backoff must be at least min_backoff")
+        self._ops = Ops(schema)
         self.on_tick = on_tick
         self._stop_event = threading.Event()
         self._conn: psycopg.Connection[Any] | None = None
@@ -371,12 +296,10 @@ class CronTicker(threading.Thread):
                 self._conn = conn
         conn = self._conn
         if not self.holds_lock:
-            row = conn.execute(_TRY_LOCK, (TICKER_LOCK_KEY,)).fetchone()
-            self.holds_lock = bool(row and row[0])
+            self.holds_lock = run(conn, self._ops.try_advisory_lock(TICKER_LOCK_KEY))
             if not self.holds_lock:
                 return
-        row = conn.execute(_TICK).fetchone()
-        created = int(row[0]) if row else 0
+        created = run(conn, self._ops.cron_tick())
         self.ticks += 1
         self.created += created
         if self.on_tick is not None:
@@ -392,6 +315,3 @@ class CronTicker(threading.Thread):
             except psycopg.Error:  # pragma: no cover - closing a broken connection
                 pass
 
-
-def _seconds(value: timedelta | float) -> float:
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)

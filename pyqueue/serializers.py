@@ -1,4 +1,4 @@
-"""Payload serializers, chosen by the message's ``payload_type`` tag (seed 000).
+"""Payload serializers, chosen by the message's ``payload_type`` tag.
 
 Built in: ``json`` (any JSON-serializable object), ``text`` (``str``, UTF-8) and ``bytes``
 (``bytes`` as is). Register more per payload type, for example a dataclass named ``Contact``::
@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import limits
 from .errors import InvalidArgument, PayloadDecodeError, UnknownPayloadType
 
 Encoder = Callable[[Any], bytes]
@@ -59,9 +60,10 @@ class SerializerRegistry:
         return SerializerRegistry(dict(self._encoders), dict(self._decoders))
 
     def register(self, payload_type: str, encode: Encoder | None = None, decode: Decoder | None = None) -> None:
-        """Register an encoder (object → bytes) and/or a decoder (bytes → object) for ``payload_type``."""
-        if not payload_type or len(payload_type) > 100:
-            raise InvalidArgument("payload_type must be 1 to 100 characters")
+        """Register an encoder (object → bytes) and/or a decoder (bytes → object) for ``payload_type``
+        (1 to :data:`pyqueue.limits.PAYLOAD_TYPE_CHARS` characters, else :class:`InvalidArgument`)."""
+        if not payload_type or len(payload_type) > limits.PAYLOAD_TYPE_CHARS:
+            raise InvalidArgument(f"payload_type must be 1 to {limits.PAYLOAD_TYPE_CHARS} characters")
         if encode is not None:
             self._encoders[payload_type] = encode
         if decode is not None:

@@ -150,21 +150,21 @@ def test_queue_matches_model(dsn: str) -> None:
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_delivery_from_row_builds_the_same_message_as_the_dataclass(kind: str) -> None:
-    """The worker's fast path (pyqueue._core.delivery_from_row) skips the frozen dataclass __init__:
+    """The worker's fast path (pyqueue.model.delivery_from_row) skips the frozen dataclass __init__:
     it must give an equal object with every field set, and stay so when a field is added."""
     import dataclasses
     import uuid
 
-    from pyqueue import _core
+    from pyqueue import model
     from pyqueue.aio import AsyncMessage
     from pyqueue.client import Message
 
     cls: Any = Message if kind == "sync" else AsyncMessage
     now = datetime.now(UTC)
     row = (7, "q", "k", memoryview(b"\x01\x02"), "bytes", now, now, now, 2, uuid.uuid4(), now)
-    fast = _core.delivery_from_row(cls, row, None)
+    fast = model.delivery_from_row(cls, row, None)
     *common, token, until = row
-    slow = cls(**_core.common_fields(common), lock_token=token, locked_until=until, _client=None)
+    slow = cls(**model.common_fields(common), lock_token=token, locked_until=until, _client=None)
     assert fast == slow and type(fast) is cls
     assert {f.name for f in dataclasses.fields(cls)} == set(vars(fast))
     assert {f.name: getattr(fast, f.name) for f in dataclasses.fields(cls)} == {

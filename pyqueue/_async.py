@@ -1,0 +1,177 @@
+"""The asyncio driver: runs the operations of :mod:`pyqueue._ops` and steps the routines of
+:mod:`pyqueue._routines` on psycopg's async connections; the twin of :mod:`pyqueue._sync`,
+deciding nothing either. Cancelling a task that waits closes its waiting connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar, cast
+
+import psycopg
+from psycopg.rows import TupleRow
+from psycopg_pool import AsyncConnectionPool
+
+from . import _routines as routines
+from ._ops import Op, Ops, QueueOps
+from .errors import translating
+
+__all__ = ["AsyncConnection", "AsyncDriver", "run", "resolve"]
+
+T = TypeVar("T")
+AsyncConnection = psycopg.AsyncConnection[TupleRow]
+
+
+async def run(conn: psycopg.AsyncConnection[Any], op: Op[T]) -> T:
+    """Execute ``op`` on ``conn`` and decode its rows (psycopg errors are not translated here)."""
+    if op.sql is None:
+        return op.decode((), [])
+    cur = await conn.execute(op.sql, op.params, binary=op.binary)
+    if cur.description is None:
+        return op.decode((), [])
+    return op.decode([c.name for c in cur.description], await cur.fetchall())
+
+
+async def resolve(value: Any) -> Any:
+    """A pool's conninfo / kwargs: a value, or (psycopg_pool >= 3.3) a function or coroutine function."""
+    if callable(value):
+        value = value()
+    if inspect.isawaitable(value):
+        value = await value
+    return value
+
+
+async def _notified(conn: AsyncConnection, timeout: float) -> bool:
+    """Whether a notification arrives within ``timeout`` s (the generator is run to its end: left
+    suspended, it would keep the connection's lock)."""
+    arrived = False
+    async for _ in conn.notifies(timeout=timeout, stop_after=1):
+        arrived = True
+    return arrived
+
+
+class AsyncDriver:
+    """The I/O of one asyncio queue: its pool (an owned one is opened on first use), the
+    connections it keeps LISTENing between waits, and the stepping of routines."""
+
+    def __init__(self, conninfo_or_pool: str | AsyncConnectionPool[Any], ops: QueueOps, pool_size: int) -> None:
+        self._ops = ops
+        #: The queue's name, its install's schema (None: search_path) and its payload serializers.
+        self.queue, self.schema, self.serializers = ops.queue, ops.schema, ops.serializers
+        self._listening = routines.Listening()
+        self._listeners: list[AsyncConnection] = []
+        self._opened = False
+        self._owns_pool = isinstance(conninfo_or_pool, str)
+        settings = ops.pool_settings(pool_size, "pyqueue-aio")
+        self._pool: AsyncConnectionPool[Any] = (
+            AsyncConnectionPool(conninfo_or_pool, configure=self._configure, open=False, **settings)
+            if isinstance(conninfo_or_pool, str) else conninfo_or_pool
+        )
+
+    async def _configure(self, conn: AsyncConnection) -> None:
+        await self._step(routines.behind_pooler(Ops()), conn)
+
+    async def open(self) -> None:
+        """Open the owned pool (done by ``async with`` and on first use)."""
+        if self._owns_pool and not self._opened:
+            await self._pool.open()
+        self._opened = True
+
+    async def close(self) -> None:
+        """Close the waiting connections, and the pool if this queue created it."""
+        listeners, self._listeners = self._listeners, []
+        for conn in listeners:
+            await conn.close()
+        if self._owns_pool and self._opened:
+            await self._pool.close()
+        self._opened = False
+
+    @property
+    def pool(self) -> AsyncConnectionPool[Any]:
+        """The connection pool the queue runs on."""
+        return self._pool
+
+    @asynccontextmanager
+    async def _conn(self, conn: AsyncConnection | None) -> AsyncIterator[AsyncConnection]:
+        """As :meth:`pyqueue._sync.Driver._conn`, opening the owned pool on first use."""
+        with translating():
+            if conn is not None:
+                yield conn
+                return
+            await self.open()
+            c: AsyncConnection | None = None
+            try:
+                async with self._pool.connection() as c:
+                    yield c
+            except psycopg.OperationalError:
+                if c is not None and c.broken:
+                    await self._pool.check()
+                raise
+
+    async def _run(self, op: Op[T], conn: AsyncConnection | None = None) -> T:
+        if op.sql is None:  # nothing to run (an empty batch): no connection either
+            return op.decode((), [])
+        async with self._conn(conn) as c:
+            return await run(c, op)
+
+    async def _take_listener(self) -> AsyncConnection:
+        conn = self._listeners.pop() if self._listeners else None
+        if conn is not None and not conn.closed:
+            return conn
+        await self.open()
+        pool_kwargs = await resolve(self._pool.kwargs)
+        kwargs = {k: v for k, v in (pool_kwargs or {}).items() if k != "autocommit"}
+        conn = await psycopg.AsyncConnection.connect(await resolve(self._pool.conninfo), autocommit=True, **kwargs)
+        try:
+            await self._step(routines.start_listening(self._ops, self._listening), conn)
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def _give_back(self, conn: AsyncConnection, keep: bool) -> None:
+        if keep and not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            self._listeners.append(conn)
+        else:
+            await conn.close()
+
+    async def _step(self, routine: routines.Routine[T], conn: AsyncConnection | None = None) -> T:
+        """As :meth:`pyqueue._sync.Driver._step`, awaiting each step."""
+        stepper: routines.Stepper[T, AsyncConnection] = routines.Stepper(routine, conn)
+        try:
+            while (step := stepper.next()) is not None:
+                try:
+                    stepper.performed(step, await self._perform(step, stepper.held))
+                except psycopg.Error as exc:
+                    stepper.failed(exc)
+            return cast(T, stepper.result)
+        finally:
+            if (left := stepper.left_open()) is not None:
+                await left.close()
+
+    async def _perform(self, step: Any, held: AsyncConnection | None) -> Any:
+        if isinstance(step, routines.Acquire):
+            return await self._take_listener()
+        if isinstance(step, routines.Release):
+            if held is not None:
+                await self._give_back(held, step.keep)
+            return None
+        if isinstance(step, routines.RunPooled):
+            async with self._pool.connection() as other:
+                return await run(other, step.op)
+        if isinstance(step, routines.Sleep):
+            await asyncio.sleep(step.seconds)
+            return None
+        if held is None:
+            raise AssertionError(f"{step} needs a connection")
+        if isinstance(step, routines.Run):
+            return await run(held, step.op)
+        if isinstance(step, routines.Notified):
+            return await _notified(held, step.timeout)
+        if isinstance(step, routines.ClientPid):
+            return held.info.backend_pid
+        held.prepare_threshold = None  # NoPrepare
+        return None

@@ -1,0 +1,302 @@
+"""The operations of more than one statement, written once as sans-I/O routines.
+
+A routine is a generator: it yields a *step* (run this :class:`~pyqueue._ops.Op`, wait for a
+notification up to ``s`` seconds, sleep ``s`` seconds …), the driver performs it on its kind of
+connection and sends the result back (or throws the driver's :class:`psycopg.Error` into the
+routine), until the routine returns its result. The sync driver (:meth:`pyqueue._sync.Driver._step`) and the asyncio
+driver (:meth:`pyqueue._async.AsyncDriver._step`) are the only code that performs steps (with the
+bookkeeping of :class:`Stepper`); the decisions (when to poll, how long to sleep, when to retry,
+what a pooler breaks) are here.
+
+Steps act on the routine's connection: the one the driver was given, or the listening connection
+taken by :class:`Acquire`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Generator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Generic, TypeVar
+from uuid import uuid4
+
+import psycopg
+
+from . import limits
+from ._ops import M, Op, Ops, QueueOps
+from .durations import Seconds, as_timedelta
+
+__all__ = [
+    "Run", "RunPooled", "Notified", "Sleep", "ClientPid", "NoPrepare", "Acquire", "Release", "Handoff",
+    "Routine", "Stepper", "Listening", "behind_pooler", "start_listening", "poll_waiting", "transaction",
+]
+
+T = TypeVar("T")
+C = TypeVar("C")  # a connection (sync or async)
+
+log = logging.getLogger("pyqueue.client")
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """Run ``op`` on the routine's connection; the result is the op's decoded result."""
+
+    op: Op[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RunPooled:
+    """Run ``op`` on another connection of the queue's pool (not the routine's)."""
+
+    op: Op[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Notified:
+    """Wait up to ``timeout`` seconds for a notification on the routine's connection; the result
+    is True when one arrived."""
+
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Sleep ``seconds`` (no notification can end it)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class ClientPid:
+    """The result is the backend pid libpq was given at connect (``conn.info.backend_pid``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NoPrepare:
+    """Turn off psycopg's prepared statements on the routine's connection."""
+
+
+@dataclass(frozen=True, slots=True)
+class Acquire:
+    """Make a connection that LISTENs on the queue's channel the routine's connection: an idle one
+    kept from an earlier wait, or a new one the driver sets up with :func:`start_listening`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Give the routine's connection back: kept for the next wait when ``keep`` (and it is idle),
+    else closed."""
+
+    keep: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """Hand ``value`` to the driver's caller; the routine resumes (result None) once the caller's
+    block ends without an exception, and is abandoned otherwise."""
+
+    value: Any
+
+
+Step = Run | RunPooled | Notified | Sleep | ClientPid | NoPrepare | Acquire | Release | Handoff
+#: A routine: yields steps, receives their results, returns ``T``.
+Routine = Generator[Step, Any, T]
+
+
+class Stepper(Generic[T, C]):
+    """The bookkeeping of stepping one routine, shared by both drivers, which only perform steps::
+
+        stepper = Stepper(routine, conn)
+        try:
+            while (step := stepper.next()) is not None:
+                try:
+                    stepper.performed(step, perform(step, stepper.held))
+                except psycopg.Error as exc:
+                    stepper.failed(exc)
+            return stepper.result
+        finally:
+            close(stepper.left_open())  # when not None
+
+    ``held`` is the routine's connection: ``conn``, or the one an :class:`Acquire` step got. The
+    stepping stops when the routine returns or yields a :class:`Handoff` (``result`` is then its
+    value; stepping the same routine again resumes it).
+    """
+
+    def __init__(self, routine: Routine[T], conn: C | None) -> None:
+        self.routine = routine
+        self.conn = conn
+        self.held = conn
+        self.result: Any = None
+        self._value: Any = None
+        self._error: psycopg.Error | None = None
+
+    def next(self) -> Step | None:
+        """The next step to perform, or None when the stepping is over (see :attr:`result`)."""
+        value, error, self._value, self._error = self._value, self._error, None, None
+        try:
+            step = self.routine.send(value) if error is None else self.routine.throw(error)
+        except StopIteration as done:
+            self.result = done.value
+            return None
+        if isinstance(step, Handoff):
+            self.result = step.value
+            return None
+        return step
+
+    def performed(self, step: Step, value: Any) -> None:
+        """``step`` gave ``value`` (for :class:`Acquire`, the connection now held)."""
+        self._value = value
+        if isinstance(step, Acquire):
+            self.held = value
+        elif isinstance(step, Release):
+            self.held = None
+
+    def failed(self, exc: psycopg.Error) -> None:
+        """The step raised ``exc``: it is thrown into the routine at the next :meth:`next`."""
+        self._error = exc
+
+    def left_open(self) -> C | None:
+        """The connection acquired and not released (the driver closes it), or None."""
+        return self.held if self.held is not self.conn else None
+
+
+#: How long a LISTEN probe waits for its own notification before concluding that notifications
+#: do not reach this connection (seconds).
+LISTEN_PROBE_TIMEOUT_S = 2.0
+LISTEN_UNAVAILABLE = (
+    "queue %r: notifications do not reach this connection (LISTEN behind a transaction-pooling "
+    "PgBouncer or similar); waiting with timed polls instead (at most idle_check between polls)"
+)
+
+
+@dataclass
+class Listening:
+    """What a queue has learnt about waiting, kept for its life: its LISTEN channel (``dq_channel``,
+    looked up once) and whether notifications reach a LISTENing connection (None until a probe
+    told: only behind a pooler is there anything to probe; False after a failed probe, and the
+    waits become timed polls)."""
+
+    channel: str | None = None
+    available: bool | None = None
+
+
+def behind_pooler(ops: Ops) -> Routine[bool]:
+    """True when a connection pooler (PgBouncer…) sits between the connection and the server: the
+    backend pid libpq was given at connect (the pooler's own cancel key) is not the server
+    process's. Then psycopg's prepared statements, which would be created on one server
+    connection and used on another, are turned off."""
+    server_pid = yield Run(ops.backend_pid())
+    client_pid = yield ClientPid()
+    if server_pid == client_pid:
+        return False
+    yield NoPrepare()
+    return True
+
+
+def channel(ops: QueueOps, state: Listening) -> Routine[str]:
+    """The queue's LISTEN channel, looked up once."""
+    if state.channel is None:
+        state.channel = yield Run(ops.channel())
+    return state.channel
+
+
+def start_listening(ops: QueueOps, state: Listening) -> Routine[None]:
+    """LISTEN on the queue's channel; behind a pooler, first check that a notification sent from
+    another connection arrives (a transaction-pooling PgBouncer hands the session to other clients
+    between transactions, so it would not). Without notifications the waits fall back to timed
+    polls (``state.available`` False), logged once."""
+    pooled = yield from behind_pooler(ops)
+    if state.available is False:
+        return
+    yield Run(ops.listen((yield from channel(ops, state))))
+    if not pooled or state.available:
+        return
+    probe = f"dq_probe_{uuid4().hex}"  # unique, so that no other listener wakes up
+    yield Run(ops.listen(probe))
+    yield RunPooled(ops.notify(probe))
+    if (yield Notified(LISTEN_PROBE_TIMEOUT_S)):
+        yield Run(ops.unlisten(probe))
+        state.available = True
+    else:
+        state.available = False
+        yield Run(ops.unlisten(None))
+        log.warning(LISTEN_UNAVAILABLE, ops.queue)
+
+
+def poll_waiting(
+    ops: QueueOps,
+    state: Listening,
+    cls: type[M],
+    client: Any,
+    max_count: int,
+    lock_timeout: Seconds,
+    wait: Seconds,
+    idle_check: Seconds,
+) -> Routine[list[M]]:
+    """``poll(wait=…)`` on a listening connection (:class:`Acquire`). A kept-open waiting connection
+    may have been closed by the server meanwhile (restart, pg_terminate_backend, idle timeout): on
+    an :class:`psycopg.OperationalError` it retries once on a fresh one, unless the wait is over.
+    A poll whose result was lost with the connection only delays those messages until their lock
+    expires (at-least-once)."""
+    lock_td = as_timedelta(lock_timeout, "lock_timeout")
+    deadline = time.monotonic() + as_timedelta(wait, "wait", allow_zero=True).total_seconds()
+    check_s = as_timedelta(idle_check, "idle_check").total_seconds()
+    for attempt in (1, 2):
+        try:
+            yield Acquire()
+            messages = yield from _wait_cycle(ops, state, cls, client, max_count, lock_td, deadline, check_s)
+        except psycopg.OperationalError:
+            yield Release(keep=False)
+            if attempt == 2 or time.monotonic() >= deadline:
+                raise
+            continue
+        yield Release(keep=True)
+        return messages
+    raise AssertionError("unreachable")
+
+
+def _wait_cycle(
+    ops: QueueOps,
+    state: Listening,
+    cls: type[M],
+    client: Any,
+    max_count: int,
+    lock_td: timedelta,
+    deadline: float,
+    check_s: float,
+) -> Routine[list[M]]:
+    """One ``dq_poll_or_wait`` per cycle: it ends the previous wait, polls, and when nothing came
+    registers the wait and says how long to sleep; then sleep on LISTEN until a notification or
+    that time. An idle consumer thus costs one statement per wake-up. The registration is left
+    in place on return: it expires by itself (at most ``idle_check`` later) and the next call
+    replaces it. The database registers a wait of at most :data:`pyqueue.limits.WAIT_MAX`, so
+    longer waits and idle checks re-register."""
+    first = True
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 and not first:
+            return []
+        first = False
+        max_wait = timedelta(seconds=min(max(remaining, 0.001), check_s, limits.WAIT_MAX.total_seconds()))
+        waited = yield Run(ops.poll_or_wait(max_count, lock_td, max_wait, cls, client))
+        if waited.messages:
+            return list(waited.messages)
+        if remaining <= 0:
+            return []
+        sleep_s = min(waited.wake_in_s, remaining)
+        if sleep_s > 0:
+            yield Sleep(sleep_s) if state.available is False else Notified(sleep_s)
+
+
+def transaction(
+    ops: QueueOps, cls: type[M], client: Any, max_count: int, lock_timeout: Seconds
+) -> Routine[list[M]]:
+    """Exactly-once processing, run inside the driver's transaction: poll, hand the messages to the
+    caller (:class:`Handoff`), and when the caller's block ends normally acknowledge them in the
+    same transaction; returns them."""
+    messages: list[M] = yield Run(ops.poll(max_count, lock_timeout, cls, client))
+    yield Handoff(messages)
+    yield Run(ops.ack_many(messages))
+    return messages

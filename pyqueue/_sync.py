@@ -1,0 +1,174 @@
+"""The sync driver: runs the operations of :mod:`pyqueue._ops` and steps the routines of
+:mod:`pyqueue._routines` on psycopg's blocking connections. It decides nothing: every query,
+argument check and decision comes from those modules (the asyncio twin is :mod:`pyqueue._async`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar, cast
+
+import psycopg
+from psycopg.rows import TupleRow
+from psycopg_pool import ConnectionPool
+
+from . import _routines as routines
+from ._ops import Op, Ops, QueueOps
+from .errors import translating
+
+__all__ = ["Connection", "Driver", "run"]
+
+T = TypeVar("T")
+Connection = psycopg.Connection[TupleRow]
+
+
+def run(conn: psycopg.Connection[Any], op: Op[T]) -> T:
+    """Execute ``op`` on ``conn`` and decode its rows (psycopg errors are not translated here)."""
+    if op.sql is None:
+        return op.decode((), [])
+    cur = conn.execute(op.sql, op.params, binary=op.binary)
+    if cur.description is None:
+        return op.decode((), [])
+    return op.decode([c.name for c in cur.description], cur.fetchall())
+
+
+def _notified(conn: Connection, timeout: float) -> bool:
+    """Whether a notification arrives within ``timeout`` s."""
+    arrived = False
+    for _ in conn.notifies(timeout=timeout, stop_after=1):
+        arrived = True
+    return arrived
+
+
+class Driver:
+    """The I/O of one sync queue: its pool, the connections it keeps LISTENing between waits
+    (one per concurrently waiting thread), and the stepping of routines.
+
+    :param conninfo_or_pool: a libpq connection string (a pool of at most ``pool_size``
+        connections is created, opened and owned) or a :class:`psycopg_pool.ConnectionPool`.
+    """
+
+    def __init__(self, conninfo_or_pool: str | ConnectionPool[Any], ops: QueueOps, pool_size: int) -> None:
+        self._ops = ops
+        #: The queue's name, its install's schema (None: search_path) and its payload serializers.
+        self.queue, self.schema, self.serializers = ops.queue, ops.schema, ops.serializers
+        self._listening = routines.Listening()
+        self._listeners: list[Connection] = []
+        self._listeners_lock = threading.Lock()
+        self._owns_pool = isinstance(conninfo_or_pool, str)
+        settings = ops.pool_settings(pool_size, "pyqueue")
+        self._pool: ConnectionPool[Any] = (
+            ConnectionPool(conninfo_or_pool, configure=self._configure, open=True, **settings)
+            if isinstance(conninfo_or_pool, str) else conninfo_or_pool
+        )
+
+    def _configure(self, conn: Connection) -> None:
+        """Pool hook for new connections: behind a pooler, no prepared statements."""
+        self._step(routines.behind_pooler(Ops()), conn)
+
+    def close(self) -> None:
+        """Close the waiting connections, and the pool if this queue created it."""
+        with self._listeners_lock:
+            listeners, self._listeners = self._listeners, []
+        for conn in listeners:
+            conn.close()
+        if self._owns_pool:
+            self._pool.close()
+
+    @property
+    def pool(self) -> ConnectionPool[Any]:
+        """The connection pool the queue runs on."""
+        return self._pool
+
+    @contextmanager
+    def _conn(self, conn: Connection | None) -> Iterator[Connection]:
+        """``conn``, or a pooled connection; psycopg errors leave as :class:`pyqueue.PyQueueError`."""
+        with translating():
+            if conn is not None:
+                yield conn
+                return
+            c: Connection | None = None
+            try:
+                with self._pool.connection() as c:
+                    yield c
+            except psycopg.OperationalError:
+                # What cut this connection (a server restart, pg_terminate_backend) usually cut the
+                # pool's idle ones too, which the pool finds out only as it hands them out: check
+                # them now, so that a retry gets a live connection and not the next cut one.
+                if c is not None and c.broken:
+                    self._pool.check()
+                raise
+
+    def _run(self, op: Op[T], conn: Connection | None = None) -> T:
+        if op.sql is None:  # nothing to run (an empty batch): no connection either
+            return op.decode((), [])
+        with self._conn(conn) as c:
+            return run(c, op)
+
+    def _take_listener(self) -> Connection:
+        """An idle LISTENing connection, or a new one (the pool's conninfo and kwargs) set up by
+        :func:`pyqueue._routines.start_listening`."""
+        with self._listeners_lock:
+            conn = self._listeners.pop() if self._listeners else None
+        if conn is not None and not conn.closed:
+            return conn
+        conninfo = self._pool.conninfo() if callable(self._pool.conninfo) else self._pool.conninfo
+        pool_kwargs = self._pool.kwargs() if callable(self._pool.kwargs) else self._pool.kwargs
+        kwargs = {k: v for k, v in (pool_kwargs or {}).items() if k != "autocommit"}
+        conn = psycopg.connect(conninfo, autocommit=True, **kwargs)
+        try:
+            self._step(routines.start_listening(self._ops, self._listening), conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _give_back(self, conn: Connection, keep: bool) -> None:
+        if keep and not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            with self._listeners_lock:
+                self._listeners.append(conn)
+        else:
+            conn.close()
+
+    def _step(self, routine: routines.Routine[T], conn: Connection | None = None) -> T:
+        """Perform the steps of ``routine`` on ``conn`` (or the connection it acquires) until it
+        returns, or until it hands a value over (:class:`Handoff`: that value is returned, and the
+        next call resumes the routine). A connection acquired and not released is closed."""
+        stepper: routines.Stepper[T, Connection] = routines.Stepper(routine, conn)
+        try:
+            while (step := stepper.next()) is not None:
+                try:
+                    stepper.performed(step, self._perform(step, stepper.held))
+                except psycopg.Error as exc:
+                    stepper.failed(exc)
+            return cast(T, stepper.result)
+        finally:
+            if (left := stepper.left_open()) is not None:
+                left.close()
+
+    def _perform(self, step: Any, held: Connection | None) -> Any:
+        if isinstance(step, routines.Acquire):
+            return self._take_listener()
+        if isinstance(step, routines.Release):
+            if held is not None:
+                self._give_back(held, step.keep)
+            return None
+        if isinstance(step, routines.RunPooled):
+            with self._pool.connection() as other:
+                return run(other, step.op)
+        if isinstance(step, routines.Sleep):
+            time.sleep(step.seconds)
+            return None
+        if held is None:
+            raise AssertionError(f"{step} needs a connection")
+        if isinstance(step, routines.Run):
+            return run(held, step.op)
+        if isinstance(step, routines.Notified):
+            return _notified(held, step.timeout)
+        if isinstance(step, routines.ClientPid):
+            return held.info.backend_pid
+        held.prepare_threshold = None  # NoPrepare
+        return None

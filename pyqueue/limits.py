@@ -1,0 +1,65 @@
+"""The size and count limits of the queue, in one place for the Python side.
+
+The database enforces each of them (the ``dq_*`` functions raise the SQLSTATE given below, see
+docs/api.md); the binding checks a few of them itself before any I/O (the queue name of a
+:class:`pyqueue.DelayedQueue`, a payload type registered in a
+:class:`pyqueue.SerializerRegistry`, a worker's batch size) and names them in its docstrings.
+``tests/test_parity.py`` checks that the database enforces exactly these values.
+
+Lengths are in characters (``char_length``), counts in elements or messages, sizes in bytes.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Final
+
+__all__ = [
+    "QUEUE_CHARS",
+    "KEY_CHARS",
+    "PAYLOAD_TYPE_CHARS",
+    "ERROR_CHARS",
+    "POLL_MAX_COUNT",
+    "OFFER_MANY_MAX_ITEMS",
+    "REDRIVE_MAX_COUNT",
+    "CRON_NAME_CHARS",
+    "CRON_SCHEDULE_CHARS",
+    "CRON_LOOKAHEAD_MAX",
+    "OCCURRENCES_MAX_COUNT",
+    "PAYLOAD_BYTES_DEFAULT",
+    "PAYLOAD_BYTES_MIN",
+    "PAYLOAD_BYTES_MAX",
+    "WAIT_MAX",
+]
+
+#: A queue name (and a dead-letter queue name): 1 to 100 characters; longer raises 22001.
+QUEUE_CHARS: Final = 100
+#: A message key: 1 to 200 characters; longer raises 22001.
+KEY_CHARS: Final = 200
+#: A payload type tag: 1 to 100 characters; longer raises 22001.
+PAYLOAD_TYPE_CHARS: Final = 100
+#: The error text of a negative acknowledgement (``dq_nack``): at most 10,000 characters (22001).
+ERROR_CHARS: Final = 10_000
+#: Messages one poll acquires (``dq_poll_many``, ``dq_poll_or_wait``): 1 to 10,000 (22023).
+POLL_MAX_COUNT: Final = 10_000
+#: Items of one ``dq_offer_many`` call: at most 100,000 (54000).
+OFFER_MANY_MAX_ITEMS: Final = 100_000
+#: Dead letters one ``dq_redrive`` call moves: 1 to 100,000 (22023).
+REDRIVE_MAX_COUNT: Final = 100_000
+#: A cron schedule's name: 1 to 100 characters (22001).
+CRON_NAME_CHARS: Final = 100
+#: A cron schedule expression: at most 1,000 characters (22001).
+CRON_SCHEDULE_CHARS: Final = 1_000
+#: How far ahead a cron schedule installs its occurrences: more than 0, at most 366 days (22023).
+CRON_LOOKAHEAD_MAX: Final = timedelta(days=366)
+#: Instants one ``dq_cron_occurrences`` call returns: 1 to 10,000 (22023).
+OCCURRENCES_MAX_COUNT: Final = 10_000
+#: The payload limit of a queue never configured otherwise: 1 MiB (an offer over it raises 54000).
+PAYLOAD_BYTES_DEFAULT: Final = 1_048_576
+#: The smallest payload limit ``dq_configure_queue`` accepts (22023 below it).
+PAYLOAD_BYTES_MIN: Final = 1_024
+#: The largest payload limit ``dq_configure_queue`` accepts: 1 GiB (22023 above it).
+PAYLOAD_BYTES_MAX: Final = 1_073_741_824
+#: The longest wait one ``dq_wait`` / ``dq_poll_or_wait`` registers (22023 beyond it): longer waits
+#: are made of several registrations.
+WAIT_MAX: Final = timedelta(hours=1)
