@@ -1,0 +1,2 @@
+-- The comment is left as it is: it describes the table in every release.
+SELECT 1;
