@@ -165,7 +165,13 @@ class Statements:
         "coalesce(%(after)s::timestamptz, now()), coalesce(%(until)s::timestamptz, 'infinity'), %(max_count)s) AS o"
     )
     # Not in the install's schema: built-in functions.
-    try_advisory_lock: str = "SELECT pg_try_advisory_lock(%(key)s) AS locked"
+    # The key of the install in public; another install's key is derived from its schema, so that
+    # the tickers of two installs in one database do not stand each other by.
+    try_advisory_lock: str = (
+        "SELECT pg_try_advisory_lock(CASE n.nspname WHEN 'public' THEN %(key)s "
+        "ELSE hashtextextended('dq_cron_tick@' || n.nspname, 0) END) AS locked "
+        "FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = '{s}dq_cron_tick()'::regprocedure"
+    )
     backend_pid: str = "SELECT pg_backend_pid() AS pid"
     notify: str = "SELECT pg_notify(%(channel)s, '')"
 

@@ -29,7 +29,6 @@ from uuid import UUID
 
 from psycopg_pool import AsyncConnectionPool
 
-from . import _async
 from . import _routines as routines
 from ._async import AsyncConnection, AsyncDriver, run
 from ._ops import Ops, QueueOps
@@ -40,8 +39,6 @@ from .model import Batch, LockedMessage, OfferOutcome, OfferRequest, QueueStats,
 from .serializers import SerializerRegistry
 from .serializers import registry as default_registry
 
-#: The pool's conninfo or kwargs, resolved (used by the asyncio worker).
-_resolve = _async.resolve
 
 __all__ = [
     "AsyncDelayedQueue", "AsyncMessage", "AsyncQueueCron", "AsyncTransactionalBatch", "AsyncWorker", "all_stats",

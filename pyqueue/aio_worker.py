@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 
+from ._async import resolve
 from .aio import AsyncDelayedQueue, AsyncMessage
 from .delivery import Backoff, Delivery, Op, Stepper, Steps, WorkerCore, stop_signals
 from .durations import Seconds
@@ -91,9 +92,8 @@ class AsyncWorker(WorkerCore):
         self._heartbeat = asyncio.create_task(self._drive(self.heartbeat_steps()), name="pyqueue-heartbeat")
         try:
             with stop_signals(self._on_signal) if install_signal_handlers else nullcontext():
-                conninfo: Any = self.queue.pool.conninfo
-                conninfo = conninfo() if callable(conninfo) else conninfo
-                ticker = self._start_cron_ticker(await conninfo if inspect.isawaitable(conninfo) else conninfo)
+                conninfo = await resolve(self.queue.pool.conninfo)
+                ticker = self._start_cron_ticker(conninfo, self.queue.schema)
                 await self._drive(self.run_steps(self.queue.queue, ticker))
         finally:
             await self._finish()

@@ -41,9 +41,9 @@ def _dsn(args: argparse.Namespace) -> str:
 def _cmd_migrate(args: argparse.Namespace) -> int:
     dsn = _dsn(args)
     if args.dry_run:
-        print("pending:", ", ".join(pending(dsn, schema=args.schema)) or "nothing")
+        print("pending:", ", ".join(pending(dsn, schema=args.schema or "public")) or "nothing")
         return 0
-    applied = migrate(dsn, schema=args.schema)
+    applied = migrate(dsn, schema=args.schema or "public")
     print("applied:", ", ".join(applied) or "no schema step pending", "; functions of sql/ checked")
     return 0
 
@@ -109,14 +109,15 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         from .aio import AsyncDelayedQueue, AsyncWorker
 
         async def main() -> None:
-            async with AsyncDelayedQueue(_dsn(args), args.queue, pool_size=args.concurrency + 2) as q:
+            pool_size = args.concurrency + 2
+            async with AsyncDelayedQueue(_dsn(args), args.queue, pool_size=pool_size, schema=args.schema) as q:
                 worker = AsyncWorker(q, handler, **settings)
                 with stop_signals(_first_stops_second_exits(worker)):
                     await worker.run(install_signal_handlers=False)
 
         asyncio.run(main())
         return 0
-    with DelayedQueue(_dsn(args), args.queue, pool_size=args.concurrency + 2) as q:
+    with DelayedQueue(_dsn(args), args.queue, pool_size=args.concurrency + 2, schema=args.schema) as q:
         worker = Worker(q, handler, **settings)
         with stop_signals(_first_stops_second_exits(worker)):
             worker.run(install_signal_handlers=False)
@@ -267,7 +268,6 @@ def build_parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help_, parents=[common])
 
     p = add("migrate", "install or upgrade the schema and functions")
-    p.add_argument("--schema", default="public", help="install schema, created when absent (default: public)")
     p.add_argument("--dry-run", action="store_true", help="list pending schema steps only")
     p.set_defaults(func=_cmd_migrate)
 

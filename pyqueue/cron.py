@@ -51,7 +51,8 @@ __all__ = [
 log = logging.getLogger("pyqueue.cron")
 
 #: The session advisory lock a :class:`CronTicker` holds while it ticks (``pg_try_advisory_lock``
-#: with this bigint key): at most one ticker per database works at a time.
+#: with this bigint key, for the install in ``public``; an install in another schema uses
+#: ``hashtextextended('dq_cron_tick@' || schema, 0)``): at most one ticker per install works at a time.
 TICKER_LOCK_KEY = 0x64715F63726F6E  # b"dq_cron"
 
 

@@ -352,7 +352,7 @@ class WorkerCore:
     def stop(self) -> None:  # pragma: no cover - every driver defines it
         raise NotImplementedError
 
-    def _start_cron_ticker(self, conninfo: Any) -> Any:
+    def _start_cron_ticker(self, conninfo: Any, schema: str | None) -> Any:
         """With ``cron_tick``: a started :class:`pyqueue.cron.CronTicker` thread driving
         ``dq_cron_tick()`` (one ticker per database works at a time, by an advisory lock; the
         others stand by); None without."""
@@ -360,7 +360,7 @@ class WorkerCore:
             return None
         from .cron import CronTicker
 
-        ticker = CronTicker(conninfo, every=self.cron_tick)
+        ticker = CronTicker(conninfo, every=self.cron_tick, schema=schema)
         ticker.start()
         self._log.info("cron ticker started: dq_cron_tick() every %s while this worker holds the tick lock",
                        self.cron_tick)

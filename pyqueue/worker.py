@@ -148,7 +148,7 @@ class Worker(WorkerCore):
         heartbeat.start()
         try:
             with stop_signals(self._on_signal) if install_signal_handlers else nullcontext():
-                ticker = self._start_cron_ticker(_conninfo(self.queue.pool.conninfo))
+                ticker = self._start_cron_ticker(_conninfo(self.queue.pool.conninfo), self.queue.schema)
                 self._drive(self.run_steps(self.queue.queue, ticker))
         finally:
             self._finished.set()

@@ -104,9 +104,7 @@ CLASS_PAIRS: list[Any] = [
     (client.Message, aio.AsyncMessage, {"payload", "is_redelivery", "settled"}, {}),
     (cron.QueueCron, aio_cron.AsyncQueueCron, set(), {}),
     (client.TransactionalBatch, aio.AsyncTransactionalBatch, {"message"}, {}),
-    pytest.param(worker.Worker, aio_worker.AsyncWorker, {"stop"}, {}, marks=pytest.mark.xfail(
-        strict=True, reason="Worker.run lacks install_signal_handlers until the worker redesign is merged; "
-                            "remove this mark then")),
+    (worker.Worker, aio_worker.AsyncWorker, {"stop"}, {}),
 ]
 
 
