@@ -39,7 +39,6 @@ from .model import Batch, LockedMessage, OfferOutcome, OfferRequest, QueueStats,
 from .serializers import SerializerRegistry
 from .serializers import registry as default_registry
 
-
 __all__ = [
     "AsyncDelayedQueue", "AsyncMessage", "AsyncQueueCron", "AsyncTransactionalBatch", "AsyncWorker", "all_stats",
 ]

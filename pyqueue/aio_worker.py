@@ -18,8 +18,7 @@ import psycopg
 
 from ._async import resolve
 from .aio import AsyncDelayedQueue, AsyncMessage
-from .delivery import Backoff, Delivery, Op, Stepper, Steps, WorkerCore, stop_signals
-from .durations import Seconds
+from .delivery import Delivery, Op, Stepper, Steps, WorkerCore, stop_signals
 from .errors import PyQueueError
 
 __all__ = ["AsyncWorker", "AsyncHandler"]
@@ -30,7 +29,7 @@ log = logging.getLogger("pyqueue.aio")
 AsyncHandler = Callable[[AsyncMessage], Awaitable[Any] | Any]
 
 
-class AsyncWorker(WorkerCore):
+class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
     """Consume ``queue`` with ``handler`` in an asyncio event loop; the twin of :class:`pyqueue.Worker`
     (same parameters, defaults, errors and delivery guarantees).
 
@@ -42,26 +41,10 @@ class AsyncWorker(WorkerCore):
     --async`` exits at once on a second signal).
     """
 
-    def __init__(
-        self,
-        queue: AsyncDelayedQueue,
-        handler: AsyncHandler,
-        *,
-        concurrency: int = 4,
-        batch_size: int | None = None,
-        lock_timeout: Seconds = timedelta(seconds=30),
-        idle_check: Seconds = timedelta(seconds=5),
-        backoff: Backoff | None = None,
-        shutdown_grace: Seconds = timedelta(seconds=30),
-        cron_tick: Seconds | None = None,
-    ) -> None:
-        super().__init__(
-            handler, concurrency=concurrency, batch_size=batch_size, lock_timeout=lock_timeout,
-            idle_check=idle_check, backoff=backoff, shutdown_grace=shutdown_grace, cron_tick=cron_tick,
-            logger=log,
-        )
-        self.queue = queue
-        self._is_coroutine = inspect.iscoroutinefunction(handler)
+    _log = log
+
+    def _setup(self) -> None:
+        self._is_coroutine = inspect.iscoroutinefunction(self.handler)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
         self._stopped: asyncio.Task[Any] | None = None  # ends at the stop: what idle waits race against

@@ -26,11 +26,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import FrameType
-from typing import Any
+from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 from .durations import Seconds, as_timedelta
 from .errors import InvalidArgument, PyQueueError
+from .limits import POLL_MAX_COUNT
 
 __all__ = [
     "Backoff", "Delivery", "DeliveryStateError", "Deliveries", "Op", "State", "WorkerCore", "WorkerStats",
@@ -276,6 +277,10 @@ class Op(enum.Enum):
 
 Step = tuple[Any, ...]
 Steps = Generator[Step, Any, Any]
+#: The queue (:class:`pyqueue.DelayedQueue` or :class:`pyqueue.aio.AsyncDelayedQueue`) and the
+#: handler type of a worker.
+Q = TypeVar("Q")
+H = TypeVar("H")
 
 
 class Stepper:
@@ -298,27 +303,32 @@ class Stepper:
             return None
 
 
-class WorkerCore:
+class WorkerCore(Generic[Q, H]):
     """Settings, counters, deliveries and the decisions of a worker; :class:`pyqueue.Worker` and
-    :class:`pyqueue.aio.AsyncWorker` add only their I/O (a driver for the :class:`Op` steps)."""
+    :class:`pyqueue.aio.AsyncWorker` add only their I/O (a driver for the :class:`Op` steps, set up
+    in :meth:`_setup`). The parameters are those documented on :class:`pyqueue.Worker`."""
+
+    #: The driver's logger (``pyqueue.worker`` or ``pyqueue.aio``).
+    _log: logging.Logger
 
     def __init__(
         self,
-        handler: Callable[[Any], Any],
+        queue: Q,
+        handler: H,
         *,
-        concurrency: int,
-        batch_size: int | None,
-        lock_timeout: Seconds,
-        idle_check: Seconds,
-        backoff: Backoff | None,
-        shutdown_grace: Seconds,
-        cron_tick: Seconds | None,
-        logger: logging.Logger,
+        concurrency: int = 4,
+        batch_size: int | None = None,
+        lock_timeout: Seconds = timedelta(seconds=30),
+        idle_check: Seconds = timedelta(seconds=5),
+        backoff: Backoff | None = None,
+        shutdown_grace: Seconds = timedelta(seconds=30),
+        cron_tick: Seconds | None = None,
     ) -> None:
         if concurrency < 1:
             raise InvalidArgument(f"concurrency is {concurrency}, it must be at least 1")
-        if batch_size is not None and not 1 <= batch_size <= 10000:
-            raise InvalidArgument(f"batch_size is {batch_size}, it must be between 1 and 10000")
+        if batch_size is not None and not 1 <= batch_size <= POLL_MAX_COUNT:
+            raise InvalidArgument(f"batch_size is {batch_size}, it must be between 1 and {POLL_MAX_COUNT}")
+        self.queue = queue
         self.handler = handler
         self.concurrency = concurrency
         self.batch_size = batch_size or concurrency
@@ -329,11 +339,14 @@ class WorkerCore:
         self.cron_tick = None if cron_tick is None else as_timedelta(cron_tick, "cron_tick")
         self.stats = WorkerStats()
         self._deliveries = Deliveries(self.stats)
-        self._log = logger
         self._stopping = False
         self._signals = 0
         self._poll_failures = 0
         self._backlog = False  # the last poll came back full: more is probably due
+        self._setup()
+
+    def _setup(self) -> None:
+        """The driver's own state (threads or tasks), set up at the end of ``__init__``."""
 
     # -- control -------------------------------------------------------------------------------
     def _request_stop(self) -> None:

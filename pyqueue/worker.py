@@ -27,7 +27,6 @@ from typing import Any
 
 from .client import DelayedQueue, Message
 from .delivery import Backoff, Delivery, Op, Stepper, Steps, WorkerCore, WorkerStats, stop_signals
-from .durations import Seconds
 from .errors import PyQueueError
 
 __all__ = ["Worker", "Backoff", "WorkerStats"]
@@ -67,7 +66,7 @@ class _Waker:
         self._w.close()
 
 
-class Worker(WorkerCore):
+class Worker(WorkerCore[DelayedQueue, Handler]):
     """Consume ``queue`` with ``handler`` until stopped.
 
     :param queue: the :class:`DelayedQueue` to consume (its pool should allow ``concurrency + 2``
@@ -98,25 +97,9 @@ class Worker(WorkerCore):
     transaction-pooling PgBouncer), the queue falls back to timed polls and logs it once.
     """
 
-    def __init__(
-        self,
-        queue: DelayedQueue,
-        handler: Handler,
-        *,
-        concurrency: int = 4,
-        batch_size: int | None = None,
-        lock_timeout: Seconds = timedelta(seconds=30),
-        idle_check: Seconds = timedelta(seconds=5),
-        backoff: Backoff | None = None,
-        shutdown_grace: Seconds = timedelta(seconds=30),
-        cron_tick: Seconds | None = None,
-    ) -> None:
-        super().__init__(
-            handler, concurrency=concurrency, batch_size=batch_size, lock_timeout=lock_timeout,
-            idle_check=idle_check, backoff=backoff, shutdown_grace=shutdown_grace, cron_tick=cron_tick,
-            logger=log,
-        )
-        self.queue = queue
+    _log = log
+
+    def _setup(self) -> None:
         self._waker: _Waker | None = None  # while run() runs
         self._finished = threading.Event()  # set once no handler runs any more: ends the heartbeat
         self._handlers: set[Future[Any]] = set()

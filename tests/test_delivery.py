@@ -153,7 +153,9 @@ def test_illegal_transitions_raise() -> None:
 
 # -- the decisions ----------------------------------------------------------------------------------
 
-class Core(WorkerCore):
+class Core(WorkerCore[None, Any]):
+    _log = logging.getLogger("test")
+
     def stop(self) -> None:
         self._request_stop()
 
@@ -162,7 +164,7 @@ def core(**settings: Any) -> Core:
     options: dict[str, Any] = {"concurrency": 4, "batch_size": None, "lock_timeout": LOCK, "idle_check": 5,
                                "backoff": Backoff(jitter=0), "shutdown_grace": 1, "cron_tick": None}
     options.update(settings)
-    return Core(print, logger=logging.getLogger("test"), **options)
+    return Core(None, print, **options)
 
 
 def test_settings_are_checked_as_durations() -> None:
