@@ -25,9 +25,9 @@ SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SE
 -- Move the given rows (locked by the caller's transaction) to dead_letter_queue, archiving them
 -- with outcome dead (dq__archive). A row still carrying its lock token died of lock expiry: that is
 -- recorded as its last error, at the time the lock expired (its scheduled_at). Concurrency: the
--- caller holds the rows' locks (poll's FOR UPDATE SKIP LOCKED, nack's UPDATE). The insert is a plain INSERT in bytewise key order, the order every
--- insert into dq_messages uses: it cannot conflict (dead_from_id is the unique id of the row that
--- died).
+-- caller holds the rows' locks (poll's FOR UPDATE SKIP LOCKED, nack's UPDATE). The insert is a
+-- plain INSERT in bytewise key order, the order every insert into dq_messages uses: it cannot
+-- conflict (dead_from_id is the unique id of the row that died).
 CREATE OR REPLACE FUNCTION dq__dead_letter(ids bigint[], dead_letter_queue text, at timestamptz)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE

@@ -173,7 +173,8 @@ AS $$
 DECLARE
     v_count integer;
 BEGIN
-    dq_prune_archive.batch_size := dq__check_range('dq_prune_archive', 'batch_size', dq_prune_archive.batch_size, 1, 1000000);
+    dq_prune_archive.batch_size := dq__check_range('dq_prune_archive', 'batch_size',
+                                                   dq_prune_archive.batch_size, 1, 1000000);
     DELETE FROM dq_archive a
      WHERE a.archive_id IN (
         SELECT old.archive_id
