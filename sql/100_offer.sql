@@ -28,16 +28,13 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_type     text := coalesce(dq_offer.payload_type, 'bytes');
+    v_type     text;
     v_inserted boolean;
     v_outcome  text;
+    v_woken    boolean;
 BEGIN
-    IF dq_offer.queue IS NULL OR dq_offer.queue = '' OR char_length(dq_offer.queue) > 100 THEN
-        PERFORM dq__raise_bad_name('dq_offer', 'queue', dq_offer.queue, 100);
-    END IF;
-    IF dq_offer.key IS NULL OR dq_offer.key = '' OR char_length(dq_offer.key) > 200 THEN
-        PERFORM dq__raise_bad_name('dq_offer', 'key', dq_offer.key, 200);
-    END IF;
+    dq_offer.queue := dq__check_name('dq_offer', 'queue', dq_offer.queue, 100);
+    dq_offer.key := dq__check_name('dq_offer', 'key', dq_offer.key, 200);
     IF dq_offer.payload IS NULL THEN
         PERFORM dq__raise_null('dq_offer', 'payload');
     END IF;
@@ -51,9 +48,7 @@ BEGIN
     IF dq_offer.can_update IS NULL THEN
         PERFORM dq__raise_null('dq_offer', 'can_update');
     END IF;
-    IF v_type = '' OR char_length(v_type) > 100 THEN
-        PERFORM dq__raise_bad_name('dq_offer', 'payload_type', v_type, 100);
-    END IF;
+    v_type := dq__check_name('dq_offer', 'payload_type', coalesce(dq_offer.payload_type, 'bytes'), 100);
 
     IF dq_offer.can_update THEN
         INSERT INTO dq_messages AS m
@@ -87,14 +82,8 @@ BEGIN
         RETURN 'ignored';
     END IF;
     v_outcome := CASE WHEN v_inserted THEN 'created' ELSE 'updated' END;
-
-    -- Wake a waiter that would otherwise sleep past this message's due time (sql/010_wait.sql):
-    -- the inline guard is one index probe; dq__wake checks the waiter's session is alive.
-    IF EXISTS (SELECT 1 FROM dq_waiters w
-                WHERE w.queue = dq_offer.queue
-                  AND w.wake_at > greatest(dq_offer.scheduled_at, clock_timestamp())) THEN
-        PERFORM dq__wake(dq_offer.queue, dq_offer.scheduled_at);
-    END IF;
+    -- Wake a waiter that would otherwise sleep past this message's due time (sql/010_wait.sql).
+    v_woken := dq__wake(dq_offer.queue, dq_offer.scheduled_at);
     RETURN v_outcome;
 END;
 $$;
@@ -177,10 +166,9 @@ DECLARE
     v_big        bigint;
     v_big_len    integer;
     v_limit      integer;
+    v_woken      boolean;
 BEGIN
-    IF dq__offer_many.queue IS NULL OR dq__offer_many.queue = '' OR char_length(dq__offer_many.queue) > 100 THEN
-        PERFORM dq__raise_bad_name(fn, 'queue', dq__offer_many.queue, 100);
-    END IF;
+    dq__offer_many.queue := dq__check_name(fn, 'queue', dq__offer_many.queue, 100);
     IF dq__offer_many.keys IS NULL THEN
         PERFORM dq__raise_null(fn, 'keys');
     END IF;
@@ -320,12 +308,7 @@ BEGIN
 
     -- Wake a waiter that would sleep past the earliest created/updated message (sql/010_wait.sql);
     -- v_changed_at is NULL when every element was ignored.
-    IF v_changed_at IS NOT NULL AND EXISTS (
-            SELECT 1 FROM dq_waiters w
-             WHERE w.queue = dq__offer_many.queue
-               AND w.wake_at > greatest(v_changed_at, clock_timestamp())) THEN
-        PERFORM dq__wake(dq__offer_many.queue, v_changed_at);
-    END IF;
+    v_woken := dq__wake(dq__offer_many.queue, v_changed_at);
     RETURN QUERY SELECT r.k, r.o FROM unnest(v_keys, v_outcomes) AS r(k, o);
 END;
 $$;

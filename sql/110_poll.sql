@@ -41,16 +41,8 @@ DECLARE
     v_dlq     text;
     v_until   timestamptz;
 BEGIN
-    IF dq_poll_many.queue IS NULL OR dq_poll_many.queue = '' OR char_length(dq_poll_many.queue) > 100 THEN
-        PERFORM dq__raise_bad_name('dq_poll_many', 'queue', dq_poll_many.queue, 100);
-    END IF;
-    IF dq_poll_many.max_count IS NULL THEN
-        PERFORM dq__raise_null('dq_poll_many', 'max_count');
-    END IF;
-    IF dq_poll_many.max_count < 1 OR dq_poll_many.max_count > 10000 THEN
-        RAISE EXCEPTION 'dq_poll_many: max_count is %, it must be between 1 and 10000', dq_poll_many.max_count
-            USING ERRCODE = '22023';
-    END IF;
+    dq_poll_many.queue := dq__check_name('dq_poll_many', 'queue', dq_poll_many.queue, 100);
+    dq_poll_many.max_count := dq__check_range('dq_poll_many', 'max_count', dq_poll_many.max_count, 1, 10000);
     -- The lock expiry, checked by its effect (positive, within the stored range).
     v_until := dq__time_after('dq_poll_many', 'lock_timeout', dq_poll_many.lock_timeout, v_now, false);
 

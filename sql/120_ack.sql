@@ -13,10 +13,50 @@
 -- keep it after the table grew (tests/test_plans.py); sequential scans are off in these functions,
 -- so the lock-token index is used at every size, and JIT with them (see sql/110_poll.sql).
 -- Archive: in a queue configured with archive => true, the acknowledged row goes to
--- dq_archive (outcome 'acked') in the same statement as its delete, so both or neither happen.
+-- dq_archive (outcome 'acked', dq__archive) in the same transaction as its delete.
 -- Pin the search_path to the install schema (sql/000_common.sql).
 SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
 
+-- The archive. Every statement that deletes messages for good except dq_purge (acknowledged,
+-- cancelled, dead-lettered) hands the deleted rows to dq__archive in the same transaction, so the
+-- delete and its archive rows commit together or not at all. Only rows of a queue configured with
+-- archive => true are kept. An archive row keeps the message's id, queue, key, payload,
+-- payload_type, scheduled_at_initially, created_at, delivery_count and last_error; scheduled_at is
+-- when its last delivery was due (due_at, else its scheduled_at), acked_at the time of the outcome.
+-- Callers collect the rows with DELETE .. RETURNING m (the whole row) and assign the result
+-- (`v := dq__archive(...)`), which PL/pgSQL evaluates as a simple expression.
+-- Cost (measured): an ack in a queue that does not archive takes about 2 us more than with the
+-- INSERT written into its DELETE statement (here it is a statement of its own, finding nothing to
+-- insert); a probe of dq_queues first would cost 8 us more in every archiving queue. Plans are
+-- generic: called from dq_ack (enable_seqscan off) a custom plan was re-made on every call (45 us).
+CREATE OR REPLACE FUNCTION dq__archive(gone dq_messages[], outcome text, at timestamptz)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    IF gone IS NULL THEN
+        RETURN 0;
+    END IF;
+    INSERT INTO dq_archive (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially,
+                            created_at, delivery_count, outcome, acked_at, last_error)
+    SELECT g.id, g.queue, g.key, g.payload, g.payload_type, coalesce(g.due_at, g.scheduled_at), g.scheduled_at_initially,
+           g.created_at, g.delivery_count, dq__archive.outcome, dq__archive.at, g.last_error
+      FROM unnest(dq__archive.gone) g
+     WHERE EXISTS (SELECT 1 FROM dq_queues q WHERE q.queue = g.queue AND q.archive);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+COMMENT ON FUNCTION dq__archive(dq_messages[], text, timestamptz) IS
+  'Internal: archives the deleted rows gone of queues configured with archive => true, with outcome (acked, cancelled, dead) at the given time; returns how many were archived.';
+REVOKE ALL ON FUNCTION dq__archive(dq_messages[], text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- Written out beside its twin dq_ack(uuid[]) below: delegating to it costs 22 us per ack
+-- (measured: 29 -> 51 us).
 CREATE OR REPLACE FUNCTION dq_ack(lock_token uuid)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
@@ -27,22 +67,18 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_count integer;
+    v_gone     dq_messages[];
+    v_archived integer;
 BEGIN
     IF dq_ack.lock_token IS NULL THEN
         PERFORM dq__raise_null('dq_ack', 'lock_token');
     END IF;
     WITH gone AS (
-        DELETE FROM dq_messages m WHERE m.lock_token = dq_ack.lock_token RETURNING m.*
-    ), archived AS (
-        INSERT INTO dq_archive (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, delivery_count, outcome, acked_at, last_error)
-        SELECT g.id, g.queue, g.key, g.payload, g.payload_type, coalesce(g.due_at, g.scheduled_at), g.scheduled_at_initially,
-               g.created_at, g.delivery_count, 'acked', clock_timestamp(), g.last_error
-          FROM gone g
-         WHERE EXISTS (SELECT 1 FROM dq_queues q WHERE q.queue = g.queue AND q.archive)
+        DELETE FROM dq_messages m WHERE m.lock_token = dq_ack.lock_token RETURNING m
     )
-    SELECT count(*) INTO v_count FROM gone;
-    RETURN v_count > 0;
+    SELECT array_agg(gone.m) INTO v_gone FROM gone;
+    v_archived := dq__archive(v_gone, 'acked', clock_timestamp());
+    RETURN v_gone IS NOT NULL;
 END;
 $$;
 COMMENT ON FUNCTION dq_ack(uuid) IS
@@ -60,22 +96,18 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_count integer;
+    v_gone     dq_messages[];
+    v_archived integer;
 BEGIN
     IF dq_ack.lock_tokens IS NULL THEN
         PERFORM dq__raise_null('dq_ack', 'lock_tokens');
     END IF;
     WITH gone AS (
-        DELETE FROM dq_messages m WHERE m.lock_token = ANY (dq_ack.lock_tokens) RETURNING m.*
-    ), archived AS (
-        INSERT INTO dq_archive (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, delivery_count, outcome, acked_at, last_error)
-        SELECT g.id, g.queue, g.key, g.payload, g.payload_type, coalesce(g.due_at, g.scheduled_at), g.scheduled_at_initially,
-               g.created_at, g.delivery_count, 'acked', clock_timestamp(), g.last_error
-          FROM gone g
-         WHERE EXISTS (SELECT 1 FROM dq_queues q WHERE q.queue = g.queue AND q.archive)
+        DELETE FROM dq_messages m WHERE m.lock_token = ANY (dq_ack.lock_tokens) RETURNING m
     )
-    SELECT count(*) INTO v_count FROM gone;
-    RETURN v_count;
+    SELECT array_agg(gone.m) INTO v_gone FROM gone;
+    v_archived := dq__archive(v_gone, 'acked', clock_timestamp());
+    RETURN coalesce(cardinality(v_gone), 0);
 END;
 $$;
 COMMENT ON FUNCTION dq_ack(uuid[]) IS
@@ -100,6 +132,7 @@ DECLARE
     v_max    integer;
     v_dlq    text;
     v_now    timestamptz;
+    v_woken  boolean;
 BEGIN
     IF dq_nack.lock_token IS NULL THEN
         PERFORM dq__raise_null('dq_nack', 'lock_token');
@@ -126,10 +159,7 @@ BEGIN
         PERFORM dq__dead_letter(ARRAY[v_id], v_dlq, clock_timestamp());
         RETURN true;
     END IF;
-    IF EXISTS (SELECT 1 FROM dq_waiters w
-                WHERE w.queue = v_queue AND w.wake_at > greatest(v_at, clock_timestamp())) THEN
-        PERFORM dq__wake(v_queue, v_at);
-    END IF;
+    v_woken := dq__wake(v_queue, v_at);
     RETURN true;
 END;
 $$;

@@ -18,26 +18,18 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_count integer;
+    v_gone     dq_messages[];
+    v_archived integer;
 BEGIN
-    IF dq_cancel.queue IS NULL OR dq_cancel.queue = '' OR char_length(dq_cancel.queue) > 100 THEN
-        PERFORM dq__raise_bad_name('dq_cancel', 'queue', dq_cancel.queue, 100);
-    END IF;
-    IF dq_cancel.key IS NULL OR dq_cancel.key = '' OR char_length(dq_cancel.key) > 200 THEN
-        PERFORM dq__raise_bad_name('dq_cancel', 'key', dq_cancel.key, 200);
-    END IF;
+    dq_cancel.queue := dq__check_name('dq_cancel', 'queue', dq_cancel.queue, 100);
+    dq_cancel.key := dq__check_name('dq_cancel', 'key', dq_cancel.key, 200);
     PERFORM dq__cron_note_deleted(dq_cancel.queue, dq_cancel.key);
     WITH gone AS (
-        DELETE FROM dq_messages m WHERE m.queue = dq_cancel.queue AND m.key = dq_cancel.key RETURNING m.*
-    ), archived AS (
-        INSERT INTO dq_archive (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, delivery_count, outcome, acked_at, last_error)
-        SELECT g.id, g.queue, g.key, g.payload, g.payload_type, coalesce(g.due_at, g.scheduled_at), g.scheduled_at_initially,
-               g.created_at, g.delivery_count, 'cancelled', clock_timestamp(), g.last_error
-          FROM gone g
-         WHERE EXISTS (SELECT 1 FROM dq_queues q WHERE q.queue = g.queue AND q.archive)
+        DELETE FROM dq_messages m WHERE m.queue = dq_cancel.queue AND m.key = dq_cancel.key RETURNING m
     )
-    SELECT count(*) INTO v_count FROM gone;
-    RETURN v_count > 0;
+    SELECT array_agg(gone.m) INTO v_gone FROM gone;
+    v_archived := dq__archive(v_gone, 'cancelled', clock_timestamp());
+    RETURN v_gone IS NOT NULL;
 END;
 $$;
 COMMENT ON FUNCTION dq_cancel(text, text) IS
@@ -53,12 +45,8 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 BEGIN
-    IF dq_get.queue IS NULL OR dq_get.queue = '' OR char_length(dq_get.queue) > 100 THEN
-        PERFORM dq__raise_bad_name('dq_get', 'queue', dq_get.queue, 100);
-    END IF;
-    IF dq_get.key IS NULL OR dq_get.key = '' OR char_length(dq_get.key) > 200 THEN
-        PERFORM dq__raise_bad_name('dq_get', 'key', dq_get.key, 200);
-    END IF;
+    dq_get.queue := dq__check_name('dq_get', 'queue', dq_get.queue, 100);
+    dq_get.key := dq__check_name('dq_get', 'key', dq_get.key, 200);
     RETURN QUERY
     SELECT m.id, m.queue, m.key, m.payload, m.payload_type, m.scheduled_at, m.scheduled_at_initially,
            m.created_at, m.delivery_count,
@@ -84,9 +72,7 @@ AS $$
 DECLARE
     v_next timestamptz;
 BEGIN
-    IF dq_next_due.queue IS NULL OR dq_next_due.queue = '' OR char_length(dq_next_due.queue) > 100 THEN
-        PERFORM dq__raise_bad_name('dq_next_due', 'queue', dq_next_due.queue, 100);
-    END IF;
+    dq_next_due.queue := dq__check_name('dq_next_due', 'queue', dq_next_due.queue, 100);
     SELECT min(m.scheduled_at) INTO v_next FROM dq_messages m WHERE m.queue = dq_next_due.queue;
     RETURN v_next;
 END;

@@ -22,12 +22,12 @@
 -- Pin the search_path to the install schema (sql/000_common.sql).
 SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
 
--- Move the given rows (locked by the caller's transaction) to dead_letter_queue. A row still
--- carrying its lock token died of lock expiry: that is recorded as its last error, at the time the
--- lock expired (its scheduled_at). Concurrency: the caller holds the rows' locks (poll's FOR UPDATE
--- SKIP LOCKED, nack's UPDATE). The insert is a plain INSERT in bytewise key order, the order every
--- insert into dq_messages uses: it cannot conflict (dead_from_id is the unique id of the row that
--- died).
+-- Move the given rows (locked by the caller's transaction) to dead_letter_queue, archiving them
+-- with outcome dead (dq__archive). A row still carrying its lock token died of lock expiry: that is
+-- recorded as its last error, at the time the lock expired (its scheduled_at). Concurrency: the
+-- caller holds the rows' locks (poll's FOR UPDATE SKIP LOCKED, nack's UPDATE). The insert is a
+-- plain INSERT in bytewise key order, the order every insert into dq_messages uses: it cannot
+-- conflict (dead_from_id is the unique id of the row that died).
 CREATE OR REPLACE FUNCTION dq__dead_letter(ids bigint[], dead_letter_queue text, at timestamptz)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
@@ -35,36 +35,31 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_count integer;
+    v_dead     dq_messages[];
+    v_count    integer;
+    v_archived integer;
 BEGIN
+    -- The final error of each row, recorded before it moves, for the archive and the dead letter: a
+    -- row still holding its lock token died of lock expiry, at the time the lock expired.
+    UPDATE dq_messages m
+       SET last_error = format('lock expired: delivery %s was not acknowledged', m.delivery_count),
+           last_error_at = m.scheduled_at
+     WHERE m.id = ANY (dq__dead_letter.ids) AND m.lock_token IS NOT NULL;
     WITH dead AS (
-        -- The final error of each row, once for the archive and the dead letter: a row still
-        -- holding its lock token died of lock expiry, at the time the lock expired.
-        DELETE FROM dq_messages m WHERE m.id = ANY (dq__dead_letter.ids)
-        RETURNING m.*,
-                  CASE WHEN m.lock_token IS NOT NULL
-                       THEN format('lock expired: delivery %s was not acknowledged', m.delivery_count)
-                       ELSE m.last_error END AS final_error,
-                  CASE WHEN m.lock_token IS NOT NULL THEN m.scheduled_at ELSE m.last_error_at END AS final_error_at
-    ), archived AS (
-        INSERT INTO dq_archive (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially,
-                                created_at, delivery_count, outcome, acked_at, last_error)
-        SELECT g.id, g.queue, g.key, g.payload, g.payload_type, coalesce(g.due_at, g.scheduled_at), g.scheduled_at_initially,
-               g.created_at, g.delivery_count, 'dead', dq__dead_letter.at, g.final_error
-          FROM dead g
-         WHERE EXISTS (SELECT 1 FROM dq_queues q WHERE q.queue = g.queue AND q.archive)
+        DELETE FROM dq_messages m WHERE m.id = ANY (dq__dead_letter.ids) RETURNING m.*, m AS gone_row
     ), moved AS (
         INSERT INTO dq_messages AS d
                (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,
                 delivery_count, dead_delivery_count, last_error, last_error_at, dead_from, dead_at, dead_from_id)
         SELECT dq__dead_letter.dead_letter_queue, dead.key, dead.payload, dead.payload_type, dq__dead_letter.at,
-               dq__dead_letter.at, dead.created_at, 0, dead.delivery_count, dead.final_error, dead.final_error_at,
+               dq__dead_letter.at, dead.created_at, 0, dead.delivery_count, dead.last_error, dead.last_error_at,
                dead.queue, dq__dead_letter.at, dead.id
           FROM dead
          ORDER BY dead.key COLLATE "C"
         RETURNING 1
     )
-    SELECT count(*) INTO v_count FROM moved;
+    SELECT (SELECT count(*) FROM moved), array_agg(dead.gone_row) INTO v_count, v_dead FROM dead;
+    v_archived := dq__archive(v_dead, 'dead', dq__dead_letter.at);
     RETURN v_count;
 END;
 $$;
@@ -91,17 +86,8 @@ DECLARE
     v_now   timestamptz := clock_timestamp();
     v_count integer;
 BEGIN
-    IF dq_redrive.dead_letter_queue IS NULL OR dq_redrive.dead_letter_queue = ''
-       OR char_length(dq_redrive.dead_letter_queue) > 100 THEN
-        PERFORM dq__raise_bad_name('dq_redrive', 'dead_letter_queue', dq_redrive.dead_letter_queue, 100);
-    END IF;
-    IF dq_redrive.max_count IS NULL THEN
-        PERFORM dq__raise_null('dq_redrive', 'max_count');
-    END IF;
-    IF dq_redrive.max_count < 1 OR dq_redrive.max_count > 100000 THEN
-        RAISE EXCEPTION 'dq_redrive: max_count is %, it must be between 1 and 100000', dq_redrive.max_count
-            USING ERRCODE = '22023';
-    END IF;
+    dq_redrive.dead_letter_queue := dq__check_name('dq_redrive', 'dead_letter_queue', dq_redrive.dead_letter_queue, 100);
+    dq_redrive.max_count := dq__check_range('dq_redrive', 'max_count', dq_redrive.max_count, 1, 100000);
     WITH cand AS (
         SELECT c.id, c.dead_from, c.key, c.payload, c.payload_type, c.created_at, c.last_error, c.last_error_at, c.dead_at
           FROM dq_messages c

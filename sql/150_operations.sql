@@ -30,9 +30,7 @@ DECLARE
     v_next   text;
     v_chain  text[];
 BEGIN
-    IF dq_configure_queue.queue IS NULL OR dq_configure_queue.queue = '' OR char_length(dq_configure_queue.queue) > 100 THEN
-        PERFORM dq__raise_bad_name('dq_configure_queue', 'queue', dq_configure_queue.queue, 100);
-    END IF;
+    dq_configure_queue.queue := dq__check_name('dq_configure_queue', 'queue', dq_configure_queue.queue, 100);
     IF dq_configure_queue.max_deliveries < 1 THEN
         RAISE EXCEPTION 'dq_configure_queue: max_deliveries is %, it must be at least 1 (or NULL for no limit)',
             dq_configure_queue.max_deliveries USING ERRCODE = '22023';
@@ -113,9 +111,7 @@ AS $$
 DECLARE
     v_count bigint;
 BEGIN
-    IF dq_purge.queue IS NULL OR dq_purge.queue = '' OR char_length(dq_purge.queue) > 100 THEN
-        PERFORM dq__raise_bad_name('dq_purge', 'queue', dq_purge.queue, 100);
-    END IF;
+    dq_purge.queue := dq__check_name('dq_purge', 'queue', dq_purge.queue, 100);
     IF dq_purge.confirm IS DISTINCT FROM true THEN
         RAISE EXCEPTION 'dq_purge: confirm must be true to delete every message of queue %', dq_purge.queue
             USING ERRCODE = '22023', HINT = format('SELECT dq_purge(%L, confirm => true)', dq_purge.queue);
@@ -146,9 +142,7 @@ AS $$
 DECLARE
     v_count integer;
 BEGIN
-    IF dq_release_locks.queue IS NULL OR dq_release_locks.queue = '' OR char_length(dq_release_locks.queue) > 100 THEN
-        PERFORM dq__raise_bad_name('dq_release_locks', 'queue', dq_release_locks.queue, 100);
-    END IF;
+    dq_release_locks.queue := dq__check_name('dq_release_locks', 'queue', dq_release_locks.queue, 100);
     WITH held AS (
         SELECT m.id FROM dq_messages m
          WHERE m.lock_token IS NOT NULL AND m.queue = dq_release_locks.queue
@@ -179,13 +173,8 @@ AS $$
 DECLARE
     v_count integer;
 BEGIN
-    IF dq_prune_archive.batch_size IS NULL THEN
-        PERFORM dq__raise_null('dq_prune_archive', 'batch_size');
-    END IF;
-    IF dq_prune_archive.batch_size < 1 OR dq_prune_archive.batch_size > 1000000 THEN
-        RAISE EXCEPTION 'dq_prune_archive: batch_size is %, it must be between 1 and 1000000',
-            dq_prune_archive.batch_size USING ERRCODE = '22023';
-    END IF;
+    dq_prune_archive.batch_size := dq__check_range('dq_prune_archive', 'batch_size',
+                                                   dq_prune_archive.batch_size, 1, 1000000);
     DELETE FROM dq_archive a
      WHERE a.archive_id IN (
         SELECT old.archive_id
@@ -307,7 +296,7 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_q        text := dq_queue_stats.queue;
+    v_q        text := dq__check_name('dq_queue_stats', 'queue', dq_queue_stats.queue, 100);
     v_limit    integer := dq__stats_exact_limit();
     v_now      timestamptz := clock_timestamp();
     v_due      bigint;   -- due now: ready, including expired locks (they are redelivered)
@@ -318,9 +307,6 @@ DECLARE
     v_tenth    timestamptz;
     r          dq_stats_row;
 BEGIN
-    IF v_q IS NULL OR v_q = '' OR char_length(v_q) > 100 THEN
-        PERFORM dq__raise_bad_name('dq_queue_stats', 'queue', v_q, 100);
-    END IF;
     r.queue := v_q;
     SELECT count(*) INTO v_due FROM (
         SELECT 1 FROM dq_messages m WHERE m.queue = v_q AND m.scheduled_at <= v_now LIMIT v_limit + 1) s;

@@ -164,13 +164,7 @@ DECLARE
     v_spec  dq_cron_spec;
     v_zone  text;
 BEGIN
-    IF dq_cron_occurrences.schedule IS NULL THEN
-        PERFORM dq__raise_null('dq_cron_occurrences', 'schedule');
-    END IF;
-    IF char_length(dq_cron_occurrences.schedule) > 1000 THEN
-        RAISE EXCEPTION 'dq_cron_occurrences: schedule is % characters, the limit is 1000',
-            char_length(dq_cron_occurrences.schedule) USING ERRCODE = '22001';
-    END IF;
+    dq_cron_occurrences.schedule := dq__check_text('dq_cron_occurrences', 'schedule', dq_cron_occurrences.schedule, 1000);
     IF dq_cron_occurrences.after IS NULL THEN
         PERFORM dq__raise_null('dq_cron_occurrences', 'after');
     END IF;
@@ -185,13 +179,7 @@ BEGIN
         RAISE EXCEPTION 'dq_cron_occurrences: until is %, it must be ''infinity'' or a finite time between 0001-01-02 and 9999-12-30 UTC',
             dq_cron_occurrences.until USING ERRCODE = '22008';
     END IF;
-    IF dq_cron_occurrences.max_count IS NULL THEN
-        PERFORM dq__raise_null('dq_cron_occurrences', 'max_count');
-    END IF;
-    IF dq_cron_occurrences.max_count < 1 OR dq_cron_occurrences.max_count > 10000 THEN
-        RAISE EXCEPTION 'dq_cron_occurrences: max_count is %, it must be between 1 and 10000',
-            dq_cron_occurrences.max_count USING ERRCODE = '22023';
-    END IF;
+    dq_cron_occurrences.max_count := dq__check_range('dq_cron_occurrences', 'max_count', dq_cron_occurrences.max_count, 1, 10000);
     v_spec := dq__cron_parse('dq_cron_occurrences', dq_cron_occurrences.schedule);
     v_zone := dq__cron_zone('dq_cron_occurrences', dq_cron_occurrences.timezone);
     RETURN QUERY SELECT x FROM unnest(dq__cron_between(v_spec, v_zone, dq_cron_occurrences.after,

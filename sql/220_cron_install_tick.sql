@@ -29,12 +29,8 @@ LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
 BEGIN
-    IF queue IS NULL OR queue = '' OR char_length(queue) > 100 THEN
-        PERFORM dq__raise_bad_name(fn, 'queue', queue, 100);
-    END IF;
-    IF key_prefix IS NULL OR key_prefix = '' OR char_length(key_prefix) > 100 THEN
-        PERFORM dq__raise_bad_name(fn, 'key_prefix', key_prefix, 100);
-    END IF;
+    queue := dq__check_name(fn, 'queue', queue, 100);
+    key_prefix := dq__check_name(fn, 'key_prefix', key_prefix, 100);
     IF config_hash IS NULL AND hash_required THEN
         PERFORM dq__raise_null(fn, 'config_hash');
     END IF;
@@ -82,7 +78,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_n        integer := coalesce(cardinality(dq_install_tick.scheduled_ats), 0);
-    v_type     text := coalesce(dq_install_tick.payload_type, 'bytes');
+    v_type     text;
     v_bad      bigint;
     v_dup      bigint;
     v_held     timestamptz[];
@@ -102,9 +98,7 @@ BEGIN
     IF dq_install_tick.can_update IS NULL THEN
         PERFORM dq__raise_null('dq_install_tick', 'can_update');
     END IF;
-    IF v_type = '' OR char_length(v_type) > 100 THEN
-        PERFORM dq__raise_bad_name('dq_install_tick', 'payload_type', v_type, 100);
-    END IF;
+    v_type := dq__check_name('dq_install_tick', 'payload_type', coalesce(dq_install_tick.payload_type, 'bytes'), 100);
     IF array_ndims(dq_install_tick.scheduled_ats) > 1 OR array_ndims(dq_install_tick.payloads) > 1 THEN
         RAISE EXCEPTION 'dq_install_tick: arrays must be one-dimensional' USING ERRCODE = '22023';
     END IF;

@@ -154,31 +154,19 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_type  text := coalesce(dq_cron_install.payload_type, 'bytes');
+    v_type  text;
     v_spec  dq_cron_spec;
     v_zone  text;
     v_hash  text;
     r       dq_cron;
 BEGIN
-    IF dq_cron_install.name IS NULL OR dq_cron_install.name = '' OR char_length(dq_cron_install.name) > 100 THEN
-        PERFORM dq__raise_bad_name('dq_cron_install', 'name', dq_cron_install.name, 100);
-    END IF;
-    IF dq_cron_install.queue IS NULL OR dq_cron_install.queue = '' OR char_length(dq_cron_install.queue) > 100 THEN
-        PERFORM dq__raise_bad_name('dq_cron_install', 'queue', dq_cron_install.queue, 100);
-    END IF;
-    IF dq_cron_install.schedule IS NULL THEN
-        PERFORM dq__raise_null('dq_cron_install', 'schedule');
-    END IF;
-    IF char_length(dq_cron_install.schedule) > 1000 THEN
-        RAISE EXCEPTION 'dq_cron_install: schedule is % characters, the limit is 1000',
-            char_length(dq_cron_install.schedule) USING ERRCODE = '22001';
-    END IF;
+    dq_cron_install.name := dq__check_name('dq_cron_install', 'name', dq_cron_install.name, 100);
+    dq_cron_install.queue := dq__check_name('dq_cron_install', 'queue', dq_cron_install.queue, 100);
+    dq_cron_install.schedule := dq__check_text('dq_cron_install', 'schedule', dq_cron_install.schedule, 1000);
     IF dq_cron_install.payload IS NULL THEN
         PERFORM dq__raise_null('dq_cron_install', 'payload');
     END IF;
-    IF v_type = '' OR char_length(v_type) > 100 THEN
-        PERFORM dq__raise_bad_name('dq_cron_install', 'payload_type', v_type, 100);
-    END IF;
+    v_type := dq__check_name('dq_cron_install', 'payload_type', coalesce(dq_cron_install.payload_type, 'bytes'), 100);
     IF dq_cron_install.lookahead > interval '366 days' THEN
         RAISE EXCEPTION 'dq_cron_install: lookahead is %, it must be positive and at most 366 days',
             dq_cron_install.lookahead USING ERRCODE = '22023';
@@ -292,9 +280,7 @@ AS $$
 DECLARE
     v_queue text;
 BEGIN
-    IF dq_cron_uninstall.name IS NULL OR dq_cron_uninstall.name = '' OR char_length(dq_cron_uninstall.name) > 100 THEN
-        PERFORM dq__raise_bad_name('dq_cron_uninstall', 'name', dq_cron_uninstall.name, 100);
-    END IF;
+    dq_cron_uninstall.name := dq__check_name('dq_cron_uninstall', 'name', dq_cron_uninstall.name, 100);
     DELETE FROM dq_cron c WHERE c.name = dq_cron_uninstall.name RETURNING c.queue INTO v_queue;
     IF v_queue IS NULL THEN
         RETURN false;
@@ -318,9 +304,7 @@ AS $$
 DECLARE
     v_queue text;
 BEGIN
-    IF dq_cron_pause.name IS NULL OR dq_cron_pause.name = '' OR char_length(dq_cron_pause.name) > 100 THEN
-        PERFORM dq__raise_bad_name('dq_cron_pause', 'name', dq_cron_pause.name, 100);
-    END IF;
+    dq_cron_pause.name := dq__check_name('dq_cron_pause', 'name', dq_cron_pause.name, 100);
     UPDATE dq_cron c
        SET paused = true, installed_through = NULL, last_installed_at = NULL, next_at = NULL, refill_from = NULL,
            updated_at = CASE WHEN c.paused THEN c.updated_at ELSE now() END
@@ -348,9 +332,7 @@ AS $$
 DECLARE
     v_paused boolean;
 BEGIN
-    IF dq_cron_resume.name IS NULL OR dq_cron_resume.name = '' OR char_length(dq_cron_resume.name) > 100 THEN
-        PERFORM dq__raise_bad_name('dq_cron_resume', 'name', dq_cron_resume.name, 100);
-    END IF;
+    dq_cron_resume.name := dq__check_name('dq_cron_resume', 'name', dq_cron_resume.name, 100);
     SELECT c.paused INTO v_paused FROM dq_cron c WHERE c.name = dq_cron_resume.name FOR UPDATE;
     IF NOT FOUND THEN
         RETURN false;
