@@ -19,7 +19,7 @@ from . import _routines as routines
 from ._ops import Op, Ops, QueueOps
 from .errors import translating
 
-__all__ = ["Connection", "Driver", "run"]
+__all__ = ["Connection", "Driver", "resolve", "run"]
 
 T = TypeVar("T")
 Connection = psycopg.Connection[TupleRow]
@@ -33,6 +33,11 @@ def run(conn: psycopg.Connection[Any], op: Op[T]) -> T:
     if cur.description is None:
         return op.decode((), [])
     return op.decode([c.name for c in cur.description], cur.fetchall())
+
+
+def resolve(value: Any) -> Any:
+    """A pool's conninfo / kwargs: a value, or (psycopg_pool >= 3.3) a function returning it."""
+    return value() if callable(value) else value
 
 
 def _notified(conn: Connection, timeout: float) -> bool:
@@ -115,8 +120,8 @@ class Driver:
             conn = self._listeners.pop() if self._listeners else None
         if conn is not None and not conn.closed:
             return conn
-        conninfo = self._pool.conninfo() if callable(self._pool.conninfo) else self._pool.conninfo
-        pool_kwargs = self._pool.kwargs() if callable(self._pool.kwargs) else self._pool.kwargs
+        conninfo = resolve(self._pool.conninfo)
+        pool_kwargs = resolve(self._pool.kwargs)
         kwargs = {k: v for k, v in (pool_kwargs or {}).items() if k != "autocommit"}
         conn = psycopg.connect(conninfo, autocommit=True, **kwargs)
         try:

@@ -133,10 +133,6 @@ def schema_steps(migrations: Path | None = None) -> list[str]:
     )
 
 
-def _quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def yoyo_uri(dsn: str, schema: str | None = None) -> str:
     """Turn a libpq DSN (URL or ``key=value``) into the URL yoyo's psycopg 3 backend expects.
 
@@ -150,7 +146,7 @@ def yoyo_uri(dsn: str, schema: str | None = None) -> str:
     port = params.pop("port", None)
     dbname = quote(str(params.pop("dbname", "") or ""), safe="")
     if schema is not None:
-        params["schema"] = _quote_ident(schema)
+        params["schema"] = sql.Identifier(schema).as_string(None)
     auth = user + (":" + quote(str(password), safe="") if password is not None else "")
     netloc = (auth + "@" if auth else "") + (quote(host, safe="") if host.startswith("/") else host)
     if port:
@@ -242,7 +238,7 @@ def apply_functions(conn: psycopg.Connection[Any], migrations: Path) -> bool:
         raise psycopg.errors.InvalidSchemaName("pyqueue: the install schema does not exist (no current_schema())")
     schema_oid, schema = row
     texts = [path.read_text(encoding="utf-8") for path in sorted(_sql_dir_beside(migrations).glob("*.sql"))]
-    search_path = f"SET LOCAL search_path = {_quote_ident(schema)}"
+    search_path = sql.SQL("SET LOCAL search_path = {}").format(sql.Identifier(schema))
     cur.execute(search_path)
     before = cur.execute(_DEFINITIONS, {"schema": schema_oid}).fetchall()
     cur.execute("SAVEPOINT pyqueue_sql")

@@ -25,6 +25,7 @@ from contextlib import nullcontext
 from datetime import timedelta
 from typing import Any
 
+from ._sync import resolve
 from .client import DelayedQueue, Message
 from .delivery import Backoff, Delivery, Op, Stepper, Steps, WorkerCore, WorkerStats, stop_signals
 from .errors import PyQueueError
@@ -131,7 +132,7 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
         heartbeat.start()
         try:
             with stop_signals(self._on_signal) if install_signal_handlers else nullcontext():
-                ticker = self._start_cron_ticker(_conninfo(self.queue.pool.conninfo), self.queue.schema)
+                ticker = self._start_cron_ticker(resolve(self.queue.pool.conninfo), self.queue.schema)
                 self._drive(self.run_steps(self.queue.queue, ticker))
         finally:
             self._finished.set()
@@ -219,10 +220,6 @@ def _nack(message: Message, delay: timedelta, error: str) -> bool:
 
 def _extend(message: Message, timeout: timedelta) -> Any:
     return message.extend(timeout)
-
-
-def _conninfo(conninfo: Any) -> Any:
-    return conninfo() if callable(conninfo) else conninfo
 
 
 def _release_late(box: Future[list[Message]]) -> None:
