@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import re
-import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -183,14 +182,9 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         # Ctrl-C / SIGTERM only set a flag that the loop checks between refreshes: a KeyboardInterrupt
         # raised inside a query or a redraw could leave either half done (a CI run once hung there).
         stop = threading.Event()
-        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            with Live(render(), console=console, auto_refresh=False) as live:
-                while not stop.wait(args.interval):
-                    live.update(render(), refresh=True)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        with stop_signals(lambda _: stop.set()), Live(render(), console=console, auto_refresh=False) as live:
+            while not stop.wait(args.interval):
+                live.update(render(), refresh=True)
         return 0
 
 
@@ -240,18 +234,13 @@ def _cron_tick_loop(dsn: str, every: timedelta, schema: str | None) -> int:
     """Tick every ``every`` with a CronTicker until SIGINT or SIGTERM; exit 0."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     stop = threading.Event()
-
-    def _on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, _on_signal)
-    signal.signal(signal.SIGTERM, _on_signal)
-    ticker = cron_api.CronTicker(dsn, every=every, on_tick=lambda n: print(n, flush=True), schema=schema)
-    ticker.start()
-    while not stop.wait(0.5):
-        if not ticker.is_alive():  # pragma: no cover - the thread only ends when stopped
-            return 1
-    ticker.stop(timeout=30)
+    with stop_signals(lambda _: stop.set()):
+        ticker = cron_api.CronTicker(dsn, every=every, on_tick=lambda n: print(n, flush=True), schema=schema)
+        ticker.start()
+        while not stop.wait(0.5):
+            if not ticker.is_alive():  # pragma: no cover - the thread only ends when stopped
+                return 1
+        ticker.stop(timeout=30)
     return 0
 
 
