@@ -17,37 +17,26 @@ from typing import Any
 
 import psycopg
 import pytest
-from blocking import Blocking, EventLoopThread
+import test_client
 
 import pyqueue
 from pyqueue import DelayedQueue, OfferOutcome, OfferRequest, Worker, limits
 from pyqueue.aio import AsyncDelayedQueue, AsyncMessage, AsyncWorker
 
-
-@pytest.fixture(params=["sync", "async"])
-def q(request, dsn: str):
-    """The queue "jobs", sync or async (the async one through tests/blocking.py)."""
-    if request.param == "sync":
-        with DelayedQueue(dsn, "jobs") as queue:
-            yield queue
-        return
-    runner = EventLoopThread()
-    try:
-        with Blocking(AsyncDelayedQueue(dsn, "jobs"), runner) as queue:
-            yield queue
-    finally:
-        runner.close()
+#: The queue "emails", sync or async (the async one through tests/blocking.py): the fixture of
+#: tests/test_client.py.
+q = test_client.q
 
 
 def db_now(conn: psycopg.Connection) -> datetime:
     return conn.execute("SELECT now()").fetchone()[0]
 
 
-def count(conn: psycopg.Connection) -> int:
-    return conn.execute("SELECT count(*) FROM dq_messages WHERE queue = 'jobs'").fetchone()[0]
+def count(conn: psycopg.Connection, queue: str = "emails") -> int:
+    return conn.execute("SELECT count(*) FROM dq_messages WHERE queue = %s", (queue,)).fetchone()[0]
 
 
-def queue_settings(conn: psycopg.Connection, queue: str = "jobs") -> tuple[Any, ...] | None:
+def queue_settings(conn: psycopg.Connection, queue: str = "emails") -> tuple[Any, ...] | None:
     return conn.execute("SELECT max_in_flight, rate_limit, rate_period, paused FROM dq_queues WHERE queue = %s",
                         (queue,)).fetchone()
 
@@ -217,7 +206,7 @@ def test_configure_sets_and_clears_the_concurrency_and_rate_limits(q: DelayedQue
     q.offer_many([(f"k{i}", i) for i in range(6)])
     q.configure(max_in_flight=2, archive=True)  # a new parameter next to an existing one
     assert queue_settings(conn)[:3] == (2, None, None)
-    assert conn.execute("SELECT archive FROM dq_queues WHERE queue = 'jobs'").fetchone() == (True,)
+    assert conn.execute("SELECT archive FROM dq_queues WHERE queue = 'emails'").fetchone() == (True,)
     first = q.poll(10)
     assert len(first) == 2 and q.poll(10) == []  # at the limit: nothing more until one leaves
     assert first[0].ack()
@@ -270,35 +259,35 @@ def cli(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_cli_queue_pause_resume_configure(dsn: str, conn) -> None:
-    conn.execute("SELECT dq_offer('jobs', 'k', 'x')")
-    out = cli(dsn, "queue", "pause", "jobs")
+    conn.execute("SELECT dq_offer('emails', 'k', 'x')")
+    out = cli(dsn, "queue", "pause", "emails")
     assert (out.returncode, out.stdout.strip()) == (0, "paused"), out.stderr
-    assert cli(dsn, "queue", "pause", "jobs").stdout.strip() == "already paused"
+    assert cli(dsn, "queue", "pause", "emails").stdout.strip() == "already paused"
     assert queue_settings(conn)[3] is True
-    stats = subprocess.run([sys.executable, "-m", "pyqueue", "stats", "--dsn", dsn, "--queue", "jobs"],
+    stats = subprocess.run([sys.executable, "-m", "pyqueue", "stats", "--dsn", dsn, "--queue", "emails"],
                            capture_output=True, text=True, timeout=60, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
     assert stats.returncode == 0, stats.stderr
     header, row = stats.stdout.splitlines()[2], stats.stdout.splitlines()[4]
     assert "held" in header and "expired" in header and "paused" in header, stats.stdout
     assert row.split("│")[-2].strip() == "yes", stats.stdout
-    out = cli(dsn, "queue", "resume", "jobs")
+    out = cli(dsn, "queue", "resume", "emails")
     assert (out.returncode, out.stdout.strip()) == (0, "resumed"), out.stderr
-    assert cli(dsn, "queue", "resume", "jobs").stdout.strip() == "was not paused"
+    assert cli(dsn, "queue", "resume", "emails").stdout.strip() == "was not paused"
     assert queue_settings(conn)[3] is False
 
-    out = cli(dsn, "queue", "configure", "jobs", "--max-in-flight", "3", "--rate-limit", "10", "--rate-period", "2")
+    out = cli(dsn, "queue", "configure", "emails", "--max-in-flight", "3", "--rate-limit", "10", "--rate-period", "2")
     assert (out.returncode, out.stdout.strip()) == (0, "ok"), out.stderr
     assert queue_settings(conn) == (3, 10, timedelta(seconds=2), False)
-    out = cli(dsn, "queue", "configure", "jobs", "--rate-period", "1m")
+    out = cli(dsn, "queue", "configure", "emails", "--rate-period", "1m")
     assert out.returncode == 0 and queue_settings(conn) == (3, 10, timedelta(minutes=1), False), out.stderr
-    out = cli(dsn, "queue", "configure", "jobs", "--max-in-flight", "0", "--rate-limit", "0")
+    out = cli(dsn, "queue", "configure", "emails", "--max-in-flight", "0", "--rate-limit", "0")
     assert out.returncode == 0 and queue_settings(conn)[:2] == (None, None), out.stderr
 
-    bad = cli(dsn, "queue", "configure", "jobs", "--max-in-flight", "-1")
+    bad = cli(dsn, "queue", "configure", "emails", "--max-in-flight", "-1")
     assert bad.returncode == 2 and "SQLSTATE 22023" in bad.stderr and "max_in_flight" in bad.stderr, bad.stderr
-    nothing = cli(dsn, "queue", "configure", "jobs")
+    nothing = cli(dsn, "queue", "configure", "emails")
     assert nothing.returncode == 2 and "--max-in-flight" in nothing.stderr
-    assert cli(dsn, "queue", "configure", "jobs", "--rate-period", "0").returncode == 2  # refused by the parser
+    assert cli(dsn, "queue", "configure", "emails", "--rate-period", "0").returncode == 2  # refused by the parser
 
 
 # -- workers on a paused queue ---------------------------------------------------------------------
@@ -331,15 +320,15 @@ def run_worker_on_paused_queue(kind: str, dsn: str, conn: psycopg.Connection) ->
         """Resume; the time until both messages were handled (infinite if they were not)."""
         before.extend(seen)
         started = time.monotonic()
-        assert conn.execute("SELECT dq_resume_queue('jobs')").fetchone() == (True,)
+        assert conn.execute("SELECT dq_resume_queue('emails')").fetchone() == (True,)
         return time.monotonic() - started if delivered.wait(IDLE_CHECK_S) else float("inf")
 
-    conn.execute("SELECT dq_pause_queue('jobs')")
-    conn.execute("SELECT dq_offer_many('jobs', ARRAY['a', 'b'], ARRAY['x', 'y']::bytea[])")
+    conn.execute("SELECT dq_pause_queue('emails')")
+    conn.execute("SELECT dq_offer_many('emails', ARRAY['a', 'b'], ARRAY['x', 'y']::bytea[])")
     tracked = dsn + " options='-c track_functions=all'"
     before: list[str] = []
     if kind == "sync":
-        with DelayedQueue(tracked, "jobs") as q:
+        with DelayedQueue(tracked, "emails") as q:
             worker = Worker(q, lambda m: record(m.key), concurrency=2, idle_check=IDLE_CHECK_S)
             t = threading.Thread(target=worker.run)
             t.start()
@@ -355,7 +344,7 @@ def run_worker_on_paused_queue(kind: str, dsn: str, conn: psycopg.Connection) ->
             record(message.key)
 
         async def main() -> float:
-            async with AsyncDelayedQueue(tracked, "jobs") as q:
+            async with AsyncDelayedQueue(tracked, "emails") as q:
                 worker = AsyncWorker(q, handler, concurrency=2, idle_check=IDLE_CHECK_S)
                 task = asyncio.create_task(worker.run(install_signal_handlers=False))
                 try:
