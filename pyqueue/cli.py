@@ -145,9 +145,11 @@ def _stats_table(rows: list[Any], title: str) -> Any:
     from rich.table import Table
 
     table = Table(title=title)
-    for name in ("queue", "ready", "scheduled", "in flight", "redelivered", "dead", "held", "expired",
+    # The queue names are never shortened (a narrow terminal squeezes the figures instead).
+    table.add_column("queue", justify="left", no_wrap=True, min_width=max((len(r.queue) for r in rows), default=5))
+    for name in ("ready", "scheduled", "in flight", "redelivered", "dead", "held", "expired",
                  "oldest ready", "next due", "acked/min", "acked/h", "paused"):
-        table.add_column(name, justify="left" if name == "queue" else "right")
+        table.add_column(name, justify="right")
     for r in rows:
         mark = "~" if r.approximate else ""
         table.add_row(
