@@ -290,12 +290,59 @@ def test_cli_queue_pause_resume_configure(dsn: str, conn) -> None:
     assert cli(dsn, "queue", "configure", "emails", "--rate-period", "0").returncode == 2  # refused by the parser
 
 
-# -- workers on a paused queue ---------------------------------------------------------------------
+# -- workers on a blocked queue ----------------------------------------------------------------------
 
 #: A worker waits up to this long between checks (its idle_check, the dq_poll_or_wait max_wait):
 #: only a notification can wake it sooner.
 IDLE_CHECK_S = 30.0
-PAUSED_S = 4.0
+BLOCKED_S = 4.0
+
+
+def offer_a_and_b(conn: psycopg.Connection, group: str | None = None) -> None:
+    for key in ("a", "b"):  # one statement each: a is due (and first in its group) before b
+        conn.execute("SELECT dq_offer('emails', %s, 'x', message_group => %s)", (key, group))
+
+
+def hold_one(conn: psycopg.Connection) -> Any:
+    """Another consumer takes the one due message for an hour; returns its lock token."""
+    (token,) = conn.execute("SELECT lock_token FROM dq_poll_many('emails', 1, interval '1 hour')").fetchone()
+    return token
+
+
+def block(state: str, conn: psycopg.Connection) -> Any:
+    """Make "a" and "b" due in the queue "emails" but not deliverable, for the reason ``state``;
+    returns what :func:`unblock` needs."""
+    if state == "paused":
+        conn.execute("SELECT dq_pause_queue('emails')")
+        offer_a_and_b(conn)
+        return None
+    if state == "at max_in_flight":
+        conn.execute("SELECT dq_configure_queue('emails', max_in_flight => 1)")
+        conn.execute("SELECT dq_offer('emails', 'h', 'x')")
+        token = hold_one(conn)
+        offer_a_and_b(conn)
+        return token
+    if state == "group held":
+        conn.execute("SELECT dq_offer('emails', 'h', 'x', message_group => 'g')")
+        token = hold_one(conn)
+        offer_a_and_b(conn, "g")
+        return token
+    assert state == "no rate token"
+    conn.execute("SELECT dq_configure_queue('emails', rate_limit => 1, rate_period => '1 hour')")
+    conn.execute("SELECT dq_offer('emails', 'h', 'x')")
+    assert conn.execute("SELECT dq_ack(%s)", (hold_one(conn),)).fetchone() == (True,)
+    offer_a_and_b(conn)
+    return None
+
+
+def unblock(state: str, conn: psycopg.Connection, token: Any) -> None:
+    """Lift the block: resume, end the delivery that holds the slot or the group, clear the rate limit."""
+    if state == "paused":
+        assert conn.execute("SELECT dq_resume_queue('emails')").fetchone() == (True,)
+    elif state == "no rate token":
+        conn.execute("SELECT dq_configure_queue('emails', rate_limit => 0)")
+    else:
+        assert conn.execute("SELECT dq_ack(%s)", (token,)).fetchone() == (True,)
 
 
 def poll_calls(conn: psycopg.Connection) -> dict[str, int]:
@@ -304,27 +351,26 @@ def poll_calls(conn: psycopg.Connection) -> dict[str, int]:
     return dict(conn.execute("SELECT funcname, calls FROM pg_stat_user_functions WHERE funcname LIKE 'dq%'"))
 
 
-def run_worker_on_paused_queue(kind: str, dsn: str, conn: psycopg.Connection) -> tuple[list[str], float]:
-    """A worker of ``kind`` on a paused queue with due messages for PAUSED_S, then resume() from
-    another session; returns what it had handled before the resume and how long after the
-    resume it handled the messages (seconds). Its sessions track their function calls."""
+def run_worker_on_blocked_queue(kind: str, state: str, dsn: str, conn: psycopg.Connection) -> tuple[list[str], float]:
+    """A worker of ``kind`` on a queue blocked by ``state`` for BLOCKED_S, then unblocked from
+    another session; returns what it had handled before that and how long after it both "a" and
+    "b" were handled (seconds; infinite if not within IDLE_CHECK_S). Its sessions track their
+    function calls."""
     seen: list[str] = []
     delivered = threading.Event()
 
     def record(key: str) -> None:
         seen.append(key)
-        if len(seen) == 2:
+        if {"a", "b"} <= set(seen):
             delivered.set()
 
-    def resume_and_time(before: list[str]) -> float:
-        """Resume; the time until both messages were handled (infinite if they were not)."""
+    def unblock_and_time(before: list[str]) -> float:
         before.extend(seen)
         started = time.monotonic()
-        assert conn.execute("SELECT dq_resume_queue('emails')").fetchone() == (True,)
+        unblock(state, conn, token)
         return time.monotonic() - started if delivered.wait(IDLE_CHECK_S) else float("inf")
 
-    conn.execute("SELECT dq_pause_queue('emails')")
-    conn.execute("SELECT dq_offer_many('emails', ARRAY['a', 'b'], ARRAY['x', 'y']::bytea[])")
+    token = block(state, conn)
     tracked = dsn + " options='-c track_functions=all'"
     before: list[str] = []
     if kind == "sync":
@@ -333,8 +379,8 @@ def run_worker_on_paused_queue(kind: str, dsn: str, conn: psycopg.Connection) ->
             t = threading.Thread(target=worker.run)
             t.start()
             try:
-                time.sleep(PAUSED_S)
-                latency = resume_and_time(before)
+                time.sleep(BLOCKED_S)
+                latency = unblock_and_time(before)
             finally:
                 worker.stop()
                 t.join(timeout=10)
@@ -348,8 +394,8 @@ def run_worker_on_paused_queue(kind: str, dsn: str, conn: psycopg.Connection) ->
                 worker = AsyncWorker(q, handler, concurrency=2, idle_check=IDLE_CHECK_S)
                 task = asyncio.create_task(worker.run(install_signal_handlers=False))
                 try:
-                    await asyncio.sleep(PAUSED_S)
-                    return await asyncio.to_thread(resume_and_time, before)
+                    await asyncio.sleep(BLOCKED_S)
+                    return await asyncio.to_thread(unblock_and_time, before)
                 finally:
                     worker.stop()
                     await asyncio.wait_for(task, 10)
@@ -358,21 +404,25 @@ def run_worker_on_paused_queue(kind: str, dsn: str, conn: psycopg.Connection) ->
     return before, latency
 
 
+@pytest.mark.parametrize("state", ["paused", "at max_in_flight", "group held", "no rate token"])
 @pytest.mark.parametrize("kind", ["sync", "async"])
-def test_worker_on_a_paused_queue_sleeps_and_resume_wakes_it(kind: str, dsn: str, conn) -> None:
-    """Due messages on a paused queue: the worker delivers nothing and does not poll in a loop (one
-    dq_poll_or_wait, then a sleep of its full idle_check); resume() wakes it at once (the messages
-    are handled well within a second or two, against an idle_check of 30 s). Counted on the server
-    as the idle budget test of tests/test_worker.py counts: track_functions on the worker's own
-    sessions, reported when they end."""
-    before, latency = run_worker_on_paused_queue(kind, dsn, conn)
+def test_worker_on_a_blocked_queue_sleeps_and_lifting_the_block_wakes_it(kind: str, state: str, dsn: str,
+                                                                        conn) -> None:
+    """Due messages the queue may not deliver (paused, at its concurrency limit, its group's head
+    in flight elsewhere, no rate token): the worker delivers nothing and does not poll in a loop
+    (one dq_poll_or_wait, then a sleep of its full idle_check); what lifts the block (resume(),
+    the other delivery's ack, clearing the rate limit) wakes it at once: both messages are handled
+    within a second or two, against an idle_check of 30 s. Counted on the server as the idle
+    budget test of tests/test_worker.py counts: track_functions on the worker's own sessions,
+    reported when they end."""
+    before, latency = run_worker_on_blocked_queue(kind, state, dsn, conn)
     assert before == []
     assert latency < 2.0, latency
     time.sleep(1.5)  # the sessions' statistics are reported as they close
     calls = poll_calls(conn)
-    # while paused: one call, which slept its full max_wait; after the resume: the call the
-    # notification started (it delivers), and the idle wait after the handlers (one more if the
-    # worker's plain poll ran between); anything like a busy poll would be hundreds
-    assert 2 <= calls.get("dq_poll_or_wait", 0) <= 4, calls
-    assert calls.get("dq_poll_many", 0) <= 6, calls
+    # while blocked: one call, which slept its full max_wait; after: the call the notification
+    # started, one per message made deliverable by the worker's own ack (a group, a limit of 1),
+    # and the idle wait at the end; anything like a busy poll would be hundreds
+    assert 2 <= calls.get("dq_poll_or_wait", 0) <= 5, calls
+    assert calls.get("dq_poll_many", 0) <= 8, calls
     assert count(conn) == 0
