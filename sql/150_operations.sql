@@ -103,6 +103,11 @@ BEGIN
         RAISE EXCEPTION 'dq_configure_queue: rate_limit needs a rate_period (an interval, at most 1 day)'
             USING ERRCODE = '22023';
     END IF;
+    IF dq_configure_queue.rate_period IS NOT NULL
+       AND coalesce(nullif(dq_configure_queue.rate_limit, 0), CASE WHEN dq_configure_queue.rate_limit IS NULL THEN v_had END) IS NULL THEN
+        RAISE EXCEPTION 'dq_configure_queue: rate_period needs a rate_limit (1 to 100000 deliveries per rate_period)'
+            USING ERRCODE = '22023';
+    END IF;
     INSERT INTO dq_queues AS q (queue, max_deliveries, dead_letter_queue, archive, retention, notify,
                                 max_payload_bytes, max_in_flight, rate_limit, rate_period, updated_at)
     VALUES (dq_configure_queue.queue, dq_configure_queue.max_deliveries, dq_configure_queue.dead_letter_queue,
@@ -151,7 +156,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_configure_queue(text, integer, text, boolean, interval, boolean, integer, integer, integer, interval) IS
-  'dq_configure_queue(queue text, max_deliveries integer >= 1 or NULL = unlimited, dead_letter_queue text (required with max_deliveries, not the queue itself, not a chain leading back to it), archive boolean (NULL: unchanged, default off), retention interval > 0 (NULL: unchanged; archive rows kept forever when never set), notify boolean (NULL: unchanged, default on), max_payload_bytes integer 1024..1073741824 (NULL: unchanged, default 1048576 = 1 MiB), max_in_flight integer 1..100000 (at most that many messages of the queue in flight at once, across all consumers; 0: no limit; NULL: unchanged), rate_limit integer 1..100000 (at most that many deliveries start in any window of rate_period, across all consumers; 0: no limit; NULL: unchanged), rate_period interval > 0, at most 1 day (NULL: unchanged; required with a rate_limit)) -> dq_queues: sets the queue''s configuration; an unconfigured queue has no limit, no archive, notifications on and a 1 MiB payload limit. Lowering max_in_flight does not take back messages already in flight. Errors: 22004/22023/22001 queue or dead_letter_queue, 22023 max_deliveries < 1, missing dead_letter_queue, dead_letter_queue = queue or a cycle of dead-letter queues, retention <= 0, max_payload_bytes, max_in_flight, rate_limit or rate_period out of range, rate_limit without rate_period. Concurrency: one INSERT .. ON CONFLICT DO UPDATE on the queue''s row; changes of dead-letter queues are serialised by an advisory lock. Source: redrive policy and MaximumMessageSize (SQS Developer Guide).';
+  'dq_configure_queue(queue text, max_deliveries integer >= 1 or NULL = unlimited, dead_letter_queue text (required with max_deliveries, not the queue itself, not a chain leading back to it), archive boolean (NULL: unchanged, default off), retention interval > 0 (NULL: unchanged; archive rows kept forever when never set), notify boolean (NULL: unchanged, default on), max_payload_bytes integer 1024..1073741824 (NULL: unchanged, default 1048576 = 1 MiB), max_in_flight integer 1..100000 (at most that many messages of the queue in flight at once, across all consumers; 0: no limit; NULL: unchanged), rate_limit integer 1..100000 (at most that many deliveries start in any window of rate_period, across all consumers; 0: no limit; NULL: unchanged), rate_period interval > 0, at most 1 day (NULL: unchanged; required with a rate_limit)) -> dq_queues: sets the queue''s configuration; an unconfigured queue has no limit, no archive, notifications on and a 1 MiB payload limit. Lowering max_in_flight does not take back messages already in flight. Errors: 22004/22023/22001 queue or dead_letter_queue, 22023 max_deliveries < 1, missing dead_letter_queue, dead_letter_queue = queue or a cycle of dead-letter queues, retention <= 0, max_payload_bytes, max_in_flight, rate_limit or rate_period out of range, rate_limit without rate_period or rate_period without rate_limit. Concurrency: one INSERT .. ON CONFLICT DO UPDATE on the queue''s row; changes of dead-letter queues are serialised by an advisory lock. Source: redrive policy and MaximumMessageSize (SQS Developer Guide).';
 REVOKE ALL ON FUNCTION dq_configure_queue(text, integer, text, boolean, interval, boolean, integer, integer, integer, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_configure_queue(text, integer, text, boolean, interval, boolean, integer, integer, integer, interval) TO dq_admin;
 
@@ -227,6 +232,7 @@ AS $$
 DECLARE
     v_count   bigint;
     v_settled integer;
+    v_woken   boolean;
 BEGIN
     dq_purge.queue := dq__check_name('dq_purge', 'queue', dq_purge.queue, 100);
     IF dq_purge.confirm IS DISTINCT FROM true THEN
@@ -240,6 +246,7 @@ BEGIN
     -- the DELETE's snapshot) keeps a head (sql/020_groups.sql).
     SELECT dq__settle_groups(array_agg(g.queue), array_agg(g.message_group)) INTO v_settled
       FROM dq_groups g WHERE g.queue = dq_purge.queue;
+    v_woken := dq__wake_blocked(dq_purge.queue);  -- in-flight messages are gone: their slots are free
     RAISE NOTICE 'dq_purge: deleted % messages of queue %', v_count, dq_purge.queue;
     RETURN v_count;
 END;
