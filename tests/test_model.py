@@ -251,10 +251,16 @@ def test_delivery_from_row_builds_the_same_message_as_the_dataclass(kind: str) -
 
     cls: Any = Message if kind == "sync" else AsyncMessage
     now = datetime.now(UTC)
-    row = (7, "q", "k", memoryview(b"\x01\x02"), "bytes", now, now, now, 2, uuid.uuid4(), now)
+    values = {"id": 7, "queue": "q", "key": "k", "raw_payload": memoryview(b"\x01\x02"), "payload_type": "bytes",
+              "scheduled_at": now, "scheduled_at_initially": now, "created_at": now, "delivery_count": 2,
+              "priority": -3, "group": "g", "expires_at": now, "headers": {"trace": "t"},
+              "lock_token": uuid.uuid4(), "locked_until": now, "claimed_at": now}
+    assert set(values) == set(model.DELIVERY_COLUMNS)  # a field added to Message must be added here
+    row = tuple(values[c] for c in model.DELIVERY_COLUMNS)
     fast = model.delivery_from_row(cls, row, None)
-    *common, token, until = row
-    slow = cls(**model.common_fields(common), lock_token=token, locked_until=until, _client=None)
+    common = [values[c] for c in model.column_names(model.MessageBase)]
+    slow = cls(**model.common_fields(common), lock_token=values["lock_token"], locked_until=now, claimed_at=now,
+               _client=None)
     assert fast == slow and type(fast) is cls
     assert {f.name for f in dataclasses.fields(cls)} == set(vars(fast))
     assert {f.name: getattr(fast, f.name) for f in dataclasses.fields(cls)} == {
