@@ -433,6 +433,8 @@ RETURNS dq_stats_row
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER
 SET search_path FROM CURRENT
+SET enable_seqscan = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -449,10 +451,29 @@ DECLARE
     r          dq_stats_row;
 BEGIN
     r.queue := v_q;
+    -- Each message is in one of two indexes by due time: ungrouped messages (and dead letters) in
+    -- dq_messages_ready_idx, read one priority level at a time (dq__levels), grouped messages in
+    -- dq_messages_grouped_idx. Every count reads at most v_limit + 1 entries of each.
     SELECT count(*) INTO v_due FROM (
-        SELECT 1 FROM dq_messages m WHERE m.queue = v_q AND m.scheduled_at <= v_now LIMIT v_limit + 1) s;
+        SELECT 1 FROM dq__levels(v_q) AS l(p)
+         CROSS JOIN LATERAL (SELECT 1 FROM dq_messages d
+                              WHERE d.queue = v_q AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
+                                AND d.priority = l.p AND d.scheduled_at <= v_now LIMIT v_limit + 1) x
+        UNION ALL
+        (SELECT 1 FROM dq_messages m
+          WHERE m.queue = v_q AND m.message_group IS NOT NULL AND m.dead_from IS NULL AND m.scheduled_at <= v_now
+          LIMIT v_limit + 1)
+        LIMIT v_limit + 1) s;
     SELECT count(*) INTO v_future FROM (
-        SELECT 1 FROM dq_messages m WHERE m.queue = v_q AND m.scheduled_at > v_now LIMIT v_limit + 1) s;
+        SELECT 1 FROM dq__levels(v_q) AS l(p)
+         CROSS JOIN LATERAL (SELECT 1 FROM dq_messages d
+                              WHERE d.queue = v_q AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
+                                AND d.priority = l.p AND d.scheduled_at > v_now LIMIT v_limit + 1) x
+        UNION ALL
+        (SELECT 1 FROM dq_messages m
+          WHERE m.queue = v_q AND m.message_group IS NOT NULL AND m.dead_from IS NULL AND m.scheduled_at > v_now
+          LIMIT v_limit + 1)
+        LIMIT v_limit + 1) s;
     -- In flight: held under a lock that has not expired (the partial index on lock_token).
     SELECT count(*), count(*) FILTER (WHERE m.delivery_count > 1) INTO r.in_flight, r.redelivered
       FROM dq_messages m WHERE m.lock_token IS NOT NULL AND m.queue = v_q AND m.scheduled_at > v_now;
@@ -475,10 +496,25 @@ BEGIN
     END IF;
     r.ready := v_due;
     r.scheduled := greatest(v_future - r.in_flight, 0);
-    SELECT v_now - min(m.scheduled_at) INTO r.oldest_ready_age
-      FROM dq_messages m WHERE m.queue = v_q AND m.scheduled_at <= v_now;
-    SELECT min(m.scheduled_at) INTO r.next_due
-      FROM dq_messages m WHERE m.queue = v_q AND m.scheduled_at > v_now AND m.lock_token IS NULL;
+    SELECT v_now - min(x.at) INTO r.oldest_ready_age FROM (
+        SELECT (SELECT d.scheduled_at FROM dq_messages d
+                 WHERE d.queue = v_q AND (d.message_group IS NULL OR d.dead_from IS NOT NULL) AND d.priority = l.p
+                 ORDER BY d.scheduled_at LIMIT 1) AS at
+          FROM dq__levels(v_q) AS l(p)
+        UNION ALL
+        SELECT min(m.scheduled_at) FROM dq_messages m
+         WHERE m.queue = v_q AND m.message_group IS NOT NULL AND m.dead_from IS NULL) x
+     WHERE x.at <= v_now;
+    SELECT min(x.at) INTO r.next_due FROM (
+        SELECT (SELECT d.scheduled_at FROM dq_messages d
+                 WHERE d.queue = v_q AND (d.message_group IS NULL OR d.dead_from IS NOT NULL) AND d.priority = l.p
+                   AND d.scheduled_at > v_now AND d.lock_token IS NULL
+                 ORDER BY d.scheduled_at LIMIT 1) AS at
+          FROM dq__levels(v_q) AS l(p)
+        UNION ALL
+        SELECT min(m.scheduled_at) FROM dq_messages m
+         WHERE m.queue = v_q AND m.message_group IS NOT NULL AND m.dead_from IS NULL
+           AND m.scheduled_at > v_now AND m.lock_token IS NULL) x;
     SELECT q.archive, coalesce(q.paused, false) INTO v_archive, r.paused FROM dq_queues q WHERE q.queue = v_q;
     r.paused := coalesce(r.paused, false);
     -- Held: messages of FIFO groups behind their group's head (counted in ready or scheduled too).
