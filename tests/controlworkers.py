@@ -8,9 +8,27 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+
+
+@contextmanager
+def racing(barrier: Any, dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    """An autocommit connection, opened before the Barrier, yielded once every process is ready."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT 1")
+        barrier.wait(30)
+        yield conn
+
+
+def during(seconds: float) -> Iterator[None]:
+    """One step per iteration until ``seconds`` have passed."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        yield
 
 
 def group_consumer(barrier: Any, dsn: str, queue: str, seconds: float, seed: int) -> list[tuple[str, int, str]]:
@@ -19,11 +37,8 @@ def group_consumer(barrier: Any, dsn: str, queue: str, seconds: float, seed: int
     in the order this consumer claimed them, with the server's claim time order kept by the test."""
     rnd = random.Random(seed)  # noqa: S311 - test randomness, not security
     seen: list[tuple[str, int, str]] = []
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT 1")
-        barrier.wait(30)
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+    with racing(barrier, dsn) as conn:
+        for _ in during(seconds):
             rows = conn.execute(
                 "SELECT message_group, key, lock_token, claimed_at "
                 "FROM dq_poll_many(%s, %s, interval '300 milliseconds')",
@@ -52,11 +67,8 @@ def limited_consumer(barrier: Any, dsn: str, queue: str, seconds: float, seed: i
     messages this consumer acknowledged."""
     rnd = random.Random(seed)  # noqa: S311 - test randomness, not security
     acked = 0
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT 1")
-        barrier.wait(30)
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+    with racing(barrier, dsn) as conn:
+        for _ in during(seconds):
             rows = conn.execute(
                 "SELECT lock_token FROM dq_poll_many(%s, %s, interval '1 minute')", (queue, rnd.randint(1, 5))
             ).fetchall()
@@ -73,11 +85,8 @@ def limited_consumer(barrier: Any, dsn: str, queue: str, seconds: float, seed: i
 def in_flight_sampler(barrier: Any, dsn: str, queue: str, seconds: float) -> list[int]:
     """Count the queue's messages in flight (lock not expired) continuously for ``seconds``."""
     samples: list[int] = []
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT 1")
-        barrier.wait(30)
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+    with racing(barrier, dsn) as conn:
+        for _ in during(seconds):
             row = conn.execute(
                 "SELECT count(*) FROM dq_messages WHERE queue = %s AND lock_token IS NOT NULL "
                 "AND scheduled_at > clock_timestamp()",
@@ -92,11 +101,8 @@ def rate_consumer(barrier: Any, dsn: str, queue: str, seconds: float) -> list[fl
     """Poll greedily for ``seconds`` and acknowledge at once; return the claim time (epoch seconds,
     the server's) of every delivery."""
     claimed: list[float] = []
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT 1")
-        barrier.wait(30)
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+    with racing(barrier, dsn) as conn:
+        for _ in during(seconds):
             rows = conn.execute(
                 "SELECT lock_token, extract(epoch FROM claimed_at)::float8 "
                 "FROM dq_poll_many(%s, 10, interval '1 minute')",
