@@ -500,14 +500,19 @@ def with_dbname(dsn: str, dbname: str) -> str:
     return make_conninfo("", **params)
 
 
-def create_database(admin_dsn: str, name: str) -> str:
-    """(Re)create database `name` with the queue schema and the baseline table; return its DSN."""
+def recreate_database(admin_dsn: str, name: str) -> str:
+    """Drop database `name` if it exists (closing its sessions) and create it empty; return its DSN."""
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return with_dbname(admin_dsn, name)
+
+
+def create_database(admin_dsn: str, name: str) -> str:
+    """(Re)create database `name` with the queue schema and the baseline table; return its DSN."""
     from pyqueue.migrate import migrate
 
-    dsn = with_dbname(admin_dsn, name)
+    dsn = recreate_database(admin_dsn, name)
     migrate(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE bench_baseline (LIKE dq_messages INCLUDING ALL)")
@@ -520,9 +525,16 @@ def create_database(admin_dsn: str, name: str) -> str:
     return dsn
 
 
-def prepare_table(conn: psycopg.Connection[Any], side: Side, due_rows: int = 0, future_rows: int = 0) -> None:
+def prepare_table(
+    conn: psycopg.Connection[Any],
+    side: Side,
+    due_rows: int = 0,
+    future_rows: int = 0,
+    fill_params: dict[str, Any] | None = None,
+) -> None:
     """Empty the side's tables, load messages (due ones an hour ago, future ones a day ahead),
-    VACUUM ANALYZE, CHECKPOINT: every run starts from the same state."""
+    VACUUM ANALYZE, CHECKPOINT: every run starts from the same state. `fill_params`: more named
+    parameters for a side whose fill statement takes them."""
     conn.execute(
         sql.SQL("TRUNCATE {} RESTART IDENTITY").format(sql.SQL(", ").join(sql.Identifier(t) for t in side.truncate))
     )
@@ -538,6 +550,7 @@ def prepare_table(conn: psycopg.Connection[Any], side: Side, due_rows: int = 0, 
                     "t0": t0,
                     "lo": lo,
                     "hi": min(lo + FILL_BATCH, n) - 1,
+                    **(fill_params or {}),
                 },
             )
     conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(side.table)))
