@@ -2,8 +2,9 @@
 
     python -m bench.controls --dsn postgresql://postgres@127.0.0.1:55432/dq [--quick] [--rows N] [--out PATH]
 
-Three parts, on the server of ``--dsn``, in databases named ``<prefix>_*`` (default prefix
-``dq_bench_controls``; each dropped and recreated at every run, the large ones dropped at the end):
+Three parts, on the server of ``--dsn``, in two databases dropped and recreated at every run:
+``<prefix>`` (default ``dq_bench_controls``: this checkout's schema and bench.core's baseline
+table) and ``<prefix>_old`` (the release before the controls).
 
 1. **Regression.** A queue that uses none of the controls: batched offers (``dq_offer_many`` of
    100 and 1,000) and poll + ack (batches of 1 and 100) with bench.core's workloads and harness,
@@ -14,15 +15,17 @@ Three parts, on the server of ``--dsn``, in databases named ``<prefix>_*`` (defa
    bench.core's plain-SQL baseline. Each cell runs ``--repeat`` times (default 3), the sides in
    rotating order; the median counts, the spread is reported. Target: new / old >= 95 %.
 2. **Due backlogs.** ``--rows`` (default 1,000,000) due messages, loaded with ``dq_offer_many``
-   in batches of 10,000, each backlog in a database of its own: ``plain`` (no priority, no
-   group), ``priorities`` (5 levels, -2..2, round robin), ``groups`` (rows / 10 FIFO groups of 10
-   messages; message g belongs to group g mod groups, so a group's messages are spread over the
-   whole backlog), and the plain-SQL baseline (bench.core's BASELINE fill: plain INSERT). Per
-   backlog: the time of ``dq_poll_many(q, 100)`` and of the ``dq_ack`` of what it returned, per
-   call, from one session (p50 / p95); the plan of one poll (auto_explain, nested statements,
-   ANALYZE and BUFFERS); then the drain rate of 4 client processes polling 100 and acknowledging
-   (bench.core's run_clients: barrier, warm-up, a fixed measured time). Polls and drains rotate
-   over the backlogs, ``--repeat`` times. Targets: poll p50 < 5 ms; drain >= 50 % of ``plain``.
+   in batches of 10,000 (one backlog at a time: each load empties every queue table first):
+   ``plain`` (no priority, no group), ``priorities`` (5 levels, -2..2, round robin), ``groups``
+   (rows / 10 FIFO groups of 10 messages; message g belongs to group g mod groups, so a group's
+   messages are spread over the whole backlog and the first rows / 10 due are all heads), and the
+   plain-SQL baseline (bench.core's BASELINE fill: plain INSERT). Per repetition and backlog, in
+   rotating order: load it afresh; time ``dq_poll_many(q, 100)`` and the ``dq_ack`` of what it
+   returned, per call, from one session (p50 / p95 over all repetitions); in the first repetition,
+   the plans of one poll and its ack (auto_explain with nested statements, ANALYZE and BUFFERS);
+   then the drain rate of 4 client processes polling 100 and acknowledging (bench.core's
+   run_clients: barrier, warm-up, a fixed measured time). Targets: poll p50 < 5 ms; drain of
+   ``priorities`` and ``groups`` >= 50 % of ``plain``.
 3. **Rate-limit precision.** ``dq_configure_queue(q, rate_limit => 1000, rate_period => '1
    second')`` on a due backlog larger than what can be delivered, 8 greedy client processes
    (poll 100, ack, again at once) for a warm-up of 2 s and 30 s measured. Every delivery's
@@ -107,7 +110,10 @@ BACKLOG_FILL = """
            LATERAL dq_offer_many(queue => %(queue)s::text, keys => a.k, payloads => a.p, scheduled_ats => a.s,
                                  priorities => CASE WHEN %(levels)s::int > 1 THEN a.pr END,
                                  message_groups => CASE WHEN %(groups)s::int > 0 THEN a.mg END)"""
-BACKLOG = replace(NEW, fill=BACKLOG_FILL)
+# Each backlog is loaded alone: its load empties the tables of every side.
+EVERY_TABLE = (*NEW.truncate, *BASELINE.truncate)
+BACKLOG = replace(NEW, fill=BACKLOG_FILL, truncate=EVERY_TABLE)
+BASELINE_BACKLOG = replace(BASELINE, truncate=EVERY_TABLE)
 
 # Part 3: each delivery's claim time, in microseconds since the epoch (exact: numeric).
 POLL_CLAIMED = (
@@ -271,12 +277,13 @@ def backlogs(cfg: Config) -> tuple[Backlog, ...]:
         Backlog("plain", BACKLOG),
         Backlog("priorities", BACKLOG, levels=cfg.priority_levels),
         Backlog("groups", BACKLOG, groups=cfg.groups),
-        Backlog("baseline", BASELINE),
+        Backlog("baseline", BASELINE_BACKLOG),
     )
 
 
 def load_backlog(admin: psycopg.Connection[Any], backlog: Backlog, rows: int) -> dict[str, Any]:
-    """Load `rows` due messages (bench.core's prepare_table); returns how long it took."""
+    """Empty every queue table and load `rows` due messages (bench.core's prepare_table); returns
+    how long it took."""
     t0 = time.perf_counter()
     prepare_table(admin, backlog.side, due_rows=rows,
                   fill_params=backlog.fill_params() if backlog.side is BACKLOG else None)
@@ -286,7 +293,7 @@ def load_backlog(admin: psycopg.Connection[Any], backlog: Backlog, rows: int) ->
     left = value(admin, sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(backlog.side.table)))
     if left != rows:
         raise RuntimeError(f"{backlog.name}: loaded {left} rows of {rows}")
-    return {"rows": rows, "load_s": load_s, "loader": "INSERT" if backlog.side is BASELINE else "dq_offer_many"}
+    return {"rows": rows, "load_s": load_s, "loader": "dq_offer_many" if backlog.side is BACKLOG else "INSERT"}
 
 
 def time_polls(dsn: str, side: Side, samples: int) -> dict[str, Any]:
@@ -329,45 +336,32 @@ def explain_poll(dsn: str, side: Side) -> list[str]:
     return lines
 
 
-def backlog_part(admin_dsn: str, cfg: Config, prefix: str, keep: bool) -> dict[str, Any]:
+def backlog_part(admin: psycopg.Connection[Any], dsn: str, cfg: Config) -> dict[str, Any]:
+    """Per repetition and backlog (in rotating order): load it afresh, time the polls, take the
+    plan (first repetition), measure the drain."""
     names = backlogs(cfg)
-    dbs: dict[str, tuple[psycopg.Connection[Any], str]] = {}
-    loads, timings, plans = {}, {b.name: [] for b in names}, {}
+    loads: dict[str, list[dict[str, Any]]] = {b.name: [] for b in names}
+    timings: dict[str, list[dict[str, Any]]] = {b.name: [] for b in names}
     drains: dict[str, list[RunResult]] = {b.name: [] for b in names}
+    plans = {}
     wl = Workload(f"drain {cfg.drain_workers} x poll+ack x{POLL_BATCH}", poll_ack_step, POLL_BATCH,
                   cfg.target_drain)
     harness = cfg.harness(cfg.drain_warmup_s, cfg.drain_s)
-    try:
-        for b in names:
-            dsn = create_database(admin_dsn, f"{prefix}_{b.name}")
-            dbs[b.name] = (psycopg.connect(dsn, autocommit=True), dsn)
-            loads[b.name] = load_backlog(dbs[b.name][0], b, cfg.rows)
-            console().log(f"backlog {b.name}: {cfg.rows:,} rows loaded in {loads[b.name]['load_s']:.1f} s"
-                          f" ({loads[b.name]['loader']})")
-        for rep in range(cfg.repeat):
-            for b in rotated(names, rep):
-                t = time_polls(dbs[b.name][1], b.side, cfg.poll_samples)
-                timings[b.name].append(t)
-                console().log(f"backlog {b.name}, run {rep + 1}: poll x{POLL_BATCH} p50"
-                              f" {statistics.median(t['poll_s']) * 1e3:.2f} ms, ack p50"
-                              f" {statistics.median(t['ack_s']) * 1e3:.2f} ms, mean size"
-                              f" {statistics.fmean(t['sizes']):.0f}, other CPU {t['other_cpu']:.0%}")
-        for b in names:
-            plans[b.name] = explain_poll(dbs[b.name][1], b.side)
-        for rep in range(cfg.repeat):
-            for b in rotated(names, rep):
-                admin, dsn = dbs[b.name]
-                res = run_clients(admin, dsn, wl, b.side, cfg.drain_workers, harness)
-                _log_run(f"drain {b.name}, run {rep + 1}", res)
-                drains[b.name].append(res)
-    finally:
-        for conn, _ in dbs.values():
-            conn.close()
-        if not keep:
-            with psycopg.connect(admin_dsn, autocommit=True) as conn:
-                for b in names:
-                    conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                        sql.Identifier(f"{prefix}_{b.name}")))
+    for rep in range(cfg.repeat):
+        for b in rotated(names, rep):
+            load = load_backlog(admin, b, cfg.rows)
+            loads[b.name].append(load)
+            t = time_polls(dsn, b.side, cfg.poll_samples)
+            timings[b.name].append(t)
+            console().log(f"backlog {b.name}, run {rep + 1}: {cfg.rows:,} rows loaded in {load['load_s']:.1f} s;"
+                          f" poll x{POLL_BATCH} p50 {statistics.median(t['poll_s']) * 1e3:.2f} ms, ack p50"
+                          f" {statistics.median(t['ack_s']) * 1e3:.2f} ms, mean size"
+                          f" {statistics.fmean(t['sizes']):.0f}, other CPU {t['other_cpu']:.0%}")
+            if rep == 0:
+                plans[b.name] = explain_poll(dsn, b.side)
+            res = run_clients(admin, dsn, wl, b.side, cfg.drain_workers, harness)
+            _log_run(f"drain {b.name}, run {rep + 1}", res)
+            drains[b.name].append(res)
     plain = statistics.median(r.rows_per_s for r in drains["plain"])
     rows = []
     for b in names:
@@ -376,7 +370,8 @@ def backlog_part(admin_dsn: str, cfg: Config, prefix: str, keep: bool) -> dict[s
         rates = [r.rows_per_s for r in drains[b.name]]
         p50 = percentile(polls, 50) * 1e3
         rows.append({
-            "backlog": b.name, "levels": b.levels, "groups": b.groups, **loads[b.name],
+            "backlog": b.name, "levels": b.levels, "groups": b.groups, "rows": cfg.rows,
+            "loader": loads[b.name][0]["loader"], "load_s": spread([x["load_s"] for x in loads[b.name]]),
             "poll_p50_ms": p50, "poll_p95_ms": percentile(polls, 95) * 1e3,
             "poll_p50_ms_per_run": [statistics.median(t["poll_s"]) * 1e3 for t in timings[b.name]],
             "ack_p50_ms": percentile(acks, 50) * 1e3, "ack_p95_ms": percentile(acks, 95) * 1e3,
@@ -515,8 +510,13 @@ def _status(ok: bool) -> str:
     return "[green]PASS[/]" if ok else "[red]MISS[/]"
 
 
-def _range(s: dict[str, Any], fmt: str = ",.0f") -> str:
-    return f"{s['median']:{fmt}} ({s['min']:{fmt}}–{s['max']:{fmt}})"
+def _n(v: float) -> str:
+    return f"{v / 1000:.1f}k" if v >= 10_000 else f"{v:,.0f}"
+
+
+def _range(s: dict[str, Any]) -> str:
+    """median (min–max)"""
+    return f"{_n(s['median'])} ({_n(s['min'])}–{_n(s['max'])})"
 
 
 def regression_table(cells: list[dict[str, Any]], cfg: Config) -> Table:
@@ -524,18 +524,18 @@ def regression_table(cells: list[dict[str, Any]], cfg: Config) -> Table:
 
     table = Table(title=f"1. No controls used: this checkout (new) vs the release before (old), rows/s,"
                         f" median (min–max) of {cfg.repeat} runs")
-    for col in ("workload", "clients", "new", "old", "baseline", "new/old", "per run", "target", "",
-                "new/base", "other CPU"):
+    for col in ("workload", "clients", "new", "old", "baseline", "new/old (per run)",
+                f"≥ {cfg.target_regression:.0%}", "new/base", "other CPU"):
         table.add_column(col, justify="left" if col == "workload" else "right")
     for c in cells:
-        r = c["rows_per_s"]
+        r, per_run = c["rows_per_s"], c["new_vs_old_per_run"]
         table.add_row(c["workload"], str(c["clients"]), _range(r["new"]), _range(r["old"]), _range(r["baseline"]),
-                      f"{c['new_vs_old']:.0%}", f"{c['new_vs_old_per_run']['min']:.0%}–"
-                      f"{c['new_vs_old_per_run']['max']:.0%}", f"≥ {c['target']:.0%}",
+                      f"{c['new_vs_old']:.0%} ({per_run['min']:.0%}–{per_run['max']:.0%})",
                       _status(c["pass"]) + (" (drained)" if c["exhausted"] else ""),
                       f"{c['new_vs_baseline']:.0%}", f"{c['other_cpu_max']:.0%}")
-    table.caption = ("new/old: ratio of the medians; per run: the range of new/old within one repetition. other CPU:"
-                     " the most CPU (share of all cores) processes outside the benchmark took during any run")
+    table.caption = ("new/old: ratio of the medians (per run: its range within one repetition). (drained): a run"
+                     " emptied the backlog before its end. other CPU: the most CPU (share of all cores) processes"
+                     " outside the benchmark took during any run")
     return table
 
 
@@ -550,7 +550,7 @@ def backlog_table(part: dict[str, Any], cfg: Config) -> Table:
     for b in part["backlogs"]:
         label = {"priorities": f"{b['levels']} priorities", "groups": f"{b['groups']:,} groups"}.get(b["backlog"],
                                                                                                     b["backlog"])
-        table.add_row(label, f"{b['load_s']:.0f}", f"{b['poll_p50_ms']:.2f}", f"{b['poll_p95_ms']:.2f}",
+        table.add_row(label, f"{b['load_s']['median']:.0f}", f"{b['poll_p50_ms']:.2f}", f"{b['poll_p95_ms']:.2f}",
                       f"{b['ack_p50_ms']:.2f}", f"{b['poll_sizes_mean']:.0f}",
                       _status(b["pass_poll"]) if "pass_poll" in b else "",
                       _range(b["drain_rows_per_s"]) + (" (drained)" if b["drain_exhausted"] else ""),
@@ -596,8 +596,8 @@ def tables(report: dict[str, Any], cfg: Config) -> list[Table]:
 PARTS = ("regression", "backlog", "rate")
 
 
-def run(admin_dsn: str, cfg: Config, out: Path, prefix: str, old_ref: str | None, parts: tuple[str, ...],
-        keep: bool) -> dict[str, Any]:
+def run(admin_dsn: str, cfg: Config, out: Path, prefix: str, old_ref: str | None,
+        parts: tuple[str, ...]) -> dict[str, Any]:
     started = time.perf_counter()
     timestamp = datetime.now(UTC)
     machine = machine_info()
@@ -618,7 +618,7 @@ def run(admin_dsn: str, cfg: Config, out: Path, prefix: str, old_ref: str | None
                 report["regression"] = regression_part(cfg, {"new": (admin, dsn), "baseline": (admin, dsn),
                                                              "old": (old, old_dsn)})
         if "backlog" in parts:
-            report["backlog"] = backlog_part(admin_dsn, cfg, prefix, keep)
+            report["backlog"] = backlog_part(admin, dsn, cfg)
         if "rate" in parts:
             report["rate"] = rate_part(admin, dsn, cfg)
     report["wall_time_s"] = round(time.perf_counter() - started, 1)
@@ -647,7 +647,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON results (default bench/results/controls.json, controls-quick.json with --quick)")
     parser.add_argument("--db-prefix", default="dq_bench_controls", help="database names (dropped and recreated)")
-    parser.add_argument("--keep", action="store_true", help="keep the backlog databases after the run")
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else FULL
     overrides: dict[str, Any] = {}
@@ -663,7 +662,7 @@ def main(argv: list[str] | None = None) -> None:
     if unknown := set(parts) - set(PARTS):
         parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
     out = args.out or RESULTS / ("controls-quick.json" if args.quick else "controls.json")
-    run(args.dsn, replace(cfg, **overrides), out, args.db_prefix, args.old_ref, parts, args.keep)
+    run(args.dsn, replace(cfg, **overrides), out, args.db_prefix, args.old_ref, parts)
 
 
 if __name__ == "__main__":
