@@ -28,9 +28,13 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now   timestamptz := clock_timestamp();
-    v_next  timestamptz;
-    v_wake  timestamptz;
+    v_now         timestamptz := clock_timestamp();
+    v_next        timestamptz;
+    v_wake        timestamptz;
+    v_not_before  timestamptz;
+    v_cfg         dq_queues;
+    v_busy        integer;
+    v_token       timestamptz;
 BEGIN
     dq_wait.queue := dq__check_name('dq_wait', 'queue', dq_wait.queue, 100);
     v_wake := dq__time_after('dq_wait', 'max_wait', max_wait, v_now, false, interval '1 hour', '1 hour');
@@ -46,20 +50,51 @@ BEGIN
            AND NOT EXISTS (SELECT 1 FROM pg_stat_get_activity(x.pid))
            FOR UPDATE SKIP LOCKED);
 
-    SELECT min(m.scheduled_at) INTO v_next FROM dq_messages m WHERE m.queue = dq_wait.queue;
+    -- The next moment something can be delivered: the next due message or group head, unless the
+    -- queue's controls hold it back. not_before is when offers may start to matter: a waiter is not
+    -- notified by an offer before it (dq__wake), only by what lifts the control (dq_resume_queue, or
+    -- the end of a delivery in a queue at its concurrency limit).
+    v_next := dq__next_deliverable(dq_wait.queue);
+    SELECT q.* INTO v_cfg FROM dq_queues q WHERE q.queue = dq_wait.queue;
+    IF v_cfg.paused THEN
+        v_next := NULL;
+        v_not_before := dq__max_time();
+    ELSE
+        IF v_cfg.max_in_flight IS NOT NULL THEN
+            SELECT count(*) INTO v_busy FROM (
+                SELECT 1 FROM dq_messages m
+                 WHERE m.queue = dq_wait.queue AND m.lock_token IS NOT NULL AND m.scheduled_at > v_now
+                 LIMIT v_cfg.max_in_flight) s;
+            IF v_busy >= v_cfg.max_in_flight THEN
+                -- Full: a slot frees when a delivery ends (its ack or nack notifies) or a lock expires.
+                SELECT min(m.scheduled_at) INTO v_next FROM dq_messages m
+                 WHERE m.queue = dq_wait.queue AND m.lock_token IS NOT NULL AND m.scheduled_at > v_now;
+                v_not_before := dq__max_time();
+            END IF;
+        END IF;
+        IF v_cfg.rate_limit IS NOT NULL THEN
+            -- The next rate token: the oldest recorded delivery start plus rate_period.
+            SELECT t.used_at + v_cfg.rate_period INTO v_token
+              FROM dq_rate_tokens t WHERE t.queue = dq_wait.queue ORDER BY t.used_at LIMIT 1;
+            IF v_token > v_now THEN
+                v_next := greatest(v_next, v_token);
+                v_not_before := greatest(v_not_before, v_token);
+            END IF;
+        END IF;
+    END IF;
     v_wake := least(v_wake, v_next);
     -- A queue configured with notify => false is never notified: its waiters do not register, so
     -- offers find nobody to wake and the waiters sleep until their own timer.
-    IF NOT EXISTS (SELECT 1 FROM dq_queues q WHERE q.queue = dq_wait.queue AND NOT q.notify) THEN
-        INSERT INTO dq_waiters AS w (queue, pid, wake_at)
-        VALUES (dq_wait.queue, pg_backend_pid(), v_wake)
-        ON CONFLICT (queue, pid) DO UPDATE SET wake_at = EXCLUDED.wake_at;
+    IF coalesce(v_cfg.notify, true) THEN
+        INSERT INTO dq_waiters AS w (queue, pid, wake_at, not_before)
+        VALUES (dq_wait.queue, pg_backend_pid(), v_wake, v_not_before)
+        ON CONFLICT (queue, pid) DO UPDATE SET wake_at = EXCLUDED.wake_at, not_before = EXCLUDED.not_before;
     END IF;
     RETURN greatest(v_wake - v_now, interval '0');
 END;
 $$;
 COMMENT ON FUNCTION dq_wait(text, interval) IS
-  'dq_wait(queue text, max_wait interval default 5 s) -> interval: registers the calling session (which must LISTEN on dq_channel(queue)) as waiting until the earlier of now + max_wait and the next due message, and returns how long to sleep (0 when a message is due). Also removes the queue''s waiter rows of sessions that no longer exist. Errors: 22004/22023/22001 queue, 22004 max_wait NULL, 22023 max_wait not positive or over 1 hour.';
+  'dq_wait(queue text, max_wait interval default 5 s) -> interval: registers the calling session (which must LISTEN on dq_channel(queue)) as waiting until the earlier of now + max_wait and the next moment a message can be delivered, and returns how long to sleep (0 when one can be delivered now). That moment takes the queue''s controls into account: nothing while it is paused (dq_resume_queue notifies), the next lock expiry while it is at its max_in_flight (the end of a delivery notifies), the next rate token under a rate limit, and only group heads of FIFO groups. Also removes the queue''s waiter rows of sessions that no longer exist. Errors: 22004/22023/22001 queue, 22004 max_wait NULL, 22023 max_wait not positive or over 1 hour.';
 REVOKE ALL ON FUNCTION dq_wait(text, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_wait(text, interval) TO dq_consumer;
 
@@ -92,12 +127,13 @@ AS $$
 BEGIN
     IF dq__wake.due IS NULL OR NOT EXISTS (
             SELECT 1 FROM dq_waiters w
-             WHERE w.queue = dq__wake.queue AND w.wake_at > greatest(dq__wake.due, clock_timestamp())) THEN
+             WHERE w.queue = dq__wake.queue
+               AND w.wake_at > greatest(dq__wake.due, clock_timestamp(), coalesce(w.not_before, dq__min_time()))) THEN
         RETURN false;
     END IF;
     IF EXISTS (SELECT 1 FROM dq_waiters w
                 WHERE w.queue = dq__wake.queue
-                  AND w.wake_at > greatest(dq__wake.due, clock_timestamp())
+                  AND w.wake_at > greatest(dq__wake.due, clock_timestamp(), coalesce(w.not_before, dq__min_time()))
                   AND EXISTS (SELECT 1 FROM pg_stat_get_activity(w.pid))) THEN
         PERFORM pg_notify(dq_channel(dq__wake.queue), dq__wake.queue);
         RETURN true;
@@ -106,5 +142,26 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq__wake(text, timestamptz) IS
-  'Internal: NOTIFY dq_channel(queue) when a live waiter (its session exists) would sleep past due (NULL: nobody); returns whether it notified.';
+  'Internal: NOTIFY dq_channel(queue) when a live waiter (its session exists) would sleep past due (NULL: nobody) and past its not_before; returns whether it notified.';
 REVOKE ALL ON FUNCTION dq__wake(text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- Wake the live waiters of a queue that a control held back (not_before set by dq_wait): a delivery
+-- ended in a queue with a concurrency limit. With nobody waiting it costs one probe of dq_waiters'
+-- primary key.
+CREATE OR REPLACE FUNCTION dq__wake_blocked(queue text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM dq_waiters w
+                WHERE w.queue = dq__wake_blocked.queue AND w.not_before IS NOT NULL
+                  AND EXISTS (SELECT 1 FROM pg_stat_get_activity(w.pid))) THEN
+        PERFORM pg_notify(dq_channel(dq__wake_blocked.queue), dq__wake_blocked.queue);
+        RETURN true;
+    END IF;
+    RETURN false;
+END;
+$$;
+COMMENT ON FUNCTION dq__wake_blocked(text) IS
+  'Internal: NOTIFY dq_channel(queue) when the queue has a live waiter held back by a control (not_before set); returns whether it notified.';
+REVOKE ALL ON FUNCTION dq__wake_blocked(text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;

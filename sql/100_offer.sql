@@ -3,6 +3,74 @@
 -- Pin the search_path to the install schema (sql/000_common.sql).
 SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
 
+-- The signatures of 0.4 and earlier (without priority, message_group, expires_at and headers) are
+-- dropped and the new ones created in this same transaction (the installer applies sql/ in one),
+-- so there is no moment without a dq_offer, and calls of the old forms resolve to the new functions.
+DROP FUNCTION IF EXISTS dq_offer(text, text, bytea, timestamptz, boolean, text);
+DROP FUNCTION IF EXISTS dq_offer(text, text, jsonb, timestamptz, boolean, text);
+DROP FUNCTION IF EXISTS dq_offer(text, text, text, timestamptz, boolean, text);
+DROP FUNCTION IF EXISTS dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[]);
+DROP FUNCTION IF EXISTS dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text);
+
+-- Headers: a JSON object of at most 8 KiB (its text form, in bytes), for metadata such as trace
+-- context (W3C traceparent). Raises 22023 for another JSON value, 54000 beyond the limit.
+CREATE OR REPLACE FUNCTION dq__raise_bad_headers(fn text, param text, value jsonb)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF jsonb_typeof(value) <> 'object' THEN
+        RAISE EXCEPTION '%: % is a JSON %, it must be a JSON object', fn, param, jsonb_typeof(value)
+            USING ERRCODE = '22023';
+    END IF;
+    RAISE EXCEPTION '%: % is % bytes, the limit is 8192', fn, param, octet_length(value::text)
+        USING ERRCODE = '54000';
+END;
+$$;
+COMMENT ON FUNCTION dq__raise_bad_headers(text, text, jsonb) IS
+  'Internal: raises 22023 (headers not a JSON object) or 54000 (over 8192 bytes) naming the parameter.';
+REVOKE ALL ON FUNCTION dq__raise_bad_headers(text, text, jsonb) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- The checks of the per-message controls, shared by dq_offer and dq__offer_many: priority in
+-- -32768..32767 (22004 NULL, 22023 outside), message_group NULL or 1..200 characters (22023 empty,
+-- 22001 longer), expires_at NULL or in the stored range (22008) and after scheduled_at (22023),
+-- headers NULL or a JSON object of at most 8192 bytes (22023, 54000). param_suffix is appended to
+-- each parameter name in errors ('' or '[i]' for an element of dq_offer_many's arrays).
+CREATE OR REPLACE FUNCTION dq__check_controls(fn text, suffix text, priority integer, message_group text,
+                                              scheduled_at timestamptz, expires_at timestamptz, headers jsonb)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_param text;
+BEGIN
+    IF priority IS NULL OR priority NOT BETWEEN -32768 AND 32767 THEN
+        PERFORM dq__check_range(fn, CASE WHEN suffix = '' THEN 'priority' ELSE 'priorities' || suffix END,
+                                priority, -32768, 32767);
+    END IF;
+    IF message_group = '' OR char_length(message_group) > 200 THEN
+        PERFORM dq__raise_bad_name(fn, CASE WHEN suffix = '' THEN 'message_group' ELSE 'message_groups' || suffix END,
+                                   message_group, 200);
+    END IF;
+    v_param := CASE WHEN suffix = '' THEN 'expires_at' ELSE 'expires_ats' || suffix END;
+    IF NOT (expires_at BETWEEN dq__min_time() AND dq__max_time()) THEN
+        PERFORM dq__raise_bad_time(fn, v_param, expires_at);
+    END IF;
+    IF expires_at <= scheduled_at THEN
+        RAISE EXCEPTION '%: % is %, it must be after scheduled_at (%)', fn, v_param, expires_at, scheduled_at
+            USING ERRCODE = '22023';
+    END IF;
+    IF jsonb_typeof(headers) <> 'object' OR octet_length(headers::text) > 8192 THEN
+        PERFORM dq__raise_bad_headers(fn, CASE WHEN suffix = '' THEN 'headers' ELSE 'headers' || suffix END, headers);
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION dq__check_controls(text, text, integer, text, timestamptz, timestamptz, jsonb) IS
+  'Internal: checks priority, message_group, expires_at and headers of an offer (22004, 22023, 22001, 22008, 54000 naming the parameter).';
+REVOKE ALL ON FUNCTION dq__check_controls(text, text, integer, text, timestamptz, timestamptz, jsonb) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
 -- dq_offer: insert, or replace when the key is present and something differs.
 --
 -- Concurrency (READ COMMITTED): INSERT .. ON CONFLICT DO UPDATE either inserts or locks the
@@ -14,13 +82,19 @@ SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SE
 -- its last error, the due and claim times of its last delivery and any schedule ownership are
 -- cleared. Dead letters are never matched: the unique constraint (queue, key, dead_from_id)
 -- NULLS NOT DISTINCT makes an offer conflict only with the queue's ordinary message of that key.
+-- A grouped message (message_group) is inserted or updated first, then its group is settled
+-- (sql/020_groups.sql), and the group it left when an update moved it out of the group it headed.
 CREATE OR REPLACE FUNCTION dq_offer(
-    queue         text,
-    key           text,
-    payload       bytea,
-    scheduled_at  timestamptz DEFAULT now(),
-    can_update    boolean DEFAULT true,
-    payload_type  text DEFAULT NULL)
+    queue          text,
+    key            text,
+    payload        bytea,
+    scheduled_at   timestamptz DEFAULT now(),
+    can_update     boolean DEFAULT true,
+    payload_type   text DEFAULT NULL,
+    priority       integer DEFAULT 0,
+    message_group  text DEFAULT NULL,
+    expires_at     timestamptz DEFAULT NULL,
+    headers        jsonb DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -30,8 +104,11 @@ AS $$
 DECLARE
     v_type     text;
     v_inserted boolean;
+    v_id       bigint;
     v_outcome  text;
     v_woken    boolean;
+    v_left     text;
+    v_settled  integer;
 BEGIN
     dq_offer.queue := dq__check_name('dq_offer', 'queue', dq_offer.queue, 100);
     dq_offer.key := dq__check_name('dq_offer', 'key', dq_offer.key, 200);
@@ -49,12 +126,20 @@ BEGIN
         PERFORM dq__raise_null('dq_offer', 'can_update');
     END IF;
     v_type := dq__check_name('dq_offer', 'payload_type', coalesce(dq_offer.payload_type, 'bytes'), 100);
+    -- The controls are checked only when one is set (the common offer sets none).
+    IF dq_offer.priority IS DISTINCT FROM 0 OR dq_offer.message_group IS NOT NULL
+       OR dq_offer.expires_at IS NOT NULL OR dq_offer.headers IS NOT NULL THEN
+        PERFORM dq__check_controls('dq_offer', '', dq_offer.priority, dq_offer.message_group,
+                                   dq_offer.scheduled_at, dq_offer.expires_at, dq_offer.headers);
+    END IF;
 
     IF dq_offer.can_update THEN
         INSERT INTO dq_messages AS m
-               (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at)
+               (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,
+                priority, message_group, expires_at, headers)
         VALUES (dq_offer.queue, dq_offer.key, dq_offer.payload, v_type,
-                dq_offer.scheduled_at, dq_offer.scheduled_at, now())
+                dq_offer.scheduled_at, dq_offer.scheduled_at, now(),
+                dq_offer.priority, dq_offer.message_group, dq_offer.expires_at, dq_offer.headers)
         ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO UPDATE
            SET payload = EXCLUDED.payload,
                payload_type = EXCLUDED.payload_type,
@@ -64,67 +149,94 @@ BEGIN
                delivery_count = 0,
                lock_token = NULL,
                last_error = NULL, last_error_at = NULL, due_at = NULL, claimed_at = NULL,
-               cron_prefix = NULL
+               cron_prefix = NULL,
+               priority = EXCLUDED.priority, message_group = EXCLUDED.message_group,
+               expires_at = EXCLUDED.expires_at, headers = EXCLUDED.headers
          WHERE m.payload IS DISTINCT FROM EXCLUDED.payload
             OR m.payload_type IS DISTINCT FROM EXCLUDED.payload_type
             OR m.scheduled_at_initially IS DISTINCT FROM EXCLUDED.scheduled_at_initially
-        RETURNING (m.xmax = 0) INTO v_inserted;
+            OR m.priority IS DISTINCT FROM EXCLUDED.priority
+            OR m.message_group IS DISTINCT FROM EXCLUDED.message_group
+            OR m.expires_at IS DISTINCT FROM EXCLUDED.expires_at
+            OR m.headers IS DISTINCT FROM EXCLUDED.headers
+        RETURNING (m.xmax = 0), m.id INTO v_inserted, v_id;
     ELSE
         INSERT INTO dq_messages AS m
-               (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at)
+               (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,
+                priority, message_group, expires_at, headers)
         VALUES (dq_offer.queue, dq_offer.key, dq_offer.payload, v_type,
-                dq_offer.scheduled_at, dq_offer.scheduled_at, now())
+                dq_offer.scheduled_at, dq_offer.scheduled_at, now(),
+                dq_offer.priority, dq_offer.message_group, dq_offer.expires_at, dq_offer.headers)
         ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO NOTHING
-        RETURNING true INTO v_inserted;
+        RETURNING true, m.id INTO v_inserted, v_id;
     END IF;
 
     IF v_inserted IS NULL THEN
         RETURN 'ignored';
     END IF;
     v_outcome := CASE WHEN v_inserted THEN 'created' ELSE 'updated' END;
-    -- Wake a waiter that would otherwise sleep past this message's due time (sql/010_wait.sql).
-    v_woken := dq__wake(dq_offer.queue, dq_offer.scheduled_at);
+    IF NOT v_inserted THEN
+        -- An update may have moved the message out of a group it headed: that group is settled too.
+        SELECT g.message_group INTO v_left FROM dq_groups g
+         WHERE g.head_id = v_id AND g.queue = dq_offer.queue AND g.message_group IS DISTINCT FROM dq_offer.message_group;
+    END IF;
+    IF dq_offer.message_group IS NOT NULL OR v_left IS NOT NULL THEN
+        -- Settling wakes waiters when the head changed (sql/020_groups.sql).
+        v_settled := dq__settle_groups(ARRAY[dq_offer.queue, dq_offer.queue], ARRAY[dq_offer.message_group, v_left]);
+    END IF;
+    IF dq_offer.message_group IS NULL THEN
+        -- Wake a waiter that would otherwise sleep past this message's due time (sql/010_wait.sql).
+        v_woken := dq__wake(dq_offer.queue, dq_offer.scheduled_at);
+    END IF;
     RETURN v_outcome;
 END;
 $$;
-COMMENT ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text) IS
-  'dq_offer(queue text <=100 chars, key text <=200 chars, payload bytea <= the queue''s max_payload_bytes (default 1 MiB), scheduled_at timestamptz in 0001-01-02 .. 9999-12-30 UTC default now(), can_update boolean default true, payload_type text default ''bytes'') -> text: ''created'' (new key), ''updated'' (key present, can_update, and payload, payload_type or scheduled_at differ: replaced, delivery_count reset, lock and last error cleared) or ''ignored''. Dead letters in the queue are never matched. Errors: 22004 NULL argument, 22023 empty queue/key, 22001 queue/key too long, 22008 scheduled_at out of range, 54000 payload over the limit; nothing is written on error.';
-REVOKE ALL ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text) TO dq_producer;
+COMMENT ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text, integer, text, timestamptz, jsonb) IS
+  'dq_offer(queue text <=100 chars, key text <=200 chars, payload bytea <= the queue''s max_payload_bytes (default 1 MiB), scheduled_at timestamptz in 0001-01-02 .. 9999-12-30 UTC default now(), can_update boolean default true, payload_type text default ''bytes'', priority integer -32768..32767 default 0 (higher first among due messages), message_group text <=200 chars default NULL (FIFO group: its messages are delivered one at a time, in order), expires_at timestamptz default NULL (after scheduled_at; never delivered after it), headers jsonb object <= 8192 bytes default NULL) -> text: ''created'' (new key), ''updated'' (key present, can_update, and any of payload, payload_type, scheduled_at, priority, message_group, expires_at, headers differ: replaced, delivery_count reset, lock and last error cleared) or ''ignored''. Dead letters in the queue are never matched. Errors: 22004 NULL argument, 22023 empty queue/key/message_group, priority out of range, expires_at not after scheduled_at or headers not a JSON object, 22001 queue/key/message_group too long, 22008 scheduled_at or expires_at out of range, 54000 payload or headers over the limit; nothing is written on error. Source: message groups and message timers (SQS Developer Guide).';
+REVOKE ALL ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text, integer, text, timestamptz, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text, integer, text, timestamptz, jsonb) TO dq_producer;
 
 CREATE OR REPLACE FUNCTION dq_offer(
-    queue         text,
-    key           text,
-    payload       jsonb,
-    scheduled_at  timestamptz DEFAULT now(),
-    can_update    boolean DEFAULT true,
-    payload_type  text DEFAULT NULL)
+    queue          text,
+    key            text,
+    payload        jsonb,
+    scheduled_at   timestamptz DEFAULT now(),
+    can_update     boolean DEFAULT true,
+    payload_type   text DEFAULT NULL,
+    priority       integer DEFAULT 0,
+    message_group  text DEFAULT NULL,
+    expires_at     timestamptz DEFAULT NULL,
+    headers        jsonb DEFAULT NULL)
 RETURNS text
 LANGUAGE sql VOLATILE
 SECURITY DEFINER
 SET search_path FROM CURRENT
-AS $$ SELECT dq_offer($1, $2, convert_to($3::text, 'UTF8'), $4, $5, coalesce($6, 'json')) $$;
-COMMENT ON FUNCTION dq_offer(text, text, jsonb, timestamptz, boolean, text) IS
+AS $$ SELECT dq_offer($1, $2, convert_to($3::text, 'UTF8'), $4, $5, coalesce($6, 'json'), $7, $8, $9, $10) $$;
+COMMENT ON FUNCTION dq_offer(text, text, jsonb, timestamptz, boolean, text, integer, text, timestamptz, jsonb) IS
   'dq_offer with a jsonb payload: stored as its UTF-8 text, payload_type ''json'' unless given. Same result and errors as the bytea form.';
-REVOKE ALL ON FUNCTION dq_offer(text, text, jsonb, timestamptz, boolean, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION dq_offer(text, text, jsonb, timestamptz, boolean, text) TO dq_producer;
+REVOKE ALL ON FUNCTION dq_offer(text, text, jsonb, timestamptz, boolean, text, integer, text, timestamptz, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_offer(text, text, jsonb, timestamptz, boolean, text, integer, text, timestamptz, jsonb) TO dq_producer;
 
 CREATE OR REPLACE FUNCTION dq_offer(
-    queue         text,
-    key           text,
-    payload       text,
-    scheduled_at  timestamptz DEFAULT now(),
-    can_update    boolean DEFAULT true,
-    payload_type  text DEFAULT NULL)
+    queue          text,
+    key            text,
+    payload        text,
+    scheduled_at   timestamptz DEFAULT now(),
+    can_update     boolean DEFAULT true,
+    payload_type   text DEFAULT NULL,
+    priority       integer DEFAULT 0,
+    message_group  text DEFAULT NULL,
+    expires_at     timestamptz DEFAULT NULL,
+    headers        jsonb DEFAULT NULL)
 RETURNS text
 LANGUAGE sql VOLATILE
 SECURITY DEFINER
 SET search_path FROM CURRENT
-AS $$ SELECT dq_offer($1, $2, convert_to($3, 'UTF8'), $4, $5, coalesce($6, 'text')) $$;
-COMMENT ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text) IS
+AS $$ SELECT dq_offer($1, $2, convert_to($3, 'UTF8'), $4, $5, coalesce($6, 'text'), $7, $8, $9, $10) $$;
+COMMENT ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text, integer, text, timestamptz, jsonb) IS
   'dq_offer with a text payload (also what an untyped literal resolves to): stored as UTF-8, payload_type ''text'' unless given. Same result and errors as the bytea form.';
-REVOKE ALL ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text) TO dq_producer;
+REVOKE ALL ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text, integer, text, timestamptz, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text, integer, text, timestamptz, jsonb) TO dq_producer;
 
 
 -- dq_offer_many: dq_offer's semantics for each element, set-based: one validation query and
@@ -134,16 +246,21 @@ GRANT EXECUTE ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text)
 --
 -- Concurrency: as dq_offer, per row. Rows are inserted in bytewise key order (COLLATE "C", the
 -- key column's collation, whatever the database's), as dead-lettering and redrive insert theirs, so
--- two statements that overlap take their row locks in the same order and do not deadlock.
+-- two statements that overlap take their row locks in the same order and do not deadlock. The
+-- groups of grouped rows are settled after the insert, in (queue, message_group) order.
 CREATE OR REPLACE FUNCTION dq__offer_many(
-    fn             text,
-    queue          text,
-    keys           text[],
-    payloads       bytea[],
-    scheduled_ats  timestamptz[],
-    can_update     boolean,
-    payload_types  text[],
-    cron_prefix    text)
+    fn              text,
+    queue           text,
+    keys            text[],
+    payloads        bytea[],
+    scheduled_ats   timestamptz[],
+    can_update      boolean,
+    payload_types   text[],
+    cron_prefix     text,
+    priorities      integer[] DEFAULT NULL,
+    message_groups  text[] DEFAULT NULL,
+    expires_ats     timestamptz[] DEFAULT NULL,
+    headers         jsonb[] DEFAULT NULL)
 RETURNS TABLE (key text, outcome text)
 LANGUAGE plpgsql VOLATILE
 SET search_path FROM CURRENT
@@ -167,6 +284,12 @@ DECLARE
     v_big_len    integer;
     v_limit      integer;
     v_woken      boolean;
+    v_controls   boolean;
+    v_bad_ctl    bigint;
+    v_groups     text[];
+    v_updated    bigint[];
+    v_settled    integer;
+    r            record;
 BEGIN
     dq__offer_many.queue := dq__check_name(fn, 'queue', dq__offer_many.queue, 100);
     IF dq__offer_many.keys IS NULL THEN
@@ -179,7 +302,9 @@ BEGIN
         PERFORM dq__raise_null(fn, 'can_update');
     END IF;
     IF array_ndims(dq__offer_many.keys) > 1 OR array_ndims(dq__offer_many.payloads) > 1
-       OR array_ndims(dq__offer_many.scheduled_ats) > 1 OR array_ndims(dq__offer_many.payload_types) > 1 THEN
+       OR array_ndims(dq__offer_many.scheduled_ats) > 1 OR array_ndims(dq__offer_many.payload_types) > 1
+       OR array_ndims(dq__offer_many.priorities) > 1 OR array_ndims(dq__offer_many.message_groups) > 1
+       OR array_ndims(dq__offer_many.expires_ats) > 1 OR array_ndims(dq__offer_many.headers) > 1 THEN
         RAISE EXCEPTION '%: arrays must be one-dimensional', fn USING ERRCODE = '22023';
     END IF;
     IF v_n > 100000 THEN
@@ -189,17 +314,21 @@ BEGIN
         RAISE EXCEPTION '%: payloads has % elements, keys has %', fn,
             coalesce(cardinality(dq__offer_many.payloads), 0), v_n USING ERRCODE = '22023';
     END IF;
-    IF dq__offer_many.scheduled_ats IS NOT NULL AND cardinality(dq__offer_many.scheduled_ats) <> v_n THEN
-        RAISE EXCEPTION '%: scheduled_ats has % elements, keys has %', fn,
-            cardinality(dq__offer_many.scheduled_ats), v_n USING ERRCODE = '22023';
-    END IF;
-    IF dq__offer_many.payload_types IS NOT NULL AND cardinality(dq__offer_many.payload_types) <> v_n THEN
-        RAISE EXCEPTION '%: payload_types has % elements, keys has %', fn,
-            cardinality(dq__offer_many.payload_types), v_n USING ERRCODE = '22023';
-    END IF;
+    FOR r IN SELECT * FROM (VALUES
+            ('scheduled_ats', cardinality(dq__offer_many.scheduled_ats)),
+            ('payload_types', cardinality(dq__offer_many.payload_types)),
+            ('priorities', cardinality(dq__offer_many.priorities)),
+            ('message_groups', cardinality(dq__offer_many.message_groups)),
+            ('expires_ats', cardinality(dq__offer_many.expires_ats)),
+            ('headers', cardinality(dq__offer_many.headers))) AS a(name, n)
+             WHERE a.n IS NOT NULL AND a.n <> v_n LOOP
+        RAISE EXCEPTION '%: % has % elements, keys has %', fn, r.name, r.n, v_n USING ERRCODE = '22023';
+    END LOOP;
     IF v_n = 0 THEN
         RETURN;
     END IF;
+    v_controls := dq__offer_many.priorities IS NOT NULL OR dq__offer_many.message_groups IS NOT NULL
+               OR dq__offer_many.expires_ats IS NOT NULL OR dq__offer_many.headers IS NOT NULL;
 
     -- One pass over the input for every element check.
     SELECT min(u.i) FILTER (WHERE u.k IS NULL OR u.k = '' OR char_length(u.k) > 200),
@@ -246,6 +375,28 @@ BEGIN
          WHERE u.i = v_bad_type;
         PERFORM dq__raise_bad_name(fn, format('payload_types[%s]', v_bad_type), v_value, 100);
     END IF;
+    IF v_controls THEN
+        -- The first element whose controls are wrong is checked again by dq__check_controls, which
+        -- raises its error.
+        SELECT u.i INTO v_bad_ctl
+          FROM unnest(dq__offer_many.keys, dq__offer_many.scheduled_ats, dq__offer_many.priorities,
+                      dq__offer_many.message_groups, dq__offer_many.expires_ats, dq__offer_many.headers)
+               WITH ORDINALITY AS u(k, s, p, g, e, h, i)
+         WHERE (dq__offer_many.priorities IS NOT NULL AND (u.p IS NULL OR u.p NOT BETWEEN -32768 AND 32767))
+            OR u.g = '' OR char_length(u.g) > 200
+            OR NOT (u.e BETWEEN dq__min_time() AND dq__max_time()) OR u.e <= coalesce(u.s, v_now)
+            OR jsonb_typeof(u.h) <> 'object' OR octet_length(u.h::text) > 8192
+         ORDER BY u.i LIMIT 1;
+        IF FOUND THEN
+            PERFORM dq__check_controls(fn, format('[%s]', v_bad_ctl),
+                                       CASE WHEN dq__offer_many.priorities IS NULL THEN 0
+                                            ELSE dq__offer_many.priorities[array_lower(dq__offer_many.priorities, 1) + v_bad_ctl - 1] END,
+                                       dq__offer_many.message_groups[array_lower(dq__offer_many.message_groups, 1) + v_bad_ctl - 1],
+                                       coalesce(dq__offer_many.scheduled_ats[array_lower(dq__offer_many.scheduled_ats, 1) + v_bad_ctl - 1], v_now),
+                                       dq__offer_many.expires_ats[array_lower(dq__offer_many.expires_ats, 1) + v_bad_ctl - 1],
+                                       dq__offer_many.headers[array_lower(dq__offer_many.headers, 1) + v_bad_ctl - 1]);
+        END IF;
+    END IF;
     IF v_distinct <> v_n THEN
         SELECT u.k INTO v_dup FROM unnest(dq__offer_many.keys) AS u(k)
          GROUP BY u.k HAVING count(*) > 1 ORDER BY u.k LIMIT 1;
@@ -255,14 +406,19 @@ BEGIN
 
     IF dq__offer_many.can_update THEN
         WITH input AS (
-            SELECT u.k, u.p, coalesce(u.s, v_now) AS s, coalesce(u.t, 'bytes') AS t, u.i
+            SELECT u.k, u.p, coalesce(u.s, v_now) AS s, coalesce(u.t, 'bytes') AS t, u.i,
+                   coalesce(u.pr, 0) AS pr, u.g, u.e, u.h
               FROM unnest(dq__offer_many.keys, dq__offer_many.payloads,
-                          dq__offer_many.scheduled_ats, dq__offer_many.payload_types)
-                   WITH ORDINALITY AS u(k, p, s, t, i)
+                          dq__offer_many.scheduled_ats, dq__offer_many.payload_types,
+                          dq__offer_many.priorities, dq__offer_many.message_groups,
+                          dq__offer_many.expires_ats, dq__offer_many.headers)
+                   WITH ORDINALITY AS u(k, p, s, t, pr, g, e, h, i)
         ), ins AS (
             INSERT INTO dq_messages AS m
-                   (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, cron_prefix)
-            SELECT dq__offer_many.queue, input.k, input.p, input.t, input.s, input.s, v_now, dq__offer_many.cron_prefix
+                   (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, cron_prefix,
+                    priority, message_group, expires_at, headers)
+            SELECT dq__offer_many.queue, input.k, input.p, input.t, input.s, input.s, v_now, dq__offer_many.cron_prefix,
+                   input.pr, input.g, input.e, input.h
               FROM input ORDER BY input.k COLLATE "C"
             ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO UPDATE
                SET payload = EXCLUDED.payload,
@@ -273,65 +429,92 @@ BEGIN
                    delivery_count = 0,
                    lock_token = NULL,
                    last_error = NULL, last_error_at = NULL, due_at = NULL, claimed_at = NULL,
-                   cron_prefix = EXCLUDED.cron_prefix
+                   cron_prefix = EXCLUDED.cron_prefix,
+                   priority = EXCLUDED.priority, message_group = EXCLUDED.message_group,
+                   expires_at = EXCLUDED.expires_at, headers = EXCLUDED.headers
              WHERE m.payload IS DISTINCT FROM EXCLUDED.payload
                 OR m.payload_type IS DISTINCT FROM EXCLUDED.payload_type
                 OR m.scheduled_at_initially IS DISTINCT FROM EXCLUDED.scheduled_at_initially
-            RETURNING m.key AS k, (m.xmax = 0) AS inserted, m.scheduled_at AS s
+                OR m.priority IS DISTINCT FROM EXCLUDED.priority
+                OR m.message_group IS DISTINCT FROM EXCLUDED.message_group
+                OR m.expires_at IS DISTINCT FROM EXCLUDED.expires_at
+                OR m.headers IS DISTINCT FROM EXCLUDED.headers
+            RETURNING m.key AS k, (m.xmax = 0) AS inserted, m.scheduled_at AS s, m.id, m.message_group AS g
         )
         SELECT array_agg(input.k ORDER BY input.i),
                array_agg(CASE WHEN ins.k IS NULL THEN 'ignored' WHEN ins.inserted THEN 'created' ELSE 'updated' END
                          ORDER BY input.i),
-               min(ins.s)
-          INTO v_keys, v_outcomes, v_changed_at
+               min(ins.s) FILTER (WHERE ins.g IS NULL),
+               array_agg(DISTINCT ins.g) FILTER (WHERE ins.g IS NOT NULL),
+               array_agg(ins.id) FILTER (WHERE NOT ins.inserted)
+          INTO v_keys, v_outcomes, v_changed_at, v_groups, v_updated
           FROM input LEFT JOIN ins ON ins.k = input.k;
     ELSE
         WITH input AS (
-            SELECT u.k, u.p, coalesce(u.s, v_now) AS s, coalesce(u.t, 'bytes') AS t, u.i
+            SELECT u.k, u.p, coalesce(u.s, v_now) AS s, coalesce(u.t, 'bytes') AS t, u.i,
+                   coalesce(u.pr, 0) AS pr, u.g, u.e, u.h
               FROM unnest(dq__offer_many.keys, dq__offer_many.payloads,
-                          dq__offer_many.scheduled_ats, dq__offer_many.payload_types)
-                   WITH ORDINALITY AS u(k, p, s, t, i)
+                          dq__offer_many.scheduled_ats, dq__offer_many.payload_types,
+                          dq__offer_many.priorities, dq__offer_many.message_groups,
+                          dq__offer_many.expires_ats, dq__offer_many.headers)
+                   WITH ORDINALITY AS u(k, p, s, t, pr, g, e, h, i)
         ), ins AS (
             INSERT INTO dq_messages AS m
-                   (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, cron_prefix)
-            SELECT dq__offer_many.queue, input.k, input.p, input.t, input.s, input.s, v_now, dq__offer_many.cron_prefix
+                   (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, cron_prefix,
+                    priority, message_group, expires_at, headers)
+            SELECT dq__offer_many.queue, input.k, input.p, input.t, input.s, input.s, v_now, dq__offer_many.cron_prefix,
+                   input.pr, input.g, input.e, input.h
               FROM input ORDER BY input.k COLLATE "C"
             ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO NOTHING
-            RETURNING m.key AS k, m.scheduled_at AS s
+            RETURNING m.key AS k, m.scheduled_at AS s, m.message_group AS g
         )
         SELECT array_agg(input.k ORDER BY input.i),
                array_agg(CASE WHEN ins.k IS NULL THEN 'ignored' ELSE 'created' END ORDER BY input.i),
-               min(ins.s)
-          INTO v_keys, v_outcomes, v_changed_at
+               min(ins.s) FILTER (WHERE ins.g IS NULL),
+               array_agg(DISTINCT ins.g) FILTER (WHERE ins.g IS NOT NULL)
+          INTO v_keys, v_outcomes, v_changed_at, v_groups
           FROM input LEFT JOIN ins ON ins.k = input.k;
     END IF;
 
-    -- Wake a waiter that would sleep past the earliest created/updated message (sql/010_wait.sql);
-    -- v_changed_at is NULL when every element was ignored.
+    -- Groups: those written to, and those that updated messages headed before the update moved
+    -- them to another group; each is settled once, in lock order (sql/020_groups.sql).
+    IF v_updated IS NOT NULL THEN
+        v_groups := v_groups || ARRAY(SELECT g.message_group FROM dq_groups g
+                                       WHERE g.head_id = ANY (v_updated) AND g.queue = dq__offer_many.queue);
+    END IF;
+    IF v_groups IS NOT NULL THEN
+        v_settled := dq__settle_groups(array_fill(dq__offer_many.queue, ARRAY[cardinality(v_groups)]), v_groups);
+    END IF;
+    -- Wake a waiter that would sleep past the earliest created/updated ungrouped message
+    -- (sql/010_wait.sql); v_changed_at is NULL when there is none.
     v_woken := dq__wake(dq__offer_many.queue, v_changed_at);
     RETURN QUERY SELECT r.k, r.o FROM unnest(v_keys, v_outcomes) AS r(k, o);
 END;
 $$;
-COMMENT ON FUNCTION dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text) IS
+COMMENT ON FUNCTION dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text, integer[], text[], timestamptz[], jsonb[]) IS
   'Internal: the body of dq_offer_many (fn: the public function named in errors); cron_prefix is recorded as the owner of the rows it creates or updates (dq_install_tick).';
-REVOKE ALL ON FUNCTION dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+REVOKE ALL ON FUNCTION dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text, integer[], text[], timestamptz[], jsonb[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_offer_many(
-    queue          text,
-    keys           text[],
-    payloads       bytea[],
-    scheduled_ats  timestamptz[] DEFAULT NULL,
-    can_update     boolean DEFAULT true,
-    payload_types  text[] DEFAULT NULL)
+    queue           text,
+    keys            text[],
+    payloads        bytea[],
+    scheduled_ats   timestamptz[] DEFAULT NULL,
+    can_update      boolean DEFAULT true,
+    payload_types   text[] DEFAULT NULL,
+    priorities      integer[] DEFAULT NULL,
+    message_groups  text[] DEFAULT NULL,
+    expires_ats     timestamptz[] DEFAULT NULL,
+    headers         jsonb[] DEFAULT NULL)
 RETURNS TABLE (key text, outcome text)
 LANGUAGE sql VOLATILE
 SECURITY DEFINER
 SET search_path FROM CURRENT
-AS $$ SELECT o.key, o.outcome FROM dq__offer_many('dq_offer_many', $1, $2, $3, $4, $5, $6, NULL) AS o $$;
-COMMENT ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[]) IS
-  'dq_offer_many(queue text, keys text[], payloads bytea[] each <= the queue''s max_payload_bytes (default 1 MiB), scheduled_ats timestamptz[] in 0001-01-02 .. 9999-12-30 UTC, default NULL = now for all, can_update boolean default true, payload_types text[] default NULL = ''bytes'') -> TABLE(key text, outcome text) in input order, outcome as dq_offer. Set-based (one INSERT .. ON CONFLICT, rows in bytewise key order). Errors: 22004 NULL array or element, 22023 unequal lengths or a repeated key, 22001 key too long, 22008 a scheduled_ats element out of range, 54000 over 100000 elements or a payload over the limit; nothing is written on error.';
-REVOKE ALL ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[]) TO dq_producer;
+AS $$ SELECT o.key, o.outcome FROM dq__offer_many('dq_offer_many', $1, $2, $3, $4, $5, $6, NULL, $7, $8, $9, $10) AS o $$;
+COMMENT ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) IS
+  'dq_offer_many(queue text, keys text[], payloads bytea[] each <= the queue''s max_payload_bytes (default 1 MiB), scheduled_ats timestamptz[] in 0001-01-02 .. 9999-12-30 UTC, default NULL = now for all, can_update boolean default true, payload_types text[] default NULL = ''bytes'', priorities integer[] default NULL = 0, message_groups text[] default NULL = none, expires_ats timestamptz[] default NULL = none, headers jsonb[] default NULL = none) -> TABLE(key text, outcome text) in input order, outcome and element rules as dq_offer. Set-based (one INSERT .. ON CONFLICT, rows in bytewise key order). Errors: 22004 NULL array or element, 22023 unequal lengths, a repeated key or a bad control (as dq_offer), 22001 key or message group too long, 22008 a scheduled_ats or expires_ats element out of range, 54000 over 100000 elements or a payload or headers over the limit; errors name the element (keys[3]); nothing is written on error.';
+REVOKE ALL ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) TO dq_producer;
 
 -- Payload limits. A queue's limit is dq_queues.max_payload_bytes, or 1 MiB when it sets none; no
 -- queue may set one below 1 KiB (SQS's MaximumMessageSize has the same floor), so the offers read

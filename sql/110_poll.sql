@@ -33,49 +33,142 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now  timestamptz := clock_timestamp();
-    v_ids     bigint[];
-    v_due     timestamptz[];
-    v_counts  integer[];
-    v_max     integer;
-    v_dlq     text;
-    v_until   timestamptz;
+    v_now      timestamptz := clock_timestamp();
+    v_until    timestamptz;
+    v_cfg      dq_queues;
+    v_want     integer;
+    v_busy     integer;
+    v_slots    integer[];
+    v_level    integer := 32767;
+    v_p        integer;
+    v_gp       integer;
+    v_ids      bigint[] := '{}';
+    v_due      timestamptz[] := '{}';
+    v_lids     bigint[];
+    v_ldue     timestamptz[];
+    v_gone     dq_messages[];
+    v_dead     bigint[];
+    v_got      integer;
+    v_done     integer;
 BEGIN
     dq_poll_many.queue := dq__check_name('dq_poll_many', 'queue', dq_poll_many.queue, 100);
     dq_poll_many.max_count := dq__check_range('dq_poll_many', 'max_count', dq_poll_many.max_count, 1, 10000);
     -- The lock expiry, checked by its effect (positive, within the stored range).
     v_until := dq__time_after('dq_poll_many', 'lock_timeout', dq_poll_many.lock_timeout, v_now, false);
+    v_want := dq_poll_many.max_count;
 
-    -- Two statements, both planned once and reused (plan_cache_mode = force_generic_plan): with
-    -- the due bound and the limit as parameters, a custom plan would be rebuilt on every call
-    -- (0.2-0.3 ms of planning, more than the execution), while these generic plans are the ones
-    -- wanted at any table size: an index scan on (queue, scheduled_at), then primary-key probes.
-    SELECT array_agg(c.id ORDER BY c.scheduled_at, c.id), array_agg(c.scheduled_at ORDER BY c.scheduled_at, c.id),
-           array_agg(c.delivery_count ORDER BY c.scheduled_at, c.id)
-      INTO v_ids, v_due, v_counts
-      FROM (SELECT d.id, d.scheduled_at, d.delivery_count
-              FROM dq_messages d
-             WHERE d.queue = dq_poll_many.queue
-               AND d.scheduled_at <= v_now
-             ORDER BY d.scheduled_at
-             LIMIT dq_poll_many.max_count
-               FOR UPDATE SKIP LOCKED) c;
-    IF v_ids IS NULL THEN
+    -- The queue's controls (one probe; an unconfigured queue has none).
+    SELECT q.* INTO v_cfg FROM dq_queues q WHERE q.queue = dq_poll_many.queue;
+    IF v_cfg.paused THEN
+        RETURN;
+    END IF;
+    IF v_cfg.max_in_flight IS NOT NULL THEN
+        -- Concurrency limit. The pollers of the queue take its configuration row's lock in turn (FOR
+        -- NO KEY UPDATE, held to the end of the transaction), then count the messages in flight: a new
+        -- statement under READ COMMITTED, it sees every acquisition committed by the previous holder,
+        -- so the limit holds across all sessions. Acks, nacks and offers do not take this lock.
+        SELECT q.* INTO v_cfg FROM dq_queues q WHERE q.queue = dq_poll_many.queue FOR NO KEY UPDATE;
+        IF v_cfg.paused THEN
+            RETURN;
+        END IF;
+        IF v_cfg.max_in_flight IS NOT NULL THEN
+            SELECT count(*) INTO v_busy FROM (
+                SELECT 1 FROM dq_messages m
+                 WHERE m.queue = dq_poll_many.queue AND m.lock_token IS NOT NULL AND m.scheduled_at > v_now
+                 LIMIT v_cfg.max_in_flight) s;
+            v_want := least(v_want, v_cfg.max_in_flight - v_busy);
+            IF v_want <= 0 THEN
+                RETURN;
+            END IF;
+        END IF;
+    END IF;
+    IF v_cfg.rate_limit IS NOT NULL THEN
+        -- Rate limit, a sliding-window log: the queue has rate_limit rows in dq_rate_tokens, each the
+        -- start of one recent delivery; a delivery takes a row whose start is at least rate_period old
+        -- and writes its own (v_now) into it. Rows are taken FOR UPDATE SKIP LOCKED and re-checked on
+        -- their latest version, so each row is used at most once in any window of rate_period: at most
+        -- rate_limit deliveries start in any such window, whatever the number of pollers.
+        SELECT array_agg(t.slot ORDER BY t.used_at, t.slot) INTO v_slots FROM (
+            SELECT t.slot, t.used_at FROM dq_rate_tokens t
+             WHERE t.queue = dq_poll_many.queue AND t.used_at <= v_now - v_cfg.rate_period
+             ORDER BY t.used_at
+             LIMIT v_want
+               FOR UPDATE SKIP LOCKED) t;
+        v_want := coalesce(cardinality(v_slots), 0);
+        IF v_want = 0 THEN
+            RETURN;
+        END IF;
+    END IF;
+
+    -- Candidates, one priority level at a time from the highest (a skip scan: a level costs an index
+    -- probe however many messages it holds). At each level: due ungrouped messages from
+    -- dq_messages_ready_idx, and due FIFO groups from dq_groups, whose rows and heads are locked FOR
+    -- UPDATE SKIP LOCKED (concurrent pollers never take the same message or group; a row changed after
+    -- our snapshot is re-checked on its latest version, so a message just acquired by another poller,
+    -- its scheduled_at moved into the future, is not taken twice). Earliest due first within a level.
+    LOOP
+        SELECT (SELECT d.priority FROM dq_messages d
+                 WHERE d.queue = dq_poll_many.queue AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
+                   AND d.priority <= v_level
+                 ORDER BY d.priority DESC LIMIT 1),
+               (SELECT g.priority FROM dq_groups g
+                 WHERE g.queue = dq_poll_many.queue AND g.priority <= v_level
+                 ORDER BY g.priority DESC LIMIT 1)
+          INTO v_p, v_gp;
+        EXIT WHEN v_p IS NULL AND v_gp IS NULL;
+        v_got := cardinality(v_ids);
+        IF v_gp IS NULL OR v_p > v_gp THEN
+            -- Only ungrouped messages at this level.
+            SELECT array_agg(c.id ORDER BY c.scheduled_at, c.id), array_agg(c.scheduled_at ORDER BY c.scheduled_at, c.id)
+              INTO v_lids, v_ldue
+              FROM (SELECT d.id, d.scheduled_at
+                      FROM dq_messages d
+                     WHERE d.queue = dq_poll_many.queue AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
+                       AND d.priority = v_p AND d.scheduled_at <= v_now
+                     ORDER BY d.scheduled_at
+                     LIMIT v_want - v_got
+                       FOR UPDATE SKIP LOCKED) c;
+        ELSE
+            v_p := greatest(v_p, v_gp);
+            SELECT l.ids, l.due INTO v_lids, v_ldue
+              FROM dq__poll_level(dq_poll_many.queue, v_p::smallint, v_now, v_want - v_got) l;
+        END IF;
+        v_ids := v_ids || coalesce(v_lids, '{}');
+        v_due := v_due || coalesce(v_ldue, '{}');
+        EXIT WHEN cardinality(v_ids) >= v_want OR v_p <= -32768;
+        v_level := v_p - 1;
+    END LOOP;
+    IF cardinality(v_ids) = 0 THEN
         RETURN;
     END IF;
 
-    -- Dead letters (sql/140_dead_letters.sql): a candidate already delivered max_deliveries times
-    -- goes to the dead-letter queue instead of being delivered again; the others are acquired.
-    SELECT q.max_deliveries, q.dead_letter_queue INTO v_max, v_dlq
-      FROM dq_queues q WHERE q.queue = dq_poll_many.queue;
-    IF v_max IS NOT NULL AND EXISTS (SELECT 1 FROM unnest(v_counts) AS n WHERE n >= v_max) THEN
-        PERFORM dq__dead_letter(ARRAY(SELECT u.id FROM unnest(v_ids, v_counts) AS u(id, n) WHERE u.n >= v_max),
-                                v_dlq, v_now);
+    -- Expired candidates leave the queue instead of being delivered (archived with outcome expired);
+    -- a candidate already delivered max_deliveries times goes to the dead-letter queue
+    -- (sql/140_dead_letters.sql). Both keep their place in no group (dq__gone settles them).
+    IF EXISTS (SELECT 1 FROM dq_messages m WHERE m.id = ANY (v_ids) AND m.expires_at <= v_now) THEN
+        WITH gone AS (
+            DELETE FROM dq_messages m WHERE m.id = ANY (v_ids) AND m.expires_at <= v_now RETURNING m
+        )
+        SELECT array_agg(gone.m) INTO v_gone FROM gone;
+        v_done := dq__gone(v_gone, 'expired', v_now);
         SELECT array_agg(u.id ORDER BY u.o), array_agg(u.due ORDER BY u.o) INTO v_ids, v_due
-          FROM unnest(v_ids, v_due, v_counts) WITH ORDINALITY AS u(id, due, n, o)
-         WHERE u.n < v_max;
+          FROM unnest(v_ids, v_due) WITH ORDINALITY AS u(id, due, o)
+         WHERE u.id <> ALL (ARRAY(SELECT x.id FROM unnest(v_gone) x));
         IF v_ids IS NULL THEN
             RETURN;
+        END IF;
+    END IF;
+    IF v_cfg.max_deliveries IS NOT NULL THEN
+        SELECT array_agg(m.id) INTO v_dead FROM dq_messages m
+         WHERE m.id = ANY (v_ids) AND m.delivery_count >= v_cfg.max_deliveries;
+        IF v_dead IS NOT NULL THEN
+            v_done := dq__dead_letter(v_dead, v_cfg.dead_letter_queue, v_now);
+            SELECT array_agg(u.id ORDER BY u.o), array_agg(u.due ORDER BY u.o) INTO v_ids, v_due
+              FROM unnest(v_ids, v_due) WITH ORDINALITY AS u(id, due, o)
+             WHERE u.id <> ALL (v_dead);
+            IF v_ids IS NULL THEN
+                RETURN;
+            END IF;
         END IF;
     END IF;
 
@@ -91,15 +184,99 @@ BEGIN
          WHERE m.id = due.id
         RETURNING m.id, m.queue, m.key, m.payload, m.payload_type, due.due_at,
                   m.scheduled_at_initially, m.created_at, m.delivery_count, m.lock_token,
-                  m.scheduled_at AS locked_until, due.n
+                  m.scheduled_at AS locked_until, m.claimed_at, m.priority::integer AS priority,
+                  m.message_group, m.expires_at, m.headers, m.dead_from, due.n
+    ), heads AS (
+        -- A group whose head was acquired is due again when the head's lock expires.
+        UPDATE dq_groups g SET due_at = v_until
+          FROM acquired a
+         WHERE a.message_group IS NOT NULL AND a.dead_from IS NULL
+           AND g.queue = a.queue AND g.message_group = a.message_group
+    ), tokens AS (
+        -- One rate token per delivery.
+        UPDATE dq_rate_tokens t SET used_at = v_now
+         WHERE v_slots IS NOT NULL AND t.queue = dq_poll_many.queue
+           AND t.slot = ANY (v_slots[1:(SELECT count(*) FROM acquired)::integer])
     )
     SELECT a.id, a.queue, a.key, a.payload, a.payload_type, a.due_at, a.scheduled_at_initially,
-           a.created_at, a.delivery_count, a.lock_token, a.locked_until
+           a.created_at, a.delivery_count, a.lock_token, a.locked_until, a.claimed_at, a.priority,
+           a.message_group, a.expires_at, a.headers
       FROM acquired a
      ORDER BY a.n;
 END;
 $$;
 COMMENT ON FUNCTION dq_poll_many(text, integer, interval) IS
-  'dq_poll_many(queue text, max_count integer 1..10000 default 1, lock_timeout interval > 0 default 5 min) -> SETOF (id, queue, key, payload, payload_type, scheduled_at = due time of this delivery, scheduled_at_initially, created_at, delivery_count (>1 = redelivery), lock_token uuid, locked_until timestamptz): acquires up to max_count due messages, earliest first, FOR UPDATE SKIP LOCKED; each gets a fresh lock token and stays invisible until locked_until; a due message already delivered max_deliveries times (dq_configure_queue) goes to the dead-letter queue instead. Errors: 22004 NULL, 22023 max_count out of range or lock_timeout not positive (by its effect: now + lock_timeout after now), 22008 now + lock_timeout after 9999-12-30. Source: the visibility timeout of Amazon SQS (SQS Developer Guide, "Amazon SQS visibility timeout").';
+  'dq_poll_many(queue text, max_count integer 1..10000 default 1, lock_timeout interval > 0 default 5 min) -> SETOF dq_delivery (id, queue, key, payload, payload_type, scheduled_at = due time of this delivery, scheduled_at_initially, created_at, delivery_count (>1 = redelivery), lock_token uuid, locked_until timestamptz, claimed_at timestamptz, priority integer, message_group text, expires_at timestamptz, headers jsonb): acquires up to max_count due messages, highest priority first, then earliest due, FOR UPDATE SKIP LOCKED; each gets a fresh lock token and stays invisible until locked_until. Of a FIFO message group only its first message is delivered, one at a time. Nothing while the queue is paused; at most max_in_flight messages of the queue in flight and at most rate_limit deliveries per rate_period (dq_configure_queue). A due message past its expires_at is removed instead (archived as expired), and one already delivered max_deliveries times goes to the dead-letter queue. Errors: 22004 NULL, 22023 max_count out of range or lock_timeout not positive (by its effect: now + lock_timeout after now), 22008 now + lock_timeout after 9999-12-30. Source: the visibility timeout and FIFO message groups of Amazon SQS (SQS Developer Guide, "Amazon SQS visibility timeout", "Using the message group ID").';
 REVOKE ALL ON FUNCTION dq_poll_many(text, integer, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_poll_many(text, integer, interval) TO dq_consumer;
+
+-- One priority level of a queue that has FIFO groups at it: the due ungrouped messages and the due
+-- group heads of priority p, earliest due first, at most max_count, locked (FOR UPDATE SKIP LOCKED:
+-- the group rows, then their heads). A locked group whose head is not due (its lock was extended)
+-- gets the head's due time; one whose head is gone or no longer in the group is settled again. The
+-- caller holds the lock of every group it is given the head of, to the end of its transaction.
+CREATE OR REPLACE FUNCTION dq__poll_level(queue text, p smallint, at timestamptz, max_count integer,
+                                          OUT ids bigint[], OUT due timestamptz[])
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET jit = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_groups  text[];
+    v_heads   bigint[];
+    v_n       integer;
+BEGIN
+    SELECT array_agg(g.message_group), array_agg(g.head_id) INTO v_groups, v_heads
+      FROM (SELECT g.message_group, g.head_id FROM dq_groups g
+             WHERE g.queue = dq__poll_level.queue AND g.priority = dq__poll_level.p AND g.due_at <= dq__poll_level.at
+             ORDER BY g.due_at
+             LIMIT dq__poll_level.max_count
+               FOR UPDATE SKIP LOCKED) g;
+    WITH heads AS (
+        SELECT m.id, m.scheduled_at, m.message_group
+          FROM unnest(v_groups, v_heads) AS u(g, h)
+          JOIN dq_messages m ON m.id = u.h AND m.message_group = u.g
+         WHERE m.queue = dq__poll_level.queue AND m.dead_from IS NULL
+           FOR UPDATE OF m SKIP LOCKED
+    ), refreshed AS (
+        UPDATE dq_groups g SET due_at = h.scheduled_at
+          FROM heads h
+         WHERE h.scheduled_at > dq__poll_level.at
+           AND g.queue = dq__poll_level.queue AND g.message_group = h.message_group
+    ), ungrouped AS (
+        SELECT d.id, d.scheduled_at
+          FROM dq_messages d
+         WHERE d.queue = dq__poll_level.queue AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
+           AND d.priority = dq__poll_level.p AND d.scheduled_at <= dq__poll_level.at
+         ORDER BY d.scheduled_at
+         LIMIT dq__poll_level.max_count
+           FOR UPDATE SKIP LOCKED
+    ), pick AS (
+        SELECT c.id, c.scheduled_at FROM (
+            SELECT h.id, h.scheduled_at FROM heads h WHERE h.scheduled_at <= dq__poll_level.at
+            UNION ALL
+            SELECT u.id, u.scheduled_at FROM ungrouped u) c
+         ORDER BY c.scheduled_at, c.id
+         LIMIT dq__poll_level.max_count
+    )
+    SELECT array_agg(pick.id ORDER BY pick.scheduled_at, pick.id), array_agg(pick.scheduled_at ORDER BY pick.scheduled_at, pick.id)
+      INTO ids, due FROM pick;
+    -- Groups whose head is gone or left the group (a repair: every change of a head settles its
+    -- group, but a head read by a settle while an update moved it elsewhere can be left behind).
+    IF v_groups IS NOT NULL THEN
+        SELECT count(*) INTO v_n FROM (
+            SELECT dq__settle_group(dq__poll_level.queue, u.g)
+              FROM unnest(v_groups, v_heads) AS u(g, h)
+             WHERE NOT EXISTS (SELECT 1 FROM dq_messages m
+                                WHERE m.id = u.h AND m.queue = dq__poll_level.queue AND m.message_group = u.g
+                                  AND m.dead_from IS NULL)
+             ORDER BY u.g COLLATE "C") s;
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION dq__poll_level(text, smallint, timestamptz, integer) IS
+  'Internal: the due ungrouped messages and FIFO group heads of one priority level of a queue, locked, earliest due first (dq_poll_many).';
+REVOKE ALL ON FUNCTION dq__poll_level(text, smallint, timestamptz, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;

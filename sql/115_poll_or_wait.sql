@@ -7,6 +7,9 @@
 -- notification), not three. Concurrency: as dq_poll_many and dq_wait (same statements).
 -- Pin the search_path to the install schema (sql/000_common.sql).
 SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+-- 0.5 returns the delivery controls' columns (and claimed_at): a new return type, so the function
+-- is dropped and created again in the installer's transaction.
+DROP FUNCTION IF EXISTS dq_poll_or_wait(text, integer, interval, interval);
 CREATE OR REPLACE FUNCTION dq_poll_or_wait(
     queue         text,
     max_count     integer DEFAULT 1,
@@ -23,6 +26,11 @@ RETURNS TABLE (
     delivery_count          integer,
     lock_token              uuid,
     locked_until            timestamptz,
+    claimed_at              timestamptz,
+    priority                integer,
+    message_group           text,
+    expires_at              timestamptz,
+    headers                 jsonb,
     wake_in                 interval)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -38,17 +46,19 @@ BEGIN
     DELETE FROM dq_waiters w WHERE w.queue = v_q AND w.pid = pg_backend_pid();
     RETURN QUERY
     SELECT d.id, d.key, d.payload, d.payload_type, d.scheduled_at, d.scheduled_at_initially, d.created_at,
-           d.delivery_count, d.lock_token, d.locked_until, NULL::interval
+           d.delivery_count, d.lock_token, d.locked_until, d.claimed_at, d.priority, d.message_group,
+           d.expires_at, d.headers, NULL::interval
       FROM dq_poll_many(v_q, $2, $3) AS d;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     IF v_count = 0 THEN
         RETURN QUERY
         SELECT NULL::bigint, NULL::text, NULL::bytea, NULL::text, NULL::timestamptz, NULL::timestamptz,
-               NULL::timestamptz, NULL::integer, NULL::uuid, NULL::timestamptz, dq_wait(v_q, $4);
+               NULL::timestamptz, NULL::integer, NULL::uuid, NULL::timestamptz, NULL::timestamptz, NULL::integer,
+               NULL::text, NULL::timestamptz, NULL::jsonb, dq_wait(v_q, $4);
     END IF;
 END;
 $$;
 COMMENT ON FUNCTION dq_poll_or_wait(text, integer, interval, interval) IS
-  'dq_poll_or_wait(queue text, max_count integer, lock_timeout interval, max_wait interval default 5 s) -> the rows of dq_poll_many (wake_in NULL), or, when nothing was acquired, one row with id NULL and wake_in = how long to sleep on LISTEN dq_channel(queue) (the caller is registered as waiting, as by dq_wait). One statement per idle cycle. Errors: those of dq_poll_many and dq_wait (max_wait positive and at most 1 hour, checked on every call).';
+  'dq_poll_or_wait(queue text, max_count integer, lock_timeout interval, max_wait interval default 5 s) -> the rows of dq_poll_many without queue (wake_in NULL), or, when nothing was acquired, one row with id NULL and wake_in = how long to sleep on LISTEN dq_channel(queue) (the caller is registered as waiting, as by dq_wait). One statement per idle cycle. Errors: those of dq_poll_many and dq_wait (max_wait positive and at most 1 hour, checked on every call).';
 REVOKE ALL ON FUNCTION dq_poll_or_wait(text, integer, interval, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_poll_or_wait(text, integer, interval, interval) TO dq_consumer;

@@ -12,48 +12,76 @@
 -- Plans: PL/pgSQL may cache a generic plan made while the table was empty (sequential scan) and
 -- keep it after the table grew (tests/test_plans.py); sequential scans are off in these functions,
 -- so the lock-token index is used at every size, and JIT with them (see sql/110_poll.sql).
--- Archive: in a queue configured with archive => true, the acknowledged row goes to
--- dq_archive (outcome 'acked', dq__archive) in the same transaction as its delete.
+-- Leaving: an acknowledged row is handed to dq__gone (archive, FIFO group, concurrency limit) in the
+-- same transaction as its delete.
 -- Pin the search_path to the install schema (sql/000_common.sql).
 SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
 
--- The archive. Every statement that deletes messages for good except dq_purge (acknowledged,
--- cancelled, dead-lettered) hands the deleted rows to dq__archive in the same transaction, so the
--- delete and its archive rows commit together or not at all. Only rows of a queue configured with
--- archive => true are kept. An archive row keeps the message's id, queue, key, payload,
--- payload_type, scheduled_at_initially, created_at, delivery_count and last_error; scheduled_at is
--- when its last delivery was due (due_at, else its scheduled_at), acked_at the time of the outcome.
+-- Messages that leave the queue. Every statement that deletes messages for good except dq_purge
+-- (acknowledged, cancelled, expired, dead-lettered) hands the deleted rows to dq__gone in the same
+-- transaction, which does what follows from their leaving:
+--  * the archive: rows of a queue configured with archive => true go to dq_archive, committed with
+--    the delete or not at all. An archive row keeps the message's id, queue, key, payload,
+--    payload_type, scheduled_at_initially, created_at, delivery_count, last_error, priority,
+--    message_group, expires_at and headers; scheduled_at is when its last delivery was due (due_at,
+--    else its scheduled_at), acked_at the time of the outcome;
+--  * FIFO groups: the groups of grouped rows are settled (sql/020_groups.sql), so the next message
+--    of a group becomes deliverable;
+--  * concurrency limits: in a queue with max_in_flight, consumers waiting for a free slot are woken.
 -- Callers collect the rows with DELETE .. RETURNING m (the whole row) and assign the result
--- (`v := dq__archive(...)`), which PL/pgSQL evaluates as a simple expression.
--- Cost (measured): an ack in a queue that does not archive takes about 2 us more than with the
--- INSERT written into its DELETE statement (here it is a statement of its own, finding nothing to
--- insert); a probe of dq_queues first would cost 8 us more in every archiving queue. Plans are
--- generic: called from dq_ack (enable_seqscan off) a custom plan was re-made on every call (45 us).
-CREATE OR REPLACE FUNCTION dq__archive(gone dq_messages[], outcome text, at timestamptz)
+-- (`v := dq__gone(...)`), which PL/pgSQL evaluates as a simple expression. The queue's configuration
+-- is read once, in the statement that archives. Plans are generic: called from dq_ack
+-- (enable_seqscan off) a custom plan was re-made on every call (45 us).
+DROP FUNCTION IF EXISTS dq__archive(dq_messages[], text, timestamptz);
+CREATE OR REPLACE FUNCTION dq__gone(gone dq_messages[], outcome text, at timestamptz)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    v_count integer;
+    v_count    integer;
+    v_limited  text[];
+    v_queues   text[];
+    v_groups   text[];
+    v_settled  integer;
+    v_woken    boolean;
+    v_q        text;
 BEGIN
     IF gone IS NULL THEN
         RETURN 0;
     END IF;
-    INSERT INTO dq_archive (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially,
-                            created_at, delivery_count, outcome, acked_at, last_error)
-    SELECT g.id, g.queue, g.key, g.payload, g.payload_type, coalesce(g.due_at, g.scheduled_at), g.scheduled_at_initially,
-           g.created_at, g.delivery_count, dq__archive.outcome, dq__archive.at, g.last_error
-      FROM unnest(dq__archive.gone) g
-     WHERE EXISTS (SELECT 1 FROM dq_queues q WHERE q.queue = g.queue AND q.archive);
-    GET DIAGNOSTICS v_count = ROW_COUNT;
+    WITH cfg AS (
+        SELECT q.queue, q.archive, q.max_in_flight FROM dq_queues q
+         WHERE q.queue IN (SELECT g.queue FROM unnest(dq__gone.gone) g)
+    ), ins AS (
+        INSERT INTO dq_archive (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially,
+                                created_at, delivery_count, outcome, acked_at, last_error,
+                                priority, message_group, expires_at, headers)
+        SELECT g.id, g.queue, g.key, g.payload, g.payload_type, coalesce(g.due_at, g.scheduled_at), g.scheduled_at_initially,
+               g.created_at, g.delivery_count, dq__gone.outcome, dq__gone.at, g.last_error,
+               g.priority, g.message_group, g.expires_at, g.headers
+          FROM unnest(dq__gone.gone) g JOIN cfg ON cfg.queue = g.queue AND cfg.archive
+        RETURNING 1
+    )
+    SELECT (SELECT count(*) FROM ins), array_agg(cfg.queue) FILTER (WHERE cfg.max_in_flight IS NOT NULL)
+      INTO v_count, v_limited FROM cfg;
+    SELECT array_agg(g.queue), array_agg(g.message_group) INTO v_queues, v_groups
+      FROM unnest(dq__gone.gone) g WHERE g.message_group IS NOT NULL AND g.dead_from IS NULL;
+    IF v_groups IS NOT NULL THEN
+        v_settled := dq__settle_groups(v_queues, v_groups);
+    END IF;
+    IF v_limited IS NOT NULL THEN
+        FOREACH v_q IN ARRAY v_limited LOOP
+            v_woken := dq__wake_blocked(v_q);
+        END LOOP;
+    END IF;
     RETURN v_count;
 END;
 $$;
-COMMENT ON FUNCTION dq__archive(dq_messages[], text, timestamptz) IS
-  'Internal: archives the deleted rows gone of queues configured with archive => true, with outcome (acked, cancelled, dead) at the given time; returns how many were archived.';
-REVOKE ALL ON FUNCTION dq__archive(dq_messages[], text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+COMMENT ON FUNCTION dq__gone(dq_messages[], text, timestamptz) IS
+  'Internal: what follows from deleted rows leaving the queue: archived with outcome (acked, cancelled, expired, dead) at the given time when their queue archives, their FIFO groups settled, waiters of queues with a concurrency limit woken; returns how many were archived.';
+REVOKE ALL ON FUNCTION dq__gone(dq_messages[], text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Written out beside its twin dq_ack(uuid[]) below: delegating to it costs 22 us per ack
 -- (measured: 29 -> 51 us).
@@ -77,7 +105,7 @@ BEGIN
         DELETE FROM dq_messages m WHERE m.lock_token = dq_ack.lock_token RETURNING m
     )
     SELECT array_agg(gone.m) INTO v_gone FROM gone;
-    v_archived := dq__archive(v_gone, 'acked', clock_timestamp());
+    v_archived := dq__gone(v_gone, 'acked', clock_timestamp());
     RETURN v_gone IS NOT NULL;
 END;
 $$;
@@ -106,7 +134,7 @@ BEGIN
         DELETE FROM dq_messages m WHERE m.lock_token = ANY (dq_ack.lock_tokens) RETURNING m
     )
     SELECT array_agg(gone.m) INTO v_gone FROM gone;
-    v_archived := dq__archive(v_gone, 'acked', clock_timestamp());
+    v_archived := dq__gone(v_gone, 'acked', clock_timestamp());
     RETURN coalesce(cardinality(v_gone), 0);
 END;
 $$;
@@ -133,6 +161,9 @@ DECLARE
     v_dlq    text;
     v_now    timestamptz;
     v_woken  boolean;
+    v_group  text;
+    v_dead   boolean;
+    v_limit  integer;
 BEGIN
     IF dq_nack.lock_token IS NULL THEN
         PERFORM dq__raise_null('dq_nack', 'lock_token');
@@ -149,15 +180,25 @@ BEGIN
            last_error = coalesce(dq_nack.error, m.last_error),
            last_error_at = CASE WHEN dq_nack.error IS NOT NULL THEN v_now ELSE m.last_error_at END
      WHERE m.lock_token = dq_nack.lock_token
-    RETURNING m.id, m.queue, m.scheduled_at, m.delivery_count INTO v_id, v_queue, v_at, v_count;
+    RETURNING m.id, m.queue, m.scheduled_at, m.delivery_count, m.message_group, m.dead_from IS NOT NULL
+         INTO v_id, v_queue, v_at, v_count, v_group, v_dead;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
     -- At the delivery limit: dead-letter now rather than after the delay (sql/140_dead_letters.sql).
-    SELECT q.max_deliveries, q.dead_letter_queue INTO v_max, v_dlq FROM dq_queues q WHERE q.queue = v_queue;
+    SELECT q.max_deliveries, q.dead_letter_queue, q.max_in_flight INTO v_max, v_dlq, v_limit
+      FROM dq_queues q WHERE q.queue = v_queue;
     IF v_count >= v_max THEN
         PERFORM dq__dead_letter(ARRAY[v_id], v_dlq, clock_timestamp());
         RETURN true;
+    END IF;
+    IF v_group IS NOT NULL AND NOT v_dead THEN
+        -- The message keeps its place at the head of its group, due again at v_at.
+        UPDATE dq_groups g SET due_at = v_at
+         WHERE g.queue = v_queue AND g.message_group = v_group AND g.head_id = v_id;
+    END IF;
+    IF v_limit IS NOT NULL THEN
+        v_woken := dq__wake_blocked(v_queue);  -- a slot is free
     END IF;
     v_woken := dq__wake(v_queue, v_at);
     RETURN true;

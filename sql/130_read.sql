@@ -28,7 +28,7 @@ BEGIN
         DELETE FROM dq_messages m WHERE m.queue = dq_cancel.queue AND m.key = dq_cancel.key RETURNING m
     )
     SELECT array_agg(gone.m) INTO v_gone FROM gone;
-    v_archived := dq__archive(v_gone, 'cancelled', clock_timestamp());
+    v_archived := dq__gone(v_gone, 'cancelled', clock_timestamp());
     RETURN v_gone IS NOT NULL;
 END;
 $$;
@@ -51,14 +51,15 @@ BEGIN
     SELECT m.id, m.queue, m.key, m.payload, m.payload_type, m.scheduled_at, m.scheduled_at_initially,
            m.created_at, m.delivery_count,
            CASE WHEN m.lock_token IS NOT NULL AND m.scheduled_at > clock_timestamp()
-                THEN m.scheduled_at END
+                THEN m.scheduled_at END,
+           m.priority::integer, m.message_group, m.expires_at, m.headers
       FROM dq_messages m
      WHERE m.queue = dq_get.queue AND m.key = dq_get.key
      ORDER BY m.dead_at NULLS FIRST, m.id;
 END;
 $$;
 COMMENT ON FUNCTION dq_get(text, text) IS
-  'dq_get(queue text, key text) -> the messages with this key (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, delivery_count, locked_until = NULL unless in flight): the ordinary message first, then dead letters sharing the key (dead-letter queues), oldest first; a plain read, no lock, no lock token. Errors: 22004/22023/22001 queue or key.';
+  'dq_get(queue text, key text) -> the messages with this key (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, delivery_count, locked_until = NULL unless in flight, priority, message_group, expires_at, headers): the ordinary message first, then dead letters sharing the key (dead-letter queues), oldest first; a plain read, no lock, no lock token. Errors: 22004/22023/22001 queue or key.';
 REVOKE ALL ON FUNCTION dq_get(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_get(text, text) TO dq_consumer;
 
@@ -67,17 +68,18 @@ RETURNS timestamptz
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER
 SET search_path FROM CURRENT
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
     v_next timestamptz;
 BEGIN
     dq_next_due.queue := dq__check_name('dq_next_due', 'queue', dq_next_due.queue, 100);
-    SELECT min(m.scheduled_at) INTO v_next FROM dq_messages m WHERE m.queue = dq_next_due.queue;
+    v_next := dq__next_deliverable(dq_next_due.queue);
     RETURN v_next;
 END;
 $$;
 COMMENT ON FUNCTION dq_next_due(text) IS
-  'dq_next_due(queue text) -> timestamptz: when the next message of the queue becomes visible (a due one, or an in-flight one whose lock expires), NULL when the queue is empty. Errors: 22004/22023/22001 queue.';
+  'dq_next_due(queue text) -> timestamptz: when the next message of the queue becomes visible (a due one, or an in-flight one whose lock expires; of a FIFO group only its first message counts), NULL when the queue is empty. Pause and limits are not taken into account (dq_wait does). Errors: 22004/22023/22001 queue.';
 REVOKE ALL ON FUNCTION dq_next_due(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_next_due(text) TO dq_consumer;

@@ -23,7 +23,7 @@
 SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
 
 -- Move the given rows (locked by the caller's transaction) to dead_letter_queue, archiving them
--- with outcome dead (dq__archive). A row still carrying its lock token died of lock expiry: that is
+-- with outcome dead (dq__gone, which also settles their FIFO groups). A row still carrying its lock token died of lock expiry: that is
 -- recorded as its last error, at the time the lock expired (its scheduled_at). Concurrency: the
 -- caller holds the rows' locks (poll's FOR UPDATE SKIP LOCKED, nack's UPDATE). The insert is a
 -- plain INSERT in bytewise key order, the order every insert into dq_messages uses: it cannot
@@ -50,16 +50,17 @@ BEGIN
     ), moved AS (
         INSERT INTO dq_messages AS d
                (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,
-                delivery_count, dead_delivery_count, last_error, last_error_at, dead_from, dead_at, dead_from_id)
+                delivery_count, dead_delivery_count, last_error, last_error_at, dead_from, dead_at, dead_from_id,
+                priority, message_group, expires_at, headers)
         SELECT dq__dead_letter.dead_letter_queue, dead.key, dead.payload, dead.payload_type, dq__dead_letter.at,
                dq__dead_letter.at, dead.created_at, 0, dead.delivery_count, dead.last_error, dead.last_error_at,
-               dead.queue, dq__dead_letter.at, dead.id
+               dead.queue, dq__dead_letter.at, dead.id, dead.priority, dead.message_group, dead.expires_at, dead.headers
           FROM dead
          ORDER BY dead.key COLLATE "C"
         RETURNING 1
     )
     SELECT (SELECT count(*) FROM moved), array_agg(dead.gone_row) INTO v_count, v_dead FROM dead;
-    v_archived := dq__archive(v_dead, 'dead', dq__dead_letter.at);
+    v_archived := dq__gone(v_dead, 'dead', dq__dead_letter.at);
     RETURN v_count;
 END;
 $$;
@@ -83,13 +84,17 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now   timestamptz := clock_timestamp();
-    v_count integer;
+    v_now     timestamptz := clock_timestamp();
+    v_count   integer;
+    v_queues  text[];
+    v_groups  text[];
+    v_settled integer;
 BEGIN
     dq_redrive.dead_letter_queue := dq__check_name('dq_redrive', 'dead_letter_queue', dq_redrive.dead_letter_queue, 100);
     dq_redrive.max_count := dq__check_range('dq_redrive', 'max_count', dq_redrive.max_count, 1, 100000);
     WITH cand AS (
-        SELECT c.id, c.dead_from, c.key, c.payload, c.payload_type, c.created_at, c.last_error, c.last_error_at, c.dead_at
+        SELECT c.id, c.dead_from, c.key, c.payload, c.payload_type, c.created_at, c.last_error, c.last_error_at, c.dead_at,
+               c.priority, c.message_group, c.expires_at, c.headers
           FROM dq_messages c
          WHERE c.queue = dq_redrive.dead_letter_queue AND c.dead_from IS NOT NULL
            AND (c.lock_token IS NULL OR c.scheduled_at <= v_now)
@@ -105,20 +110,26 @@ BEGIN
     ), ins AS (
         INSERT INTO dq_messages AS m
                (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,
-                delivery_count, last_error, last_error_at)
+                delivery_count, last_error, last_error_at, priority, message_group, expires_at, headers)
         SELECT pick.dead_from, pick.key, pick.payload, pick.payload_type, v_now, v_now, pick.created_at,
-               0, pick.last_error, pick.last_error_at
+               0, pick.last_error, pick.last_error_at, pick.priority, pick.message_group, pick.expires_at, pick.headers
           FROM pick
          ORDER BY pick.dead_from, pick.key COLLATE "C"
         ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO NOTHING
-        RETURNING m.queue, m.key
+        RETURNING m.queue, m.key, m.message_group
     ), gone AS (
         DELETE FROM dq_messages d
          USING pick, ins
          WHERE d.id = pick.id AND ins.queue = pick.dead_from AND ins.key = pick.key
         RETURNING 1
     )
-    SELECT count(*) INTO v_count FROM gone;
+    SELECT (SELECT count(*) FROM gone), array_agg(ins.queue) FILTER (WHERE ins.message_group IS NOT NULL),
+           array_agg(ins.message_group) FILTER (WHERE ins.message_group IS NOT NULL)
+      INTO v_count, v_queues, v_groups FROM ins;
+    -- A redriven grouped message joins the end of its group in its queue (sql/020_groups.sql).
+    IF v_groups IS NOT NULL THEN
+        v_settled := dq__settle_groups(v_queues, v_groups);
+    END IF;
     IF v_count > 0 THEN
         RAISE NOTICE 'dq_redrive: % dead letters of % sent back to their queues', v_count, dq_redrive.dead_letter_queue;
     END IF;

@@ -10,6 +10,8 @@ SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SE
 DROP FUNCTION IF EXISTS dq_configure_queue(text, integer, text);
 -- 0.3 adds max_payload_bytes, the same way: calls of the 0.2 form resolve to the new function.
 DROP FUNCTION IF EXISTS dq_configure_queue(text, integer, text, boolean, interval, boolean);
+-- 0.5 adds max_in_flight, rate_limit and rate_period, the same way.
+DROP FUNCTION IF EXISTS dq_configure_queue(text, integer, text, boolean, interval, boolean, integer);
 
 CREATE OR REPLACE FUNCTION dq_configure_queue(
     queue              text,
@@ -18,7 +20,10 @@ CREATE OR REPLACE FUNCTION dq_configure_queue(
     archive            boolean DEFAULT NULL,
     retention          interval DEFAULT NULL,
     notify             boolean DEFAULT NULL,
-    max_payload_bytes  integer DEFAULT NULL)
+    max_payload_bytes  integer DEFAULT NULL,
+    max_in_flight      integer DEFAULT NULL,
+    rate_limit         integer DEFAULT NULL,
+    rate_period        interval DEFAULT NULL)
 RETURNS dq_queues
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -29,6 +34,9 @@ DECLARE
     v_row    dq_queues;
     v_next   text;
     v_chain  text[];
+    v_had    integer;
+    v_period interval;
+    v_woken  boolean;
 BEGIN
     dq_configure_queue.queue := dq__check_name('dq_configure_queue', 'queue', dq_configure_queue.queue, 100);
     IF dq_configure_queue.max_deliveries < 1 THEN
@@ -52,6 +60,18 @@ BEGIN
         RAISE EXCEPTION 'dq_configure_queue: max_payload_bytes is %, it must be between 1024 and 1073741824 (or NULL to keep the current limit; the default is 1048576)',
             dq_configure_queue.max_payload_bytes USING ERRCODE = '22023';
     END IF;
+    IF dq_configure_queue.max_in_flight NOT BETWEEN 0 AND 100000 THEN
+        RAISE EXCEPTION 'dq_configure_queue: max_in_flight is %, it must be between 1 and 100000 (0 removes the limit, NULL keeps the current one)',
+            dq_configure_queue.max_in_flight USING ERRCODE = '22023';
+    END IF;
+    IF dq_configure_queue.rate_limit NOT BETWEEN 0 AND 100000 THEN
+        RAISE EXCEPTION 'dq_configure_queue: rate_limit is %, it must be between 1 and 100000 (0 removes the limit, NULL keeps the current one)',
+            dq_configure_queue.rate_limit USING ERRCODE = '22023';
+    END IF;
+    IF dq_configure_queue.rate_period IS NOT NULL THEN  -- NULL keeps the current period
+        PERFORM dq__time_after('dq_configure_queue', 'rate_period', dq_configure_queue.rate_period, now(), false,
+                               interval '1 day', '1 day');
+    END IF;
     -- A chain of dead-letter queues must not loop back to this queue: a message would move around
     -- it forever. All changes of dead-letter queues take one transaction-level advisory lock, so two
     -- concurrent calls that would close a loop between them are serialised: the second one (a new
@@ -73,13 +93,25 @@ BEGIN
             EXIT WHEN cardinality(v_chain) > 1000;  -- a loop not through this queue (not created by this function)
         END LOOP;
     END IF;
-    -- max_deliveries and dead_letter_queue are set together (NULL, NULL clears the limit); archive,
-    -- retention and notify keep their current value when passed NULL.
+    -- max_deliveries and dead_letter_queue are set together (NULL, NULL clears the limit); the other
+    -- settings keep their current value when passed NULL; max_in_flight => 0 and rate_limit => 0
+    -- remove those limits.
+    SELECT q.rate_limit, q.rate_period INTO v_had, v_period
+      FROM dq_queues q WHERE q.queue = dq_configure_queue.queue FOR NO KEY UPDATE;
+    IF coalesce(nullif(dq_configure_queue.rate_limit, 0), CASE WHEN dq_configure_queue.rate_limit IS NULL THEN v_had END) IS NOT NULL
+       AND coalesce(dq_configure_queue.rate_period, v_period) IS NULL THEN
+        RAISE EXCEPTION 'dq_configure_queue: rate_limit needs a rate_period (an interval, at most 1 day)'
+            USING ERRCODE = '22023';
+    END IF;
     INSERT INTO dq_queues AS q (queue, max_deliveries, dead_letter_queue, archive, retention, notify,
-                                max_payload_bytes, updated_at)
+                                max_payload_bytes, max_in_flight, rate_limit, rate_period, updated_at)
     VALUES (dq_configure_queue.queue, dq_configure_queue.max_deliveries, dq_configure_queue.dead_letter_queue,
             coalesce(dq_configure_queue.archive, false), dq_configure_queue.retention,
-            coalesce(dq_configure_queue.notify, true), dq_configure_queue.max_payload_bytes, now())
+            coalesce(dq_configure_queue.notify, true), dq_configure_queue.max_payload_bytes,
+            nullif(dq_configure_queue.max_in_flight, 0), nullif(dq_configure_queue.rate_limit, 0),
+            CASE WHEN nullif(dq_configure_queue.rate_limit, 0) IS NOT NULL
+                 THEN coalesce(dq_configure_queue.rate_period, v_period) END,
+            now())
     ON CONFLICT (queue) DO UPDATE
        SET max_deliveries = EXCLUDED.max_deliveries,
            dead_letter_queue = EXCLUDED.dead_letter_queue,
@@ -87,15 +119,99 @@ BEGIN
            retention = coalesce(dq_configure_queue.retention, q.retention),
            notify = coalesce(dq_configure_queue.notify, q.notify),
            max_payload_bytes = coalesce(dq_configure_queue.max_payload_bytes, q.max_payload_bytes),
+           max_in_flight = CASE WHEN dq_configure_queue.max_in_flight IS NULL THEN q.max_in_flight
+                                ELSE nullif(dq_configure_queue.max_in_flight, 0) END,
+           rate_limit = CASE WHEN dq_configure_queue.rate_limit IS NULL THEN q.rate_limit
+                             ELSE nullif(dq_configure_queue.rate_limit, 0) END,
+           rate_period = CASE WHEN coalesce(nullif(dq_configure_queue.rate_limit, 0), CASE WHEN dq_configure_queue.rate_limit IS NULL THEN q.rate_limit END) IS NULL
+                              THEN NULL
+                              ELSE coalesce(dq_configure_queue.rate_period, q.rate_period) END,
            updated_at = EXCLUDED.updated_at
     RETURNING q.* INTO v_row;
+    -- The rate limit's log has exactly rate_limit rows (sql/110_poll.sql). Added rows are free (used
+    -- at the earliest time); when the limit shrinks, the rows of the oldest deliveries go, so the
+    -- deliveries recorded in the current window are kept. Rows locked by a poll in progress are
+    -- waited for (this holds the configuration row's lock, which a poll of a queue with a
+    -- concurrency limit takes before any token, and a poll never waits for a token: no cycle).
+    IF v_row.rate_limit IS DISTINCT FROM v_had THEN
+        DELETE FROM dq_rate_tokens t
+         WHERE t.queue = dq_configure_queue.queue
+           AND t.slot IN (SELECT k.slot FROM dq_rate_tokens k WHERE k.queue = dq_configure_queue.queue
+                           ORDER BY k.used_at DESC, k.slot
+                           OFFSET coalesce(v_row.rate_limit, 0));
+        INSERT INTO dq_rate_tokens (queue, slot, used_at)
+        SELECT dq_configure_queue.queue, s.top + n, dq__min_time()
+          FROM (SELECT coalesce(max(t.slot), 0) AS top, count(*) AS have
+                  FROM dq_rate_tokens t WHERE t.queue = dq_configure_queue.queue) s
+         CROSS JOIN LATERAL generate_series(1, coalesce(v_row.rate_limit, 0) - s.have::integer) AS n;
+    END IF;
+    -- A limit lifted or raised may let waiting consumers take more at once.
+    v_woken := dq__wake_blocked(dq_configure_queue.queue);
     RETURN v_row;
 END;
 $$;
-COMMENT ON FUNCTION dq_configure_queue(text, integer, text, boolean, interval, boolean, integer) IS
-  'dq_configure_queue(queue text, max_deliveries integer >= 1 or NULL = unlimited, dead_letter_queue text (required with max_deliveries, not the queue itself, not a chain leading back to it), archive boolean (NULL: unchanged, default off), retention interval > 0 (NULL: unchanged; archive rows kept forever when never set), notify boolean (NULL: unchanged, default on), max_payload_bytes integer 1024..1073741824 (NULL: unchanged, default 1048576 = 1 MiB)) -> dq_queues: sets the queue''s configuration; an unconfigured queue has no limit, no archive, notifications on and a 1 MiB payload limit. Errors: 22004/22023/22001 queue or dead_letter_queue, 22023 max_deliveries < 1, missing dead_letter_queue, dead_letter_queue = queue or a cycle of dead-letter queues, retention <= 0, max_payload_bytes out of range. Concurrency: one INSERT .. ON CONFLICT DO UPDATE on the queue''s row; changes of dead-letter queues are serialised by an advisory lock. Source: redrive policy and MaximumMessageSize (SQS Developer Guide).';
-REVOKE ALL ON FUNCTION dq_configure_queue(text, integer, text, boolean, interval, boolean, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION dq_configure_queue(text, integer, text, boolean, interval, boolean, integer) TO dq_admin;
+COMMENT ON FUNCTION dq_configure_queue(text, integer, text, boolean, interval, boolean, integer, integer, integer, interval) IS
+  'dq_configure_queue(queue text, max_deliveries integer >= 1 or NULL = unlimited, dead_letter_queue text (required with max_deliveries, not the queue itself, not a chain leading back to it), archive boolean (NULL: unchanged, default off), retention interval > 0 (NULL: unchanged; archive rows kept forever when never set), notify boolean (NULL: unchanged, default on), max_payload_bytes integer 1024..1073741824 (NULL: unchanged, default 1048576 = 1 MiB), max_in_flight integer 1..100000 (at most that many messages of the queue in flight at once, across all consumers; 0: no limit; NULL: unchanged), rate_limit integer 1..100000 (at most that many deliveries start in any window of rate_period, across all consumers; 0: no limit; NULL: unchanged), rate_period interval > 0, at most 1 day (NULL: unchanged; required with a rate_limit)) -> dq_queues: sets the queue''s configuration; an unconfigured queue has no limit, no archive, notifications on and a 1 MiB payload limit. Lowering max_in_flight does not take back messages already in flight. Errors: 22004/22023/22001 queue or dead_letter_queue, 22023 max_deliveries < 1, missing dead_letter_queue, dead_letter_queue = queue or a cycle of dead-letter queues, retention <= 0, max_payload_bytes, max_in_flight, rate_limit or rate_period out of range, rate_limit without rate_period. Concurrency: one INSERT .. ON CONFLICT DO UPDATE on the queue''s row; changes of dead-letter queues are serialised by an advisory lock. Source: redrive policy and MaximumMessageSize (SQS Developer Guide).';
+REVOKE ALL ON FUNCTION dq_configure_queue(text, integer, text, boolean, interval, boolean, integer, integer, integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_configure_queue(text, integer, text, boolean, interval, boolean, integer, integer, integer, interval) TO dq_admin;
+
+-- Pause and resume. A paused queue delivers nothing (dq_poll_many and dq_poll_or_wait return no
+-- message); offers, acks, nacks, extends, cancels and schedules work as usual, and messages in
+-- flight keep their locks. Waiting consumers sleep through the pause (dq_wait does not let offers
+-- wake them) and are woken by dq_resume_queue at once.
+-- Concurrency: one INSERT .. ON CONFLICT DO UPDATE of the queue's configuration row. A poll that
+-- read the row before the pause committed may still deliver its batch.
+CREATE OR REPLACE FUNCTION dq_pause_queue(queue text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_was boolean;
+BEGIN
+    dq_pause_queue.queue := dq__check_name('dq_pause_queue', 'queue', dq_pause_queue.queue, 100);
+    SELECT q.paused INTO v_was FROM dq_queues q WHERE q.queue = dq_pause_queue.queue FOR NO KEY UPDATE;
+    INSERT INTO dq_queues AS q (queue, paused, updated_at) VALUES (dq_pause_queue.queue, true, now())
+    ON CONFLICT (queue) DO UPDATE SET paused = true, updated_at = EXCLUDED.updated_at
+     WHERE NOT q.paused;
+    IF coalesce(v_was, false) THEN
+        RETURN false;
+    END IF;
+    RAISE NOTICE 'dq_pause_queue: queue % is paused', dq_pause_queue.queue;
+    RETURN true;
+END;
+$$;
+COMMENT ON FUNCTION dq_pause_queue(text) IS
+  'dq_pause_queue(queue text) -> boolean: pauses the queue (true; false when it was already paused): no message is delivered until dq_resume_queue; offers, acks, nacks and extends keep working and messages in flight keep their locks. Errors: 22004/22023/22001 queue.';
+REVOKE ALL ON FUNCTION dq_pause_queue(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_pause_queue(text) TO dq_admin;
+
+CREATE OR REPLACE FUNCTION dq_resume_queue(queue text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+BEGIN
+    dq_resume_queue.queue := dq__check_name('dq_resume_queue', 'queue', dq_resume_queue.queue, 100);
+    UPDATE dq_queues q SET paused = false, updated_at = now()
+     WHERE q.queue = dq_resume_queue.queue AND q.paused;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    -- Every consumer waiting on the queue polls again (delivered at commit).
+    PERFORM pg_notify(dq_channel(dq_resume_queue.queue), dq_resume_queue.queue);
+    RAISE NOTICE 'dq_resume_queue: queue % is resumed', dq_resume_queue.queue;
+    RETURN true;
+END;
+$$;
+COMMENT ON FUNCTION dq_resume_queue(text) IS
+  'dq_resume_queue(queue text) -> boolean: resumes a paused queue (true; false when it was not paused) and wakes its waiting consumers at once (NOTIFY dq_channel(queue) at commit). Errors: 22004/22023/22001 queue.';
+REVOKE ALL ON FUNCTION dq_resume_queue(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_resume_queue(text) TO dq_admin;
 
 -- Delete every message of a queue. Not archived: a purge is not an outcome of the messages.
 -- In-flight messages are deleted too (their holders' acks then return false). Future occurrences
@@ -109,7 +225,8 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_count bigint;
+    v_count   bigint;
+    v_settled integer;
 BEGIN
     dq_purge.queue := dq__check_name('dq_purge', 'queue', dq_purge.queue, 100);
     IF dq_purge.confirm IS DISTINCT FROM true THEN
@@ -119,6 +236,10 @@ BEGIN
     PERFORM dq__cron_note_deleted(dq_purge.queue, NULL);
     DELETE FROM dq_messages m WHERE m.queue = dq_purge.queue;
     GET DIAGNOSTICS v_count = ROW_COUNT;
+    -- Each group is settled rather than its row deleted: a message offered meanwhile (committed after
+    -- the DELETE's snapshot) keeps a head (sql/020_groups.sql).
+    SELECT dq__settle_groups(array_agg(g.queue), array_agg(g.message_group)) INTO v_settled
+      FROM dq_groups g WHERE g.queue = dq_purge.queue;
     RAISE NOTICE 'dq_purge: deleted % messages of queue %', v_count, dq_purge.queue;
     RETURN v_count;
 END;
@@ -141,6 +262,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_count integer;
+    v_woken boolean;
 BEGIN
     dq_release_locks.queue := dq__check_name('dq_release_locks', 'queue', dq_release_locks.queue, 100);
     WITH held AS (
@@ -149,9 +271,20 @@ BEGIN
          ORDER BY m.id
            FOR UPDATE SKIP LOCKED
     )
-    UPDATE dq_messages m SET lock_token = NULL, scheduled_at = clock_timestamp()
-      FROM held WHERE m.id = held.id;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
+    , released AS (
+        UPDATE dq_messages m SET lock_token = NULL, scheduled_at = clock_timestamp()
+          FROM held WHERE m.id = held.id
+        RETURNING m.id, m.message_group, m.scheduled_at
+    ), heads AS (
+        -- A released group head keeps its place, due now.
+        UPDATE dq_groups g SET due_at = r.scheduled_at
+          FROM released r
+         WHERE r.message_group IS NOT NULL AND g.queue = dq_release_locks.queue
+           AND g.message_group = r.message_group AND g.head_id = r.id
+    )
+    SELECT count(*) INTO v_count FROM released;
+    v_woken := dq__wake(dq_release_locks.queue, clock_timestamp());
+    v_woken := dq__wake_blocked(dq_release_locks.queue);
     RAISE NOTICE 'dq_release_locks: released % locks of queue % (due now)', v_count, dq_release_locks.queue;
     RETURN v_count;
 END;
@@ -305,6 +438,7 @@ DECLARE
     v_archive  boolean;
     v_est      double precision;
     v_tenth    timestamptz;
+    v_groups   bigint;
     r          dq_stats_row;
 BEGIN
     r.queue := v_q;
@@ -338,7 +472,25 @@ BEGIN
       FROM dq_messages m WHERE m.queue = v_q AND m.scheduled_at <= v_now;
     SELECT min(m.scheduled_at) INTO r.next_due
       FROM dq_messages m WHERE m.queue = v_q AND m.scheduled_at > v_now AND m.lock_token IS NULL;
-    SELECT q.archive INTO v_archive FROM dq_queues q WHERE q.queue = v_q;
+    SELECT q.archive, coalesce(q.paused, false) INTO v_archive, r.paused FROM dq_queues q WHERE q.queue = v_q;
+    r.paused := coalesce(r.paused, false);
+    -- Held: messages of FIFO groups behind their group's head (counted in ready or scheduled too).
+    SELECT count(*) INTO r.held FROM (
+        SELECT 1 FROM dq_messages m
+         WHERE m.queue = v_q AND m.message_group IS NOT NULL AND m.dead_from IS NULL LIMIT v_limit + 1) s;
+    IF r.held > 0 THEN
+        SELECT count(*) INTO v_groups FROM dq_groups g WHERE g.queue = v_q;
+        IF r.held > v_limit THEN
+            v_approx := true;
+        END IF;
+        r.held := greatest(r.held - v_groups, 0);
+    END IF;
+    -- Expired: past expires_at and not removed yet (a poll that reaches them removes them).
+    SELECT count(*) INTO r.expired FROM (
+        SELECT 1 FROM dq_messages m WHERE m.queue = v_q AND m.expires_at <= v_now LIMIT v_limit + 1) s;
+    IF r.expired > v_limit THEN
+        v_approx := true;
+    END IF;
     IF coalesce(v_archive, false) THEN
         SELECT count(*) INTO r.acked_last_minute FROM (
             SELECT 1 FROM dq_archive a WHERE a.queue = v_q AND a.acked_at > v_now - interval '1 minute'
@@ -362,7 +514,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_queue_stats(text) IS
-  'dq_queue_stats(queue text) -> one row: ready (due now, expired locks included), scheduled (future, unlocked), in_flight (locked, lock not expired), redelivered (in flight with delivery_count > 1), dead (dead letters that died in this queue), oldest_ready_age interval, next_due timestamptz, acked_last_minute / acked_last_hour (from the archive; NULL when the queue does not archive), approximate (true when a count passed the exact limit of 20000 rows and was estimated). Errors: 22004/22023/22001 queue.';
+  'dq_queue_stats(queue text) -> one row: ready (due now, expired locks included), scheduled (future, unlocked), in_flight (locked, lock not expired), redelivered (in flight with delivery_count > 1), dead (dead letters that died in this queue), oldest_ready_age interval, next_due timestamptz, acked_last_minute / acked_last_hour (from the archive; NULL when the queue does not archive), approximate (true when a count passed the exact limit of 20000 rows and was estimated), paused boolean, held (messages of FIFO groups waiting behind their group''s first message; also counted in ready or scheduled), expired (past expires_at, not removed yet; a poll that reaches them removes them). Errors: 22004/22023/22001 queue.';
 REVOKE ALL ON FUNCTION dq_queue_stats(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_queue_stats(text) TO dq_admin;
 
@@ -384,7 +536,7 @@ SELECT s.*
  CROSS JOIN LATERAL dq_queue_stats(names.queue) s
  ORDER BY s.queue;
 COMMENT ON VIEW dq_stats IS
-  'One row per queue (dq_queue_stats): ready, scheduled, in_flight, redelivered, dead, oldest_ready_age, next_due, acked_last_minute, acked_last_hour, approximate.';
+  'One row per queue (dq_queue_stats): ready, scheduled, in_flight, redelivered, dead, oldest_ready_age, next_due, acked_last_minute, acked_last_hour, approximate, paused, held, expired.';
 -- Reading it is an operator's business (the view runs with its owner's rights).
 REVOKE ALL ON dq_stats FROM PUBLIC;
 GRANT SELECT ON dq_stats TO dq_admin;

@@ -39,7 +39,7 @@ SPAWN = multiprocessing.get_context("spawn")
 # Every column of dq_messages, in table order: what "the table is unchanged" compares.
 ALL_COLUMNS = (
     "id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, "
-    "lock_token, delivery_count, created_at"
+    "lock_token, delivery_count, created_at, priority, message_group, expires_at, headers"
 )
 
 
@@ -64,10 +64,15 @@ def cloned_database(admin_dsn: str, template_dsn: str) -> Iterator[str]:
 
 @contextmanager
 def clean_connection(dsn: str) -> Iterator[psycopg.Connection[Any]]:
-    """An autocommit connection to ``dsn`` whose queue tables were just emptied."""
+    """An autocommit connection to ``dsn`` whose queue tables (messages, groups, waiters, queue
+    configuration, rate tokens, archive) were just emptied."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("DELETE FROM dq_messages")
+        conn.execute("DELETE FROM dq_groups")
         conn.execute("DELETE FROM dq_waiters")
+        conn.execute("DELETE FROM dq_queues")
+        conn.execute("DELETE FROM dq_rate_tokens")
+        conn.execute("DELETE FROM dq_archive")
         yield conn
 
 

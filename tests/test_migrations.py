@@ -252,8 +252,8 @@ def test_migrate_repairs_functions_altered_by_hand(dsn):
     INVOKER, re-granted, or dropped by hand is put back by the next ``pyqueue migrate``."""
     dump = schema_dump(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("ALTER FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[]) "
-                     "SECURITY INVOKER")
+        conn.execute("ALTER FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], "
+                     "integer[], text[], timestamptz[], jsonb[]) SECURITY INVOKER")
         conn.execute("GRANT EXECUTE ON FUNCTION dq_channel(text) TO PUBLIC")
         conn.execute("DROP VIEW dq_stats")
     assert schema_dump(dsn) != dump

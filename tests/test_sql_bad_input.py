@@ -319,6 +319,74 @@ CASES = [
     case("configure-max_payload_bytes-1gib-plus-1",
          "SELECT dq_configure_queue('q', max_payload_bytes => 1073741825)",
          "22023", "dq_configure_queue:", "max_payload_bytes", "1073741824"),
+    # ---- delivery controls: priority, message group, expiry, headers, queue limits
+    case("offer-priority-32768", "SELECT dq_offer('q', 'k', 'v', priority => 32768)",
+         "22023", "dq_offer:", "priority", "-32768", "32767"),
+    case("offer-priority-minus-32769", "SELECT dq_offer('q', 'k', 'v', priority => -32769)",
+         "22023", "dq_offer:", "priority", "-32768", "32767"),
+    case("offer-priority-null", "SELECT dq_offer('q', 'k', 'v', priority => NULL)",
+         "22004", "dq_offer:", "priority"),
+    case("offer-priority-update", "SELECT dq_offer('q', 'due1', 'v', priority => 100000)",
+         "22023", "dq_offer:", "priority", "32767"),
+    case("offer-group-empty", "SELECT dq_offer('q', 'k', 'v', message_group => '')",
+         "22023", "dq_offer:", "message_group", "empty"),
+    case("offer-group-201", "SELECT dq_offer('q', 'k', 'v', message_group => repeat('g', 201))",
+         "22001", "dq_offer:", "message_group", "201", "200"),
+    case("offer-expires-before-scheduled",
+         "SELECT dq_offer('q', 'k', 'v', timestamptz '2030-01-02', expires_at => timestamptz '2030-01-01')",
+         "22023", "dq_offer:", "expires_at", "scheduled_at"),
+    case("offer-expires-equal-scheduled",
+         "SELECT dq_offer('q', 'k', 'v', timestamptz '2030-01-02', expires_at => timestamptz '2030-01-02')",
+         "22023", "dq_offer:", "expires_at", "after scheduled_at"),
+    case("offer-expires-infinity", "SELECT dq_offer('q', 'k', 'v', expires_at => 'infinity')",
+         "22008", "dq_offer:", "expires_at", "9999-12-30"),
+    case("offer-headers-array", "SELECT dq_offer('q', 'k', 'v', headers => '[1, 2]')",
+         "22023", "dq_offer:", "headers", "JSON object"),
+    case("offer-headers-string", """SELECT dq_offer('q', 'k', 'v', headers => '"x"')""",
+         "22023", "dq_offer:", "headers", "JSON object"),
+    case("offer-headers-8193", "SELECT dq_offer('q', 'k', 'v', headers => jsonb_build_object('a', repeat('x', 8184)))",
+         "54000", "dq_offer:", "headers", "8193", "8192"),
+    case("offer-jsonb-priority", "SELECT dq_offer('q', 'k', '{}'::jsonb, priority => 40000)",
+         "22023", "dq_offer:", "priority"),
+    case("offer_many-priorities-element", many(KEYS3, OK3, "priorities => ARRAY[1, 2, 40000]"),
+         "22023", "dq_offer_many:", "priorities[3]", "32767"),
+    case("offer_many-priorities-null-element", many(KEYS3, OK3, "priorities => ARRAY[1, 2, NULL]"),
+         "22004", "dq_offer_many:", "priorities[3]"),
+    case("offer_many-priorities-length", many(KEYS3, OK3, "priorities => ARRAY[1, 2]"),
+         "22023", "dq_offer_many:", "priorities", "2", "3"),
+    case("offer_many-groups-element-long", many(KEYS3, OK3, "message_groups => ARRAY['a', 'b', repeat('g', 201)]"),
+         "22001", "dq_offer_many:", "message_groups[3]", "200"),
+    case("offer_many-groups-length", many(KEYS3, OK3, "message_groups => ARRAY['a']"),
+         "22023", "dq_offer_many:", "message_groups", "1", "3"),
+    case("offer_many-expires-element",
+         many(KEYS3, OK3, "scheduled_ats => ARRAY[timestamptz '2030-01-01', '2030-01-01', '2030-01-02']",
+              "expires_ats => ARRAY[timestamptz '2031-01-01', '2031-01-01', '2030-01-01']"),
+         "22023", "dq_offer_many:", "expires_ats[3]", "scheduled_at"),
+    case("offer_many-expires-infinity", many(KEYS3, OK3, "expires_ats => ARRAY[NULL, NULL, 'infinity']::timestamptz[]"),
+         "22008", "dq_offer_many:", "expires_ats[3]"),
+    case("offer_many-headers-element", many(KEYS3, OK3, """headers => ARRAY['{}', '{}', '[1]']::jsonb[]"""),
+         "22023", "dq_offer_many:", "headers[3]", "JSON object"),
+    case("offer_many-headers-too-big",
+         many(KEYS3, OK3, "headers => ARRAY['{}', '{}', jsonb_build_object('a', repeat('x', 9000))]::jsonb[]"),
+         "54000", "dq_offer_many:", "headers[3]", "8192"),
+    case("configure-max_in_flight-negative", "SELECT dq_configure_queue('q', max_in_flight => -1)",
+         "22023", "dq_configure_queue:", "max_in_flight", "100000"),
+    case("configure-max_in_flight-too-big", "SELECT dq_configure_queue('q', max_in_flight => 100001)",
+         "22023", "dq_configure_queue:", "max_in_flight", "100000"),
+    case("configure-rate_limit-too-big",
+         "SELECT dq_configure_queue('q', rate_limit => 100001, rate_period => '1 second')",
+         "22023", "dq_configure_queue:", "rate_limit", "100000"),
+    case("configure-rate_limit-without-period", "SELECT dq_configure_queue('q', rate_limit => 10)",
+         "22023", "dq_configure_queue:", "rate_limit", "rate_period"),
+    case("configure-rate_period-zero",
+         "SELECT dq_configure_queue('q', rate_limit => 10, rate_period => '0 seconds')",
+         "22023", "dq_configure_queue:", "rate_period"),
+    case("configure-rate_period-2-days",
+         "SELECT dq_configure_queue('q', rate_limit => 10, rate_period => '2 days')",
+         "22023", "dq_configure_queue:", "rate_period", "1 day"),
+    case("pause-queue-null", "SELECT dq_pause_queue(NULL)", "22004", "dq_pause_queue:", "queue"),
+    case("pause-queue-long", "SELECT dq_pause_queue(repeat('q', 101))", "22001", "dq_pause_queue:", "queue", "100"),
+    case("resume-queue-empty", "SELECT dq_resume_queue('')", "22023", "dq_resume_queue:", "queue"),
 ]
 # fmt: on
 
@@ -341,6 +409,10 @@ def test_bad_input(conn, token, sql, sqlstate, contains):
     before = table_rows(conn)
     count_before = row_count(conn)
     waiters_before = conn.execute("SELECT * FROM dq_waiters ORDER BY queue, pid").fetchall()
+    config_before = conn.execute(
+        "SELECT (SELECT array_agg(q ORDER BY q.queue)::text FROM dq_queues q), "
+        "(SELECT array_agg(g ORDER BY g.queue, g.message_group)::text FROM dq_groups g), "
+        "(SELECT array_agg(t ORDER BY t.queue, t.slot)::text FROM dq_rate_tokens t)").fetchone()
 
     with pytest.raises(psycopg.Error) as info:
         conn.execute(sql, {"token": token} if "%(token)s" in sql else None)
@@ -359,6 +431,10 @@ def test_bad_input(conn, token, sql, sqlstate, contains):
     assert row_count(conn) == count_before
     assert table_rows(conn) == before
     assert conn.execute("SELECT * FROM dq_waiters ORDER BY queue, pid").fetchall() == waiters_before
+    assert conn.execute(
+        "SELECT (SELECT array_agg(q ORDER BY q.queue)::text FROM dq_queues q), "
+        "(SELECT array_agg(g ORDER BY g.queue, g.message_group)::text FROM dq_groups g), "
+        "(SELECT array_agg(t ORDER BY t.queue, t.slot)::text FROM dq_rate_tokens t)").fetchone() == config_before
 
 
 def test_case_ids_are_unique():

@@ -52,6 +52,8 @@ ROLE_OF = {
     "dq_export_archive_bounds": "dq_admin",
     "dq_next_due": "dq_consumer",
     "dq_configure_queue": "dq_admin",
+    "dq_pause_queue": "dq_admin",
+    "dq_resume_queue": "dq_admin",
     "dq_redrive": "dq_admin",
     "dq_purge": "dq_admin",
     "dq_release_locks": "dq_admin",

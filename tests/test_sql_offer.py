@@ -41,8 +41,13 @@ DELIVERY_COLUMNS = [
     "delivery_count",
     "lock_token",
     "locked_until",
+    "claimed_at",
+    "priority",
+    "message_group",
+    "expires_at",
+    "headers",
 ]
-GET_COLUMNS = [c for c in DELIVERY_COLUMNS if c != "lock_token"]
+GET_COLUMNS = [c for c in DELIVERY_COLUMNS if c not in ("lock_token", "claimed_at")]
 
 
 def offer(
@@ -381,6 +386,10 @@ def test_get_returns_the_row_without_lock_token(conn):
             "created_at": stored["created_at"],
             "delivery_count": 0,
             "locked_until": None,
+            "priority": 0,
+            "message_group": None,
+            "expires_at": None,
+            "headers": None,
         }
     ]
     assert get(conn, "absent") == []
