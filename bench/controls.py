@@ -381,13 +381,13 @@ def backlog_part(admin: psycopg.Connection[Any], dsn: str, cfg: Config) -> dict[
             "drain_server_us_per_row": spread([r.server_us_per_row for r in drains[b.name]]),
             "drain_other_cpu_max": max(r.other_cpu for r in drains[b.name]),
             "drain_exhausted": any(r.exhausted for r in drains[b.name]),
-            "drain_vs_plain": statistics.median(rates) / plain,
+            "drain_vs_plain": statistics.median(rates) / plain if plain else None,
             "plan": plans[b.name],
             "drain_runs": [asdict(r) for r in drains[b.name]],
         })
         if b.side is BACKLOG:
             rows[-1]["pass_poll"] = p50 < cfg.target_poll_p50_ms
-            rows[-1]["pass_drain"] = rows[-1]["drain_vs_plain"] >= cfg.target_drain
+            rows[-1]["pass_drain"] = (rows[-1]["drain_vs_plain"] or 0) >= cfg.target_drain
     return {"rows": cfg.rows, "drain_workload": wl.name, "backlogs": rows}
 
 
@@ -548,16 +548,17 @@ def backlog_table(part: dict[str, Any], cfg: Config) -> Table:
                 " ms", "drain rows/s", "vs plain", f"≥ {cfg.target_drain:.0%}", "server µs/row", "other CPU"):
         table.add_column(col, justify="left" if col == "backlog" else "right")
     for b in part["backlogs"]:
-        label = {"priorities": f"{b['levels']} priorities", "groups": f"{b['groups']:,} groups"}.get(b["backlog"],
-                                                                                                    b["backlog"])
-        table.add_row(label, f"{b['load_s']['median']:.0f}", f"{b['poll_p50_ms']:.2f}", f"{b['poll_p95_ms']:.2f}",
-                      f"{b['ack_p50_ms']:.2f}", f"{b['poll_sizes_mean']:.0f}",
+        vs_plain = f"{b['drain_vs_plain']:.0%}" if b["drain_vs_plain"] is not None else "-"
+        table.add_row(b["backlog"], f"{b['load_s']['median']:.0f}", f"{b['poll_p50_ms']:.2f}",
+                      f"{b['poll_p95_ms']:.2f}", f"{b['ack_p50_ms']:.2f}", f"{b['poll_sizes_mean']:.0f}",
                       _status(b["pass_poll"]) if "pass_poll" in b else "",
-                      _range(b["drain_rows_per_s"]) + (" (drained)" if b["drain_exhausted"] else ""),
-                      f"{b['drain_vs_plain']:.0%}", _status(b["pass_drain"]) if "pass_drain" in b else "",
+                      _range(b["drain_rows_per_s"]) + (" (drained)" if b["drain_exhausted"] else ""), vs_plain,
+                      _status(b["pass_drain"]) if "pass_drain" in b else "",
                       f"{b['drain_server_us_per_row']['median']:.0f}",
                       f"{max(b['poll_other_cpu_max'], b['drain_other_cpu_max']):.0%}")
-    table.caption = (f"loaded with dq_offer_many in batches of {core.FILL_BATCH:,} (baseline: plain INSERT). poll"
+    table.caption = (f"priorities: {cfg.priority_levels} levels; groups: {cfg.groups:,} FIFO groups of"
+                     f" {cfg.group_size}. Loaded with dq_offer_many in batches of {core.FILL_BATCH:,} (baseline: plain"
+                     " INSERT), afresh before each repetition. rows/poll: mean size of the timed polls. poll"
                      f" and ack: {cfg.repeat} x {cfg.poll_samples} calls; drain: median (min–max) of {cfg.repeat}"
                      f" runs of {cfg.drain_s:g} s after {cfg.drain_warmup_s:g} s of warm-up")
     return table

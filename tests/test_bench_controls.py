@@ -40,7 +40,7 @@ def test_rate_analysis_counts_the_measured_part_and_every_window() -> None:
 def test_tiny_run_reports_every_part(admin_dsn: str, tmp_path: Path) -> None:
     prefix = f"dq_test_controls_{os.getpid()}"
     out = tmp_path / "controls.json"
-    command = [sys.executable, "-m", "bench.controls", "--dsn", admin_dsn, "--quick", "--rows", "3000",
+    command = [sys.executable, "-m", "bench.controls", "--dsn", admin_dsn, "--quick", "--rows", "30000",
                "--repeat", "1", "--clients", "2", "--rate-seconds", "3", "--old-ref", "HEAD", "--db-prefix", prefix,
                "--out", str(out)]
     env = dict(os.environ, PYTHONPATH=str(PROJECT))
@@ -65,9 +65,9 @@ def test_tiny_run_reports_every_part(admin_dsn: str, tmp_path: Path) -> None:
 
     backlogs = {b["backlog"]: b for b in report["backlog"]["backlogs"]}
     assert list(backlogs) == ["plain", "priorities", "groups", "baseline"]
-    assert backlogs["groups"]["groups"] == 300 and backlogs["priorities"]["levels"] == 5
+    assert backlogs["groups"]["groups"] == 3000 and backlogs["priorities"]["levels"] == 5
     for name, b in backlogs.items():
-        assert b["rows"] == 3000 and b["poll_p50_ms"] > 0 and b["drain_rows_per_s"]["median"] > 0, name
+        assert b["rows"] == 30000 and b["poll_p50_ms"] > 0 and b["drain_rows_per_s"]["median"] > 0, name
         assert 0 < b["poll_sizes_mean"] <= controls.POLL_BATCH, name
         assert any("Query Text" in line for line in b["plan"]), name
     assert backlogs["plain"]["drain_vs_plain"] == 1.0
