@@ -83,7 +83,7 @@ from bench.core import (
     server_info,
     value,
 )
-from bench.latency import machine_info, percentile
+from bench.latency import STATS_SETTLE_S, function_stats, machine_info, percentile, stats_since, tracked
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -248,6 +248,9 @@ def regression_part(cfg: Config, dbs: dict[str, tuple[psycopg.Connection[Any], s
                 "rows_per_s": {name: spread(v) for name, v in rates.items()},
                 "server_us_per_row": {name: spread([r.server_us_per_row for r in rs]) for name, rs in runs.items()},
                 "new_vs_old": ratio, "new_vs_old_per_run": spread(paired),
+                # Server CPU per row is the steadier figure on a shared host: old / new, as a throughput ratio.
+                "server_cpu_old_vs_new": statistics.median(r.server_us_per_row for r in runs["old"])
+                / statistics.median(r.server_us_per_row for r in runs["new"]),
                 "new_vs_baseline": statistics.median(rates["new"]) / statistics.median(rates["baseline"]),
                 "old_vs_baseline": statistics.median(rates["old"]) / statistics.median(rates["baseline"]),
                 "target": cfg.target_regression, "pass": ratio >= cfg.target_regression,
@@ -336,6 +339,18 @@ def explain_poll(dsn: str, side: Side) -> list[str]:
     return lines
 
 
+def function_times(admin: psycopg.Connection[Any], dsn: str, side: Side, samples: int) -> dict[str, Any]:
+    """Where the server time of poll + ack goes: `samples` more polls and acks (not counted in
+    the figures) with track_functions on; per dq_* function (nested ones included), its calls
+    and total ms per poll + ack (pg_stat_user_functions)."""
+    before = function_stats(admin)
+    time_polls(tracked(dsn), side, samples)
+    time.sleep(STATS_SETTLE_S)  # the closed session reports its statistics meanwhile
+    n = samples + 1  # time_polls makes one more, untimed
+    return {name: {"calls": calls / n, "ms": ms / n}
+            for name, (calls, ms) in sorted(stats_since(admin, before).items(), key=lambda kv: -kv[1][1])}
+
+
 def backlog_part(admin: psycopg.Connection[Any], dsn: str, cfg: Config) -> dict[str, Any]:
     """Per repetition and backlog (in rotating order): load it afresh, time the polls, take the
     plan (first repetition), measure the drain."""
@@ -343,7 +358,7 @@ def backlog_part(admin: psycopg.Connection[Any], dsn: str, cfg: Config) -> dict[
     loads: dict[str, list[dict[str, Any]]] = {b.name: [] for b in names}
     timings: dict[str, list[dict[str, Any]]] = {b.name: [] for b in names}
     drains: dict[str, list[RunResult]] = {b.name: [] for b in names}
-    plans = {}
+    plans, functions = {}, {}
     wl = Workload(f"drain {cfg.drain_workers} x poll+ack x{POLL_BATCH}", poll_ack_step, POLL_BATCH,
                   cfg.target_drain)
     harness = cfg.harness(cfg.drain_warmup_s, cfg.drain_s)
@@ -359,6 +374,7 @@ def backlog_part(admin: psycopg.Connection[Any], dsn: str, cfg: Config) -> dict[
                           f" {statistics.fmean(t['sizes']):.0f}, other CPU {t['other_cpu']:.0%}")
             if rep == 0:
                 plans[b.name] = explain_poll(dsn, b.side)
+                functions[b.name] = function_times(admin, dsn, b.side, cfg.poll_samples)
             res = run_clients(admin, dsn, wl, b.side, cfg.drain_workers, harness)
             _log_run(f"drain {b.name}, run {rep + 1}", res)
             drains[b.name].append(res)
@@ -383,6 +399,7 @@ def backlog_part(admin: psycopg.Connection[Any], dsn: str, cfg: Config) -> dict[
             "drain_exhausted": any(r.exhausted for r in drains[b.name]),
             "drain_vs_plain": statistics.median(rates) / plain if plain else None,
             "plan": plans[b.name],
+            "functions_ms_per_call": functions[b.name],
             "drain_runs": [asdict(r) for r in drains[b.name]],
         })
         if b.side is BACKLOG:
@@ -525,13 +542,14 @@ def regression_table(cells: list[dict[str, Any]], cfg: Config) -> Table:
     table = Table(title=f"1. No controls used: this checkout (new) vs the release before (old), rows/s,"
                         f" median (min–max) of {cfg.repeat} runs")
     for col in ("workload", "clients", "new", "old", "baseline", "new/old (per run)",
-                f"≥ {cfg.target_regression:.0%}", "new/base", "other CPU"):
+                f"≥ {cfg.target_regression:.0%}", "server µs/row new | old", "new/base", "other CPU"):
         table.add_column(col, justify="left" if col == "workload" else "right")
     for c in cells:
         r, per_run = c["rows_per_s"], c["new_vs_old_per_run"]
         table.add_row(c["workload"], str(c["clients"]), _range(r["new"]), _range(r["old"]), _range(r["baseline"]),
                       f"{c['new_vs_old']:.0%} ({per_run['min']:.0%}–{per_run['max']:.0%})",
                       _status(c["pass"]) + (" (drained)" if c["exhausted"] else ""),
+                      f"{c['server_us_per_row']['new']['median']:.1f} | {c['server_us_per_row']['old']['median']:.1f}",
                       f"{c['new_vs_baseline']:.0%}", f"{c['other_cpu_max']:.0%}")
     table.caption = ("new/old: ratio of the medians (per run: its range within one repetition). (drained): a run"
                      " emptied the backlog before its end. other CPU: the most CPU (share of all cores) processes"
