@@ -72,6 +72,7 @@ from bench.core import (
     RunResult,
     Side,
     Workload,
+    _status,
     connect,
     console,
     create_database,
@@ -521,10 +522,6 @@ def rate_part(admin: psycopg.Connection[Any], dsn: str, cfg: Config) -> dict[str
 
 
 # --------------------------------------------------------------------------- report
-
-
-def _status(ok: bool) -> str:
-    return "[green]PASS[/]" if ok else "[red]MISS[/]"
 
 
 def _n(v: float) -> str:
