@@ -62,8 +62,8 @@ bench-peers: venv up
 	$(PY) -m bench.peers --dsn "$(DSN)" $(PEERS_ARGS)
 
 # Delivery controls: no-controls throughput beside the release before them, polls and drains of
-# 1,000,000-message backlogs with priorities and FIFO groups, rate-limit precision (about 30 min):
-# make bench-controls [CONTROLS_ARGS="--quick"]   (--quick: backlogs of 100,000, about 8 min)
+# 1,000,000-message backlogs with priorities and FIFO groups, rate-limit precision (about 14 min):
+# make bench-controls [CONTROLS_ARGS="--quick"]   (--quick: backlogs of 100,000, about 6 min)
 bench-controls: venv up
 	$(PY) -m bench.controls --dsn "$(DSN)" $(CONTROLS_ARGS)
 
