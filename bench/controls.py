@@ -324,9 +324,29 @@ def time_polls(dsn: str, side: Side, samples: int) -> dict[str, Any]:
     return {"poll_s": polls, "ack_s": acks, "sizes": sizes, "other_cpu": cpu["other_cpu"]}
 
 
-def explain_poll(dsn: str, side: Side) -> list[str]:
+PLAN_MIN_MS = 0.1  # explain_poll keeps whole plans of statements at least this long
+
+
+def condense_plans(lines: list[str]) -> dict[str, Any]:
+    """auto_explain's plans: those of PLAN_MIN_MS or more whole, in order; the shorter ones
+    counted by query text (their calls and total ms), as a statement run once per group of a
+    batch repeats one plan a hundred times."""
+    whole, short = [], {}
+    for text in lines:
+        head, _, rest = text.partition("\n")  # "duration: X ms  plan:", then "Query Text: ..."
+        ms = float(head.split()[1]) if head.startswith("duration:") else PLAN_MIN_MS
+        if ms >= PLAN_MIN_MS:
+            whole.append(text)
+        else:
+            query = " ".join(rest.split("\n", 1)[0].split())
+            calls, total = short.get(query, (0, 0.0))
+            short[query] = (calls + 1, total + ms)
+    return {"plans": whole, "shorter": [{"query": q, "calls": c, "total_ms": t} for q, (c, t) in short.items()]}
+
+
+def explain_poll(dsn: str, side: Side) -> dict[str, Any]:
     """The plans of one poll of POLL_BATCH and of its ack, nested statements included, with
-    actual times and buffers (auto_explain's log lines, sent to this session)."""
+    actual times and buffers (auto_explain's log lines, sent to this session; condense_plans)."""
     lines: list[str] = []
     with connect(dsn) as conn:
         conn.add_notice_handler(lambda d: lines.append(d.message_primary or ""))
@@ -337,7 +357,7 @@ def explain_poll(dsn: str, side: Side) -> list[str]:
         tokens = [row[3] for row in conn.execute(side.poll, (QUEUE, POLL_BATCH)).fetchall()]
         if tokens:
             conn.execute(side.ack, (tokens,))
-    return lines
+    return condense_plans(lines)
 
 
 def function_times(admin: psycopg.Connection[Any], dsn: str, side: Side, samples: int) -> dict[str, Any]:

@@ -36,6 +36,15 @@ def test_rate_analysis_counts_the_measured_part_and_every_window() -> None:
     assert (r["max_in_any_period"], r["pass_window"]) == (11, False)
 
 
+def test_condense_plans_keeps_long_plans_and_counts_short_ones() -> None:
+    lines = ["duration: 0.500 ms  plan:\nQuery Text: SELECT 1\nResult",
+             "duration: 0.010 ms  plan:\nQuery Text: SELECT  2\nResult",
+             "duration: 0.020 ms  plan:\nQuery Text: SELECT 2\nResult"]
+    out = controls.condense_plans(lines)
+    assert out["plans"] == lines[:1]
+    assert out["shorter"] == [{"query": "Query Text: SELECT 2", "calls": 2, "total_ms": pytest.approx(0.03)}]
+
+
 @pytest.mark.slow
 def test_tiny_run_reports_every_part(admin_dsn: str, tmp_path: Path) -> None:
     prefix = f"dq_test_controls_{os.getpid()}"
@@ -69,7 +78,7 @@ def test_tiny_run_reports_every_part(admin_dsn: str, tmp_path: Path) -> None:
     for name, b in backlogs.items():
         assert b["rows"] == 30000 and b["poll_p50_ms"] > 0 and b["drain_rows_per_s"]["median"] > 0, name
         assert 0 < b["poll_sizes_mean"] <= controls.POLL_BATCH, name
-        assert any("Query Text" in line for line in b["plan"]), name
+        assert any("Query Text" in plan for plan in b["plan"]["plans"]), name
     assert backlogs["plain"]["drain_vs_plain"] == 1.0
 
     rate = report["rate"]
