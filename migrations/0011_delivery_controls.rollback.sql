@@ -29,5 +29,7 @@ DROP INDEX IF EXISTS dq_messages_expires_at_idx;
 DROP INDEX IF EXISTS dq_messages_in_flight_idx;
 DROP INDEX IF EXISTS dq_messages_group_idx;
 DROP INDEX IF EXISTS dq_messages_ready_idx;
+DROP INDEX IF EXISTS dq_messages_grouped_idx;
+CREATE INDEX IF NOT EXISTS dq_messages_queue_scheduled_at_idx ON dq_messages (queue, scheduled_at);
 ALTER TABLE dq_messages DROP COLUMN IF EXISTS headers, DROP COLUMN IF EXISTS expires_at,
     DROP COLUMN IF EXISTS message_group, DROP COLUMN IF EXISTS priority;

@@ -17,6 +17,12 @@ ALTER TABLE dq_messages
 -- SHARE lock (writes wait; about a second per million messages).
 CREATE INDEX IF NOT EXISTS dq_messages_ready_idx ON dq_messages (queue, priority DESC, scheduled_at)
     WHERE message_group IS NULL OR dead_from IS NOT NULL;
+-- The rest of the messages (grouped ordinary messages) by due time, for stats; with the index above,
+-- every message is in exactly one index by (queue, ..., scheduled_at), as before this step (measured:
+-- a second such index on every row cost 2.7 us per offered row, 16% of a batched offer).
+CREATE INDEX IF NOT EXISTS dq_messages_grouped_idx ON dq_messages (queue, scheduled_at)
+    WHERE message_group IS NOT NULL AND dead_from IS NULL;
+DROP INDEX IF EXISTS dq_messages_queue_scheduled_at_idx;
 -- A group's messages in delivery order: the first is its next head.
 CREATE INDEX IF NOT EXISTS dq_messages_group_idx ON dq_messages (queue, message_group, scheduled_at_initially, id)
     WHERE message_group IS NOT NULL AND dead_from IS NULL;

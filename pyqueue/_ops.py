@@ -13,12 +13,13 @@ and psycopg's automatic prepared statements keep working.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from . import limits
 from .durations import Seconds, as_timedelta
@@ -110,16 +111,25 @@ class Statements:
     ``{stored}``, ``{stats}`` and ``{schedule}`` for the columns of the row types of
     :mod:`pyqueue.model` they become, named as their fields (see :func:`statements`)."""
 
+    # The delivery time t.at is computed once, on the database clock; a ttl counts from it.
     offer: str = (
-        "SELECT {s}dq_offer(%(queue)s, %(key)s, %(payload)s::bytea, "
-        "coalesce(%(at)s::timestamptz, now() + coalesce(%(delay)s::interval, interval '0')), "
-        "%(can_update)s, %(payload_type)s) AS outcome"
+        "SELECT {s}dq_offer(%(queue)s, %(key)s, %(payload)s::bytea, t.at, %(can_update)s, %(payload_type)s, "
+        "%(priority)s::integer, %(group)s::text, coalesce(%(expires_at)s::timestamptz, t.at + %(ttl)s::interval), "
+        "%(headers)s::jsonb) AS outcome "
+        "FROM (SELECT coalesce(%(at)s::timestamptz, now() + coalesce(%(delay)s::interval, interval '0')) AS at) AS t"
     )
+    # Each element's time as in offer; its expiry, when some element has a ttl, likewise.
     offer_many: str = (
         "SELECT key, outcome FROM {s}dq_offer_many(%(queue)s, %(keys)s::text[], %(payloads)s::bytea[], "
         "(SELECT array_agg(coalesce(u.at, now() + coalesce(u.delay, interval '0')) ORDER BY u.i) "
         "   FROM unnest(%(ats)s::timestamptz[], %(delays)s::interval[]) WITH ORDINALITY AS u(at, delay, i)), "
-        "%(can_update)s, %(payload_types)s::text[])"
+        "%(can_update)s, %(payload_types)s::text[], %(priorities)s::integer[], %(groups)s::text[], "
+        "CASE WHEN %(ttls)s::interval[] IS NULL THEN %(expires_ats)s::timestamptz[] ELSE "
+        "(SELECT array_agg(coalesce(u.expires_at, coalesce(u.at, now() + coalesce(u.delay, interval '0')) + u.ttl) "
+        "                  ORDER BY u.i) "
+        "   FROM unnest(%(ats)s::timestamptz[], %(delays)s::interval[], %(expires_ats)s::timestamptz[], "
+        "               %(ttls)s::interval[]) WITH ORDINALITY AS u(at, delay, expires_at, ttl, i)) END, "
+        "%(headers)s::jsonb[])"
     )
     offer_many_now: str = (
         "SELECT key, outcome FROM {s}dq_offer_many(%(queue)s, %(keys)s::text[], %(payloads)s::bytea[], NULL, "
@@ -137,8 +147,11 @@ class Statements:
     extend: str = "SELECT {s}dq_extend(%(lock_token)s::uuid, %(timeout)s::interval) AS locked_until"
     configure: str = (
         "SELECT max_deliveries, dead_letter_queue FROM {s}dq_configure_queue(%(queue)s, %(max_deliveries)s, "
-        "%(dead_letter_queue)s, %(archive)s, %(retention)s, %(notify)s, %(max_payload_bytes)s)"
+        "%(dead_letter_queue)s, %(archive)s, %(retention)s, %(notify)s, %(max_payload_bytes)s, %(max_in_flight)s, "
+        "%(rate_limit)s, %(rate_period)s::interval)"
     )
+    pause: str = "SELECT {s}dq_pause_queue(%(queue)s) AS changed"
+    resume: str = "SELECT {s}dq_resume_queue(%(queue)s) AS changed"
     stats: str = "SELECT {stats} FROM {s}dq_queue_stats(%(queue)s)"
     all_stats: str = "SELECT {stats} FROM {s}dq_stats"
     purge: str = "SELECT {s}dq_purge(%(queue)s, %(confirm)s) AS purged"
@@ -185,9 +198,13 @@ def check_schema(schema: object) -> str | None:
     return schema
 
 
+#: Fields of :mod:`pyqueue.model` named otherwise than their SQL column: field -> select item.
+_RENAMED = {"raw_payload": "payload AS raw_payload", "group": 'message_group AS "group"'}
+
+
 def _select_list(cls: type) -> str:
-    """The result columns of ``cls`` (its fields), the payload renamed ``raw_payload``."""
-    return ", ".join("payload AS raw_payload" if n == "raw_payload" else n for n in column_names(cls))
+    """The result columns of ``cls`` (its fields), the columns of :data:`_RENAMED` renamed."""
+    return ", ".join(_RENAMED.get(n, n) for n in column_names(cls))
 
 
 @functools.cache
@@ -220,6 +237,44 @@ def check_at(at: datetime | None, delay: Seconds | None) -> tuple[datetime | Non
     if at is not None and at.tzinfo is None:
         raise InvalidArgument("at must be timezone-aware (a naive datetime has no defined instant)")
     return at, (None if delay is None else as_timedelta(delay, "delay", allow_zero=True))
+
+
+@dataclass(frozen=True, slots=True)
+class Controls:
+    """The delivery controls of one offer, checked and encoded: ``ttl`` stays a duration, turned
+    into an instant by the statement (from the delivery time, on the database clock)."""
+
+    priority: int
+    group: str | None
+    expires_at: datetime | None
+    ttl: timedelta | None
+    headers: Jsonb | None
+
+    @property
+    def default(self) -> bool:
+        """None of the controls is set (the offer is as one without them)."""
+        return (self.priority == 0 and self.group is None and self.expires_at is None and self.ttl is None
+                and self.headers is None)
+
+
+def check_controls(
+    priority: int, group: str | None, expires_at: datetime | None, ttl: Seconds | None,
+    headers: Mapping[str, Any] | None,
+) -> Controls:
+    """The delivery controls of an offer. Refused before any I/O: a priority that is not an int
+    in :data:`pyqueue.limits.PRIORITY_MIN` .. :data:`pyqueue.limits.PRIORITY_MAX` (it could not
+    even be sent as an integer beyond), ``expires_at`` together with ``ttl``, a naive
+    ``expires_at``, a ``ttl`` ≤ 0; the other rules (group length, headers) are the database's."""
+    if isinstance(priority, bool) or not isinstance(priority, int) \
+            or not limits.PRIORITY_MIN <= priority <= limits.PRIORITY_MAX:
+        raise InvalidArgument(
+            f"priority is {priority!r}, it must be an int from {limits.PRIORITY_MIN} to {limits.PRIORITY_MAX}")
+    if expires_at is not None and ttl is not None:
+        raise InvalidArgument("pass either expires_at or ttl, not both")
+    if expires_at is not None and expires_at.tzinfo is None:
+        raise InvalidArgument("expires_at must be timezone-aware (a naive datetime has no defined instant)")
+    return Controls(priority, group, expires_at, None if ttl is None else as_timedelta(ttl, "ttl"),
+                    None if headers is None else Jsonb(headers))
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,10 +382,17 @@ class QueueOps(Ops):
         delay: Seconds | None,
         can_update: bool,
         payload_type: str | None,
+        priority: int = 0,
+        group: str | None = None,
+        expires_at: datetime | None = None,
+        ttl: Seconds | None = None,
+        headers: Mapping[str, Any] | None = None,
     ) -> Op[OfferOutcome]:
         at, delay_td = check_at(at, delay)
+        c = check_controls(priority, group, expires_at, ttl, headers)
         data, ptype = self.serializers.encode(payload, payload_type)
-        params = self._q(key=key, payload=data, at=at, delay=delay_td, can_update=can_update, payload_type=ptype)
+        params = self._q(key=key, payload=data, at=at, delay=delay_td, can_update=can_update, payload_type=ptype,
+                         priority=c.priority, group=c.group, expires_at=c.expires_at, ttl=c.ttl, headers=c.headers)
         return Op(self.sql.offer, params, _value("outcome", OfferOutcome))
 
     def offer_many(
@@ -341,6 +403,7 @@ class QueueOps(Ops):
         types: list[str] = []
         ats: list[datetime | None] = []
         delays: list[timedelta | None] = []
+        controls: list[Controls] = []
         for item in items:
             req = item if isinstance(item, OfferRequest) else OfferRequest(item[0], item[1])
             at, delay_td = check_at(req.at, req.delay)
@@ -350,12 +413,24 @@ class QueueOps(Ops):
             types.append(ptype)
             ats.append(at)
             delays.append(delay_td)
+            controls.append(check_controls(req.priority, req.group, req.expires_at, req.ttl, req.headers))
         if not keys:
             return Op(None, None, _outcomes)
         params = self._q(keys=keys, payloads=payloads, can_update=can_update, payload_types=types)
-        if all(a is None for a in ats) and all(d is None for d in delays):
+        timed = not all(a is None for a in ats) or not all(d is None for d in delays)
+        if not timed and all(c.default for c in controls):
             return Op(self.sql.offer_many_now, params, _outcomes)
-        return Op(self.sql.offer_many, {**params, "ats": ats, "delays": delays}, _outcomes)
+
+        def column(values: list[Any], default: Any = None) -> list[Any] | None:
+            """The array of one control, or None (the default for every element) when none is set."""
+            return None if all(v == default for v in values) else values
+
+        params.update(
+            ats=ats, delays=delays, priorities=column([c.priority for c in controls], 0),
+            groups=column([c.group for c in controls]), expires_ats=column([c.expires_at for c in controls]),
+            ttls=column([c.ttl for c in controls]), headers=column([c.headers for c in controls]),
+        )
+        return Op(self.sql.offer_many, params, _outcomes)
 
     # -- poll --------------------------------------------------------------------------------------
     def poll(self, max_count: int, lock_timeout: Seconds, cls: type[M], client: Any) -> Op[list[M]]:
@@ -413,13 +488,23 @@ class QueueOps(Ops):
         retention: Seconds | None,
         notify: bool | None,
         max_payload_bytes: int | None,
+        max_in_flight: int | None = None,
+        rate_limit: int | None = None,
+        rate_period: Seconds | None = None,
     ) -> Op[None]:
         params = self._q(
             max_deliveries=max_deliveries, dead_letter_queue=dead_letter_queue, archive=archive,
             retention=None if retention is None else as_timedelta(retention, "retention"), notify=notify,
-            max_payload_bytes=max_payload_bytes,
+            max_payload_bytes=max_payload_bytes, max_in_flight=max_in_flight, rate_limit=rate_limit,
+            rate_period=None if rate_period is None else as_timedelta(rate_period, "rate_period"),
         )
         return Op(self.sql.configure, params, _none)
+
+    def pause(self) -> Op[bool]:
+        return Op(self.sql.pause, self._q(), _value("changed", bool, False))
+
+    def resume(self) -> Op[bool]:
+        return Op(self.sql.resume, self._q(), _value("changed", bool, False))
 
     def stats(self) -> Op[QueueStats]:
         return Op(self.sql.stats, self._q(), lambda names, rows: _records(_queue_stats)(names, rows)[0])

@@ -20,7 +20,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -102,10 +102,14 @@ class AsyncDelayedQueue(AsyncDriver):
     # -- offer ---------------------------------------------------------------------------------
     async def offer(
         self, key: str, payload: Any, at: datetime | None = None, delay: Seconds | None = None,
-        can_update: bool = True, *, payload_type: str | None = None, conn: AsyncConnection | None = None,
+        can_update: bool = True, *, payload_type: str | None = None, priority: int = 0, group: str | None = None,
+        expires_at: datetime | None = None, ttl: Seconds | None = None, headers: Mapping[str, Any] | None = None,
+        conn: AsyncConnection | None = None,
     ) -> OfferOutcome:
         """Offer one message (``dq_offer``); see :meth:`pyqueue.DelayedQueue.offer`."""
-        return await self._run(self._ops.offer(key, payload, at, delay, can_update, payload_type), conn)
+        op = self._ops.offer(key, payload, at, delay, can_update, payload_type, priority, group, expires_at, ttl,
+                             headers)
+        return await self._run(op, conn)
 
     async def offer_many(
         self, items: Iterable[OfferRequest | tuple[str, Any]], can_update: bool = True, *,
@@ -169,11 +173,26 @@ class AsyncDelayedQueue(AsyncDriver):
     async def configure(
         self, *, max_deliveries: int | None = None, dead_letter_queue: str | None = None,
         archive: bool | None = None, retention: Seconds | None = None, notify: bool | None = None,
-        max_payload_bytes: int | None = None,
+        max_payload_bytes: int | None = None, max_in_flight: int | None = None, rate_limit: int | None = None,
+        rate_period: Seconds | None = None,
     ) -> None:
-        """Configure this queue (``dq_configure_queue``); see :meth:`pyqueue.DelayedQueue.configure`."""
-        await self._run(
-            self._ops.configure(max_deliveries, dead_letter_queue, archive, retention, notify, max_payload_bytes))
+        """Configure this queue (``dq_configure_queue``); see :meth:`pyqueue.DelayedQueue.configure`
+        (``max_in_flight=0`` and ``rate_limit=0`` clear those limits)."""
+        await self._run(self._ops.configure(max_deliveries, dead_letter_queue, archive, retention, notify,
+                                            max_payload_bytes, max_in_flight, rate_limit, rate_period))
+
+    async def pause(self) -> bool:
+        """Pause this queue (``dq_pause_queue``); see :meth:`pyqueue.DelayedQueue.pause`.
+
+        :returns: True when the queue was not paused before."""
+        return await self._run(self._ops.pause())
+
+    async def resume(self) -> bool:
+        """Resume a paused queue and wake its waiting consumers (``dq_resume_queue``); see
+        :meth:`pyqueue.DelayedQueue.resume`.
+
+        :returns: True when the queue was paused."""
+        return await self._run(self._ops.resume())
 
     async def stats(self) -> QueueStats:
         """This queue's figures (``dq_queue_stats``)."""

@@ -1,4 +1,4 @@
-"""Command line: ``pyqueue migrate | offer | poll | worker | stats | next-due | cron``.
+"""Command line: ``pyqueue migrate | offer | poll | worker | stats | next-due | queue | cron``.
 
 ``pyqueue migrate --dsn DSN`` installs or upgrades the database (same as ``yoyo apply``).
 The DSN defaults to the ``DQ_DSN`` environment variable. Every command takes ``--schema NAME``,
@@ -145,17 +145,21 @@ def _stats_table(rows: list[Any], title: str) -> Any:
     from rich.table import Table
 
     table = Table(title=title)
-    for name in ("queue", "ready", "scheduled", "in flight", "redelivered", "dead", "oldest ready",
-                 "next due", "acked/min", "acked/h"):
-        table.add_column(name, justify="left" if name == "queue" else "right")
+    # The queue names are never shortened (a narrow terminal squeezes the figures instead).
+    table.add_column("queue", justify="left", no_wrap=True, min_width=max((len(r.queue) for r in rows), default=5))
+    for name in ("ready", "scheduled", "in flight", "redelivered", "dead", "held", "expired",
+                 "oldest ready", "next due", "acked/min", "acked/h", "paused"):
+        table.add_column(name, justify="right")
     for r in rows:
         mark = "~" if r.approximate else ""
         table.add_row(
             r.queue, f"{mark}{r.ready:,}", f"{mark}{r.scheduled:,}", f"{r.in_flight:,}", f"{r.redelivered:,}",
-            f"{r.dead:,}", str(r.oldest_ready_age).split(".")[0] if r.oldest_ready_age is not None else "-",
+            f"{r.dead:,}", f"{mark}{r.held:,}", f"{mark}{r.expired:,}",
+            str(r.oldest_ready_age).split(".")[0] if r.oldest_ready_age is not None else "-",
             r.next_due.isoformat(timespec="seconds") if r.next_due else "-",
             "-" if r.acked_last_minute is None else f"{r.acked_last_minute:,}",
             "-" if r.acked_last_hour is None else f"{r.acked_last_hour:,}",
+            "yes" if r.paused else "no",
         )
     return table
 
@@ -186,6 +190,25 @@ def _cmd_stats(args: argparse.Namespace) -> int:
             while not stop.wait(args.interval):
                 live.update(render(), refresh=True)
         return 0
+
+
+def _cmd_queue(args: argparse.Namespace) -> int:
+    """``pyqueue queue pause|resume|configure NAME``: a queue's delivery controls (role dq_admin)."""
+    with DelayedQueue(_dsn(args), args.name, pool_size=1, schema=args.schema) as q:
+        if args.queue_command == "pause":
+            print("paused" if q.pause() else "already paused")
+        elif args.queue_command == "resume":
+            print("resumed" if q.resume() else "was not paused")
+        else:  # configure
+            settings = {"max_in_flight": args.max_in_flight, "rate_limit": args.rate_limit,
+                        "rate_period": args.rate_period}
+            if all(v is None for v in settings.values()):
+                print("pyqueue queue configure: give --max-in-flight, --rate-limit or --rate-period",
+                      file=sys.stderr)
+                return 2
+            q.configure(**settings)
+            print("ok")
+    return 0
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -301,6 +324,26 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("next-due", "print when the next message becomes visible")
     p.add_argument("--queue", required=True)
     p.set_defaults(func=_cmd_next_due)
+
+    p = sub.add_parser("queue", help="a queue's delivery controls: pause, resume, configure (role dq_admin)")
+    queue_sub = p.add_subparsers(dest="queue_command", required=True)
+
+    def add_queue(name: str, help_: str) -> argparse.ArgumentParser:
+        c = queue_sub.add_parser(name, help=help_, parents=[common])
+        c.add_argument("name", help="the queue")
+        c.set_defaults(func=_cmd_queue)
+        return c
+
+    add_queue("pause", "stop deliveries (offers, acks and nacks keep working); prints paused or already paused")
+    add_queue("resume", "deliver again and wake waiting consumers; prints resumed or was not paused")
+    c = add_queue("configure", "set the concurrency and rate limits (0 clears a limit; an option left out "
+                               "keeps its value)")
+    c.add_argument("--max-in-flight", type=int, default=None,
+                   help="at most N messages of the queue locked at once, across all consumers (0: no limit)")
+    c.add_argument("--rate-limit", type=int, default=None,
+                   help="at most N deliveries start in any window of --rate-period (0: no limit)")
+    c.add_argument("--rate-period", type=_duration, default=None,
+                   help="the window of --rate-limit: seconds, or 500ms, 30s, 1m, 1h (at most 1 day)")
 
     p = sub.add_parser("cron", help="recurring messages: tick, install, uninstall, pause, resume, list")
     cron_sub = p.add_subparsers(dest="cron_command", required=True)

@@ -11,7 +11,7 @@ asyncio twin with the same names, parameters and rules.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -114,7 +114,9 @@ class DelayedQueue(Driver):
     # -- offer ---------------------------------------------------------------------------------
     def offer(
         self, key: str, payload: Any, at: datetime | None = None, delay: Seconds | None = None,
-        can_update: bool = True, *, payload_type: str | None = None, conn: Connection | None = None,
+        can_update: bool = True, *, payload_type: str | None = None, priority: int = 0, group: str | None = None,
+        expires_at: datetime | None = None, ttl: Seconds | None = None, headers: Mapping[str, Any] | None = None,
+        conn: Connection | None = None,
     ) -> OfferOutcome:
         """Offer one message (``dq_offer``).
 
@@ -124,19 +126,45 @@ class DelayedQueue(Driver):
         :param at: delivery time, timezone-aware; default now on the database clock.
         :param delay: or deliver this long after now (database clock); timedelta or seconds ≥ 0.
         :param can_update: replace an existing message with this key when payload, type or time differ
-            (the time compared is the one offered before, ``scheduled_at_initially``). With the default
+            (the time compared is the one offered before, ``scheduled_at_initially``), or when priority,
+            group, expiry or headers differ (an update replaces them too). With the default
             time (now), a repeated offer of an existing key is therefore ``UPDATED``: it is due again now,
             its delivery_count resets and a consumer holding it loses its lock. Pass ``can_update=False``
             for insert-if-absent (idempotent producers, retries).
         :param payload_type: type tag stored with the message (1 to
             :data:`pyqueue.limits.PAYLOAD_TYPE_CHARS` characters).
+        :param priority: int from :data:`pyqueue.limits.PRIORITY_MIN` to
+            :data:`pyqueue.limits.PRIORITY_MAX`, default 0. Among the messages due now a higher
+            priority is delivered first, equal priorities earliest due first; a priority never makes a
+            message due early.
+        :param group: FIFO message group, 1 to :data:`pyqueue.limits.GROUP_CHARS` characters, or None
+            (default: no group). The messages of one group are delivered one at a time, in order of
+            their first delivery time (then of offer): the next one only after the one delivered is
+            acknowledged, cancelled, expired or dead-lettered; a nack keeps the group waiting for it
+            (as SQS FIFO message groups do). Different groups, and messages without one, are not held.
+        :param expires_at: the message is never delivered (nor redelivered) after this instant
+            (timezone-aware, after the delivery time); a poll that meets it removes it (archived with
+            outcome ``expired`` when the queue archives). Default None: it does not expire.
+        :param ttl: or expire this long after the delivery time (timedelta or seconds > 0): the
+            instant is computed by the database from the message's delivery time (``at``, or the
+            database's now plus ``delay``), never from this machine's clock.
+        :param headers: metadata such as trace context: a JSON object (a dict), at most
+            :data:`pyqueue.limits.HEADERS_BYTES` bytes as JSON text, stored as jsonb and returned with
+            every delivery (:attr:`Message.headers`) and by :meth:`get`. Default None.
         :param conn: run on the caller's connection, inside its transaction (transactional outbox):
             a rollback leaves no message.
         :returns: :class:`OfferOutcome`.
-        :raises InvalidArgument: (22023/22004/22001) bad key, payload, time or type;
-            :class:`pyqueue.LimitExceeded` (54000) a payload over the queue's limit.
+        :raises InvalidArgument: (22023/22004/22001) bad key, payload, time or type; a priority out of
+            range or not an int, an empty group, headers that are not a JSON object, an expiry not
+            after the delivery time, both ``expires_at`` and ``ttl``, a naive ``expires_at`` or a
+            ``ttl`` ≤ 0 (22023); a group over its length (:class:`pyqueue.ValueTooLong`, 22001);
+            :class:`pyqueue.DatetimeOutOfRange` (22008) an expiry outside the supported range;
+            :class:`pyqueue.LimitExceeded` (54000) a payload over the queue's limit, headers over
+            their limit.
         """
-        return self._run(self._ops.offer(key, payload, at, delay, can_update, payload_type), conn)
+        op = self._ops.offer(key, payload, at, delay, can_update, payload_type, priority, group, expires_at, ttl,
+                             headers)
+        return self._run(op, conn)
 
     def offer_many(
         self, items: Iterable[OfferRequest | tuple[str, Any]], can_update: bool = True, *,
@@ -144,12 +172,16 @@ class DelayedQueue(Driver):
     ) -> dict[str, OfferOutcome]:
         """Offer many messages in one statement (``dq_offer_many``), in one transaction.
 
-        :param items: :class:`OfferRequest` objects or ``(key, payload)`` pairs (due now); at most
-            :data:`pyqueue.limits.OFFER_MANY_MAX_ITEMS`, keys unique within the call.
+        :param items: :class:`OfferRequest` objects (each with its own time, priority, group,
+            expiry and headers, as the parameters of :meth:`offer`) or ``(key, payload)`` pairs (due
+            now, no controls); at most :data:`pyqueue.limits.OFFER_MANY_MAX_ITEMS`, keys unique
+            within the call.
         :param can_update: as :meth:`offer`, for every item.
         :param conn: the caller's connection and transaction (outbox), as in :meth:`offer`.
         :returns: ``{key: OfferOutcome}`` in input order.
-        :raises InvalidArgument: a repeated key (22023), a bad element, or too many items (54000).
+        :raises InvalidArgument: a repeated key (22023), a bad element (its position named, as
+            ``priorities[3]`` or ``message_groups[2]``; the errors of :meth:`offer`), or too many
+            items (54000).
         """
         return self._run(self._ops.offer_many(items, can_update), conn)
 
@@ -230,7 +262,8 @@ class DelayedQueue(Driver):
     def configure(
         self, *, max_deliveries: int | None = None, dead_letter_queue: str | None = None,
         archive: bool | None = None, retention: Seconds | None = None, notify: bool | None = None,
-        max_payload_bytes: int | None = None,
+        max_payload_bytes: int | None = None, max_in_flight: int | None = None, rate_limit: int | None = None,
+        rate_period: Seconds | None = None,
     ) -> None:
         """Configure this queue (``dq_configure_queue``; needs role dq_admin).
 
@@ -244,11 +277,42 @@ class DelayedQueue(Driver):
             :data:`pyqueue.limits.PAYLOAD_BYTES_MIN` to :data:`pyqueue.limits.PAYLOAD_BYTES_MAX` (a
             queue's default is :data:`pyqueue.limits.PAYLOAD_BYTES_DEFAULT`, 1 MiB); None: unchanged.
             Larger offers raise :class:`pyqueue.LimitExceeded` and write nothing.
+        :param max_in_flight: the queue's concurrency limit: at most this many of its messages are
+            locked at any moment, across every consumer and session (a poll returns at most the free
+            slots), 1 to :data:`pyqueue.limits.MAX_IN_FLIGHT_MAX`; ``0`` clears the limit; None:
+            unchanged.
+        :param rate_limit: at most this many deliveries (first deliveries and redeliveries) start in
+            any window of ``rate_period``, across every consumer, 1 to
+            :data:`pyqueue.limits.RATE_LIMIT_MAX`; ``0`` clears the rate limit; None: unchanged.
+            Needs a ``rate_period``, given now or set before.
+        :param rate_period: the window of ``rate_limit`` (timedelta or seconds > 0, at most
+            :data:`pyqueue.limits.RATE_PERIOD_MAX`); None: unchanged.
         :raises InvalidArgument: (22023) a limit below 1, no dead-letter queue, the queue itself or a
-            chain of dead-letter queues leading back to it, retention ≤ 0, max_payload_bytes out of range.
+            chain of dead-letter queues leading back to it, retention ≤ 0, max_payload_bytes out of range,
+            max_in_flight or rate_limit out of range, a rate_limit without a rate_period, a rate_period
+            ≤ 0 or over its limit.
         """
-        op = self._ops.configure(max_deliveries, dead_letter_queue, archive, retention, notify, max_payload_bytes)
+        op = self._ops.configure(max_deliveries, dead_letter_queue, archive, retention, notify, max_payload_bytes,
+                                 max_in_flight, rate_limit, rate_period)
         self._run(op)
+
+    def pause(self) -> bool:
+        """Pause this queue (``dq_pause_queue``; needs role dq_admin): polls deliver nothing until
+        :meth:`resume`, across every consumer; offers, acks, nacks and extends keep working, and the
+        messages already in flight stay so. Waiting consumers sleep until the resume wakes them
+        (they do not poll meanwhile, beyond their ``idle_check``).
+
+        :returns: True when the queue was not paused before, False when it already was.
+        """
+        return self._run(self._ops.pause())
+
+    def resume(self) -> bool:
+        """Resume a paused queue (``dq_resume_queue``; needs role dq_admin): deliveries start again
+        and waiting consumers are woken at once.
+
+        :returns: True when the queue was paused, False when it was not.
+        """
+        return self._run(self._ops.resume())
 
     def stats(self) -> QueueStats:
         """This queue's figures (``dq_queue_stats``): ready, scheduled, in flight, redelivered, dead…"""

@@ -3,7 +3,8 @@
 The database enforces each of them (the ``dq_*`` functions raise the SQLSTATE given below, see
 docs/api.md); the binding checks a few of them itself before any I/O (the queue name of a
 :class:`pyqueue.DelayedQueue`, a payload type registered in a
-:class:`pyqueue.SerializerRegistry`, a worker's batch size) and names them in its docstrings.
+:class:`pyqueue.SerializerRegistry`, a worker's batch size, an offer's priority) and names them
+in its docstrings.
 ``tests/test_parity.py`` checks that the database enforces exactly these values.
 
 Lengths are in characters (``char_length``), counts in elements or messages, sizes in bytes.
@@ -30,6 +31,13 @@ __all__ = [
     "PAYLOAD_BYTES_MIN",
     "PAYLOAD_BYTES_MAX",
     "WAIT_MAX",
+    "PRIORITY_MIN",
+    "PRIORITY_MAX",
+    "GROUP_CHARS",
+    "HEADERS_BYTES",
+    "MAX_IN_FLIGHT_MAX",
+    "RATE_LIMIT_MAX",
+    "RATE_PERIOD_MAX",
 ]
 
 #: A queue name (and a dead-letter queue name): 1 to 100 characters; longer raises 22001.
@@ -63,3 +71,16 @@ PAYLOAD_BYTES_MAX: Final = 1_073_741_824
 #: The longest wait one ``dq_wait`` / ``dq_poll_or_wait`` registers (22023 beyond it): longer waits
 #: are made of several registrations.
 WAIT_MAX: Final = timedelta(hours=1)
+#: A message's priority: -32768 to 32767 (a smallint; 22023 outside), default 0, higher first.
+PRIORITY_MIN: Final = -32_768
+PRIORITY_MAX: Final = 32_767
+#: A FIFO message group name: 1 to 200 characters; longer raises 22001, empty 22023.
+GROUP_CHARS: Final = 200
+#: A message's headers: a JSON object of at most 8192 bytes as text (54000 beyond).
+HEADERS_BYTES: Final = 8_192
+#: A queue's concurrency limit (``max_in_flight``): 0 (none) to 100,000 (22023 above).
+MAX_IN_FLIGHT_MAX: Final = 100_000
+#: A queue's rate limit (``rate_limit`` deliveries per ``rate_period``): 0 (none) to 100,000 (22023 above).
+RATE_LIMIT_MAX: Final = 100_000
+#: The longest ``rate_period``: 1 day (22023 above; it must also be positive).
+RATE_PERIOD_MAX: Final = timedelta(days=1)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -58,6 +58,17 @@ class OfferRequest:
     :param at: delivery time (timezone-aware); ``None`` with ``delay=None`` means now (database clock).
     :param delay: delivery after this long from now on the database clock (timedelta or seconds).
     :param payload_type: type tag; inferred from the payload when ``None`` (bytes/text/json).
+    :param priority: among due messages a higher one is delivered first (int,
+        :data:`pyqueue.limits.PRIORITY_MIN` to :data:`pyqueue.limits.PRIORITY_MAX`, default 0).
+    :param group: FIFO message group (str, 1 to :data:`pyqueue.limits.GROUP_CHARS` characters), or
+        None for none: the messages of a group are delivered one at a time, in order.
+    :param expires_at: never delivered after this instant (timezone-aware, after the delivery time).
+    :param ttl: or expire this long after the delivery time (timedelta or seconds > 0), computed
+        on the database clock; not together with ``expires_at``.
+    :param headers: metadata (a JSON object, at most :data:`pyqueue.limits.HEADERS_BYTES` bytes as
+        text), returned with every delivery.
+
+    See :meth:`pyqueue.DelayedQueue.offer` for each field's rules and errors.
     """
 
     key: str
@@ -65,11 +76,25 @@ class OfferRequest:
     at: datetime | None = None
     delay: timedelta | float | None = None
     payload_type: str | None = None
+    priority: int = 0
+    group: str | None = None
+    expires_at: datetime | None = None
+    ttl: timedelta | float | None = None
+    headers: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
 class MessageBase:
-    """The columns shared by ``dq_message`` (dq_get) and ``dq_delivery`` (dq_poll_many) rows."""
+    """The columns shared by ``dq_message`` (dq_get) and ``dq_delivery`` (dq_poll_many) rows.
+
+    :ivar priority: the message's priority (higher first among due messages; default 0).
+    :ivar group: its FIFO message group (column ``message_group``), or None.
+    :ivar expires_at: the instant after which it is never delivered, or None.
+    :ivar headers: its headers (a JSON object decoded as a dict), or None.
+
+    These four are keyword-only with defaults, so that a message built by hand (in a test) needs
+    only the fields it had before them.
+    """
 
     id: int
     queue: str
@@ -80,6 +105,10 @@ class MessageBase:
     scheduled_at_initially: datetime
     created_at: datetime
     delivery_count: int
+    priority: int = field(default=0, kw_only=True)
+    group: str | None = field(default=None, kw_only=True)
+    expires_at: datetime | None = field(default=None, kw_only=True)
+    headers: dict[str, Any] | None = field(default=None, kw_only=True)
 
     def _serializers(self) -> SerializerRegistry:
         return default_registry
@@ -108,11 +137,13 @@ class LockedMessage(MessageBase, Generic[C]):
     ``payload`` is decoded on first access by the decoder of ``payload_type`` (so a message of an
     unknown type can still be nacked or inspected through ``raw_payload``). ``scheduled_at`` is the
     time this delivery was due. Acknowledge it before ``locked_until``, or it is delivered again
-    (at-least-once).
+    (at-least-once). ``claimed_at`` is when this delivery was claimed (database clock; None only
+    for a message built by hand).
     """
 
     lock_token: UUID
     locked_until: datetime
+    claimed_at: datetime | None = field(default=None, kw_only=True)
     _client: C | None = field(default=None, repr=False, compare=False)
     #: ``"acked"`` or ``"nacked"`` once ``ack``/``nack`` on this object returned True (possibly in
     #: the caller's transaction), else None: a worker then neither acknowledges the delivery again
@@ -169,6 +200,12 @@ class QueueStats:
     acked_last_minute: int | None
     acked_last_hour: int | None
     approximate: bool
+    #: The queue is paused (:meth:`pyqueue.DelayedQueue.pause`): it delivers nothing.
+    paused: bool
+    #: Grouped messages waiting behind their group's first message.
+    held: int
+    #: Messages past their expires_at, not removed yet (a poll that meets one removes it).
+    expired: int
 
 
 @dataclass(frozen=True)
@@ -202,8 +239,8 @@ def column_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls) if f.init and not f.name.startswith("_"))
 
 
-#: The columns of a ``dq_delivery`` row (``dq_poll_many``), in the order of the SQL result.
-DELIVERY_COLUMNS = (*column_names(MessageBase), "lock_token", "locked_until")
+#: The columns of a ``dq_delivery`` row (``dq_poll_many``) as the binding selects them.
+DELIVERY_COLUMNS = column_names(LockedMessage)
 
 
 def common_fields(row: Sequence[Any], columns: Sequence[str] = column_names(MessageBase)) -> dict[str, Any]:

@@ -240,7 +240,8 @@ SELECT o.outcome, count(*)::bigint
 
 Q_WRITER_CHECK = (
     "SELECT (extract(epoch FROM date_trunc('microseconds', now())) * 1000000)::int8, "
-    "to_regprocedure('dq_offer_many(text,text[],bytea[],timestamptz[],boolean,text[])') IS NOT NULL"
+    "EXISTS (SELECT FROM pg_catalog.pg_proc p WHERE p.proname = 'dq_offer_many' "
+    "AND pg_catalog.pg_function_is_visible(p.oid))"
 )
 
 WRITE_METHODS = ("copy", "arrays")

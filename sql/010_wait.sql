@@ -76,7 +76,7 @@ BEGIN
             -- The next rate token: the oldest recorded delivery start plus rate_period.
             SELECT t.used_at + v_cfg.rate_period INTO v_token
               FROM dq_rate_tokens t WHERE t.queue = dq_wait.queue ORDER BY t.used_at LIMIT 1;
-            IF v_token > v_now THEN
+            IF v_token > v_now AND v_next IS NOT NULL THEN  -- with nothing due, the token does not matter
                 v_next := greatest(v_next, v_token);
                 v_not_before := greatest(v_not_before, v_token);
             END IF;

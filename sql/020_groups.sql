@@ -105,13 +105,11 @@ COMMENT ON FUNCTION dq__settle_groups(text[], text[]) IS
   'Internal: dq__settle_group for each distinct (queue, message_group) pair, in lock order, waking waiters when a head changed.';
 REVOKE ALL ON FUNCTION dq__settle_groups(text[], text[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
--- When the next message of a queue can be delivered as far as its messages go (pause and limits
--- aside): the earliest due time of its ungrouped messages and of its groups' heads, in-flight
--- messages counting at their lock expiry. NULL when there is none. The ungrouped messages are read
--- one priority level at a time (a skip scan of dq_messages_ready_idx), so a large backlog at one
--- level costs one index probe, not a scan.
-CREATE OR REPLACE FUNCTION dq__next_deliverable(queue text)
-RETURNS timestamptz
+-- The priority levels of a queue's ungrouped messages (and dead letters), highest first: a skip scan
+-- of dq_messages_ready_idx, one index probe per level, however many messages a level holds. Used to
+-- read that index one level at a time (its order is priority, then due time).
+CREATE OR REPLACE FUNCTION dq__levels(queue text)
+RETURNS SETOF smallint
 LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 SET enable_seqscan = off
@@ -126,11 +124,27 @@ AS $$
                  ORDER BY d.priority DESC LIMIT 1)
           FROM levels WHERE levels.p IS NOT NULL
     )
+    SELECT levels.p FROM levels WHERE levels.p IS NOT NULL
+$$;
+COMMENT ON FUNCTION dq__levels(text) IS
+  'Internal: the distinct priorities of a queue''s ungrouped messages and dead letters, highest first (a skip scan).';
+REVOKE ALL ON FUNCTION dq__levels(text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- When the next message of a queue can be delivered as far as its messages go (pause and limits
+-- aside): the earliest due time of its ungrouped messages and of its groups' heads, in-flight
+-- messages counting at their lock expiry. NULL when there is none. The ungrouped messages are read
+-- one priority level at a time (dq__levels), so a large backlog at one level costs one index probe.
+CREATE OR REPLACE FUNCTION dq__next_deliverable(queue text)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+SET enable_seqscan = off
+AS $$
     SELECT least(
         (SELECT min((SELECT d.scheduled_at FROM dq_messages d
-                      WHERE d.queue = $1 AND (d.message_group IS NULL OR d.dead_from IS NOT NULL) AND d.priority = levels.p
+                      WHERE d.queue = $1 AND (d.message_group IS NULL OR d.dead_from IS NOT NULL) AND d.priority = l.p
                       ORDER BY d.scheduled_at LIMIT 1))
-           FROM levels WHERE levels.p IS NOT NULL),
+           FROM dq__levels($1) AS l(p)),
         (SELECT g.due_at FROM dq_groups g WHERE g.queue = $1 ORDER BY g.due_at LIMIT 1))
 $$;
 COMMENT ON FUNCTION dq__next_deliverable(text) IS

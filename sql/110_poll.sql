@@ -50,6 +50,9 @@ DECLARE
     v_dead     bigint[];
     v_got      integer;
     v_done     integer;
+    v_grouped  boolean := false;  -- some candidate came from dq__poll_level (a group head may be among them)
+    v_expiring boolean := false;  -- some ungrouped candidate is past its expires_at
+    v_maxcount integer := 0;      -- the highest delivery_count of the ungrouped candidates
 BEGIN
     dq_poll_many.queue := dq__check_name('dq_poll_many', 'queue', dq_poll_many.queue, 100);
     dq_poll_many.max_count := dq__check_range('dq_poll_many', 'max_count', dq_poll_many.max_count, 1, 10000);
@@ -119,9 +122,12 @@ BEGIN
         v_got := cardinality(v_ids);
         IF v_gp IS NULL OR v_p > v_gp THEN
             -- Only ungrouped messages at this level.
-            SELECT array_agg(c.id ORDER BY c.scheduled_at, c.id), array_agg(c.scheduled_at ORDER BY c.scheduled_at, c.id)
-              INTO v_lids, v_ldue
-              FROM (SELECT d.id, d.scheduled_at
+            -- What the checks below need comes with the candidates, so a plain poll runs no query for them.
+            SELECT array_agg(c.id ORDER BY c.scheduled_at, c.id), array_agg(c.scheduled_at ORDER BY c.scheduled_at, c.id),
+                   v_expiring OR coalesce(bool_or(c.expires_at <= v_now), false),
+                   greatest(v_maxcount, max(c.delivery_count))
+              INTO v_lids, v_ldue, v_expiring, v_maxcount
+              FROM (SELECT d.id, d.scheduled_at, d.expires_at, d.delivery_count
                       FROM dq_messages d
                      WHERE d.queue = dq_poll_many.queue AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
                        AND d.priority = v_p AND d.scheduled_at <= v_now
@@ -132,6 +138,7 @@ BEGIN
             v_p := greatest(v_p, v_gp);
             SELECT l.ids, l.due INTO v_lids, v_ldue
               FROM dq__poll_level(dq_poll_many.queue, v_p::smallint, v_now, v_want - v_got) l;
+            v_grouped := true;
         END IF;
         v_ids := v_ids || coalesce(v_lids, '{}');
         v_due := v_due || coalesce(v_ldue, '{}');
@@ -145,7 +152,8 @@ BEGIN
     -- Expired candidates leave the queue instead of being delivered (archived with outcome expired);
     -- a candidate already delivered max_deliveries times goes to the dead-letter queue
     -- (sql/140_dead_letters.sql). Both keep their place in no group (dq__gone settles them).
-    IF EXISTS (SELECT 1 FROM dq_messages m WHERE m.id = ANY (v_ids) AND m.expires_at <= v_now) THEN
+    IF (v_expiring OR v_grouped)
+       AND EXISTS (SELECT 1 FROM dq_messages m WHERE m.id = ANY (v_ids) AND m.expires_at <= v_now) THEN
         WITH gone AS (
             DELETE FROM dq_messages m WHERE m.id = ANY (v_ids) AND m.expires_at <= v_now RETURNING m
         )
@@ -158,7 +166,7 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    IF v_cfg.max_deliveries IS NOT NULL THEN
+    IF v_cfg.max_deliveries IS NOT NULL AND (v_grouped OR v_maxcount >= v_cfg.max_deliveries) THEN
         SELECT array_agg(m.id) INTO v_dead FROM dq_messages m
          WHERE m.id = ANY (v_ids) AND m.delivery_count >= v_cfg.max_deliveries;
         IF v_dead IS NOT NULL THEN
@@ -185,24 +193,26 @@ BEGIN
         RETURNING m.id, m.queue, m.key, m.payload, m.payload_type, due.due_at,
                   m.scheduled_at_initially, m.created_at, m.delivery_count, m.lock_token,
                   m.scheduled_at AS locked_until, m.claimed_at, m.priority::integer AS priority,
-                  m.message_group, m.expires_at, m.headers, m.dead_from, due.n
-    ), heads AS (
-        -- A group whose head was acquired is due again when the head's lock expires.
-        UPDATE dq_groups g SET due_at = v_until
-          FROM acquired a
-         WHERE a.message_group IS NOT NULL AND a.dead_from IS NULL
-           AND g.queue = a.queue AND g.message_group = a.message_group
-    ), tokens AS (
-        -- One rate token per delivery.
-        UPDATE dq_rate_tokens t SET used_at = v_now
-         WHERE v_slots IS NOT NULL AND t.queue = dq_poll_many.queue
-           AND t.slot = ANY (v_slots[1:(SELECT count(*) FROM acquired)::integer])
+                  m.message_group, m.expires_at, m.headers, due.n
     )
     SELECT a.id, a.queue, a.key, a.payload, a.payload_type, a.due_at, a.scheduled_at_initially,
            a.created_at, a.delivery_count, a.lock_token, a.locked_until, a.claimed_at, a.priority,
            a.message_group, a.expires_at, a.headers
       FROM acquired a
      ORDER BY a.n;
+    GET DIAGNOSTICS v_got = ROW_COUNT;
+    IF v_grouped THEN
+        -- A group whose head was acquired is due again when the head's lock expires.
+        UPDATE dq_groups g SET due_at = v_until
+          FROM dq_messages m
+         WHERE m.id = ANY (v_ids) AND m.message_group IS NOT NULL AND m.dead_from IS NULL
+           AND g.queue = m.queue AND g.message_group = m.message_group AND g.head_id = m.id;
+    END IF;
+    IF v_slots IS NOT NULL THEN
+        -- One rate token per delivery, the oldest first.
+        UPDATE dq_rate_tokens t SET used_at = v_now
+         WHERE t.queue = dq_poll_many.queue AND t.slot = ANY (v_slots[1:v_got]);
+    END IF;
 END;
 $$;
 COMMENT ON FUNCTION dq_poll_many(text, integer, interval) IS

@@ -103,6 +103,11 @@ BEGIN
         RAISE EXCEPTION 'dq_configure_queue: rate_limit needs a rate_period (an interval, at most 1 day)'
             USING ERRCODE = '22023';
     END IF;
+    IF dq_configure_queue.rate_period IS NOT NULL
+       AND coalesce(nullif(dq_configure_queue.rate_limit, 0), CASE WHEN dq_configure_queue.rate_limit IS NULL THEN v_had END) IS NULL THEN
+        RAISE EXCEPTION 'dq_configure_queue: rate_period needs a rate_limit (1 to 100000 deliveries per rate_period)'
+            USING ERRCODE = '22023';
+    END IF;
     INSERT INTO dq_queues AS q (queue, max_deliveries, dead_letter_queue, archive, retention, notify,
                                 max_payload_bytes, max_in_flight, rate_limit, rate_period, updated_at)
     VALUES (dq_configure_queue.queue, dq_configure_queue.max_deliveries, dq_configure_queue.dead_letter_queue,
@@ -151,7 +156,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_configure_queue(text, integer, text, boolean, interval, boolean, integer, integer, integer, interval) IS
-  'dq_configure_queue(queue text, max_deliveries integer >= 1 or NULL = unlimited, dead_letter_queue text (required with max_deliveries, not the queue itself, not a chain leading back to it), archive boolean (NULL: unchanged, default off), retention interval > 0 (NULL: unchanged; archive rows kept forever when never set), notify boolean (NULL: unchanged, default on), max_payload_bytes integer 1024..1073741824 (NULL: unchanged, default 1048576 = 1 MiB), max_in_flight integer 1..100000 (at most that many messages of the queue in flight at once, across all consumers; 0: no limit; NULL: unchanged), rate_limit integer 1..100000 (at most that many deliveries start in any window of rate_period, across all consumers; 0: no limit; NULL: unchanged), rate_period interval > 0, at most 1 day (NULL: unchanged; required with a rate_limit)) -> dq_queues: sets the queue''s configuration; an unconfigured queue has no limit, no archive, notifications on and a 1 MiB payload limit. Lowering max_in_flight does not take back messages already in flight. Errors: 22004/22023/22001 queue or dead_letter_queue, 22023 max_deliveries < 1, missing dead_letter_queue, dead_letter_queue = queue or a cycle of dead-letter queues, retention <= 0, max_payload_bytes, max_in_flight, rate_limit or rate_period out of range, rate_limit without rate_period. Concurrency: one INSERT .. ON CONFLICT DO UPDATE on the queue''s row; changes of dead-letter queues are serialised by an advisory lock. Source: redrive policy and MaximumMessageSize (SQS Developer Guide).';
+  'dq_configure_queue(queue text, max_deliveries integer >= 1 or NULL = unlimited, dead_letter_queue text (required with max_deliveries, not the queue itself, not a chain leading back to it), archive boolean (NULL: unchanged, default off), retention interval > 0 (NULL: unchanged; archive rows kept forever when never set), notify boolean (NULL: unchanged, default on), max_payload_bytes integer 1024..1073741824 (NULL: unchanged, default 1048576 = 1 MiB), max_in_flight integer 1..100000 (at most that many messages of the queue in flight at once, across all consumers; 0: no limit; NULL: unchanged), rate_limit integer 1..100000 (at most that many deliveries start in any window of rate_period, across all consumers; 0: no limit; NULL: unchanged), rate_period interval > 0, at most 1 day (NULL: unchanged; required with a rate_limit)) -> dq_queues: sets the queue''s configuration; an unconfigured queue has no limit, no archive, notifications on and a 1 MiB payload limit. Lowering max_in_flight does not take back messages already in flight. Errors: 22004/22023/22001 queue or dead_letter_queue, 22023 max_deliveries < 1, missing dead_letter_queue, dead_letter_queue = queue or a cycle of dead-letter queues, retention <= 0, max_payload_bytes, max_in_flight, rate_limit or rate_period out of range, rate_limit without rate_period or rate_period without rate_limit. Concurrency: one INSERT .. ON CONFLICT DO UPDATE on the queue''s row; changes of dead-letter queues are serialised by an advisory lock. Source: redrive policy and MaximumMessageSize (SQS Developer Guide).';
 REVOKE ALL ON FUNCTION dq_configure_queue(text, integer, text, boolean, interval, boolean, integer, integer, integer, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_configure_queue(text, integer, text, boolean, interval, boolean, integer, integer, integer, interval) TO dq_admin;
 
@@ -227,6 +232,7 @@ AS $$
 DECLARE
     v_count   bigint;
     v_settled integer;
+    v_woken   boolean;
 BEGIN
     dq_purge.queue := dq__check_name('dq_purge', 'queue', dq_purge.queue, 100);
     IF dq_purge.confirm IS DISTINCT FROM true THEN
@@ -240,6 +246,7 @@ BEGIN
     -- the DELETE's snapshot) keeps a head (sql/020_groups.sql).
     SELECT dq__settle_groups(array_agg(g.queue), array_agg(g.message_group)) INTO v_settled
       FROM dq_groups g WHERE g.queue = dq_purge.queue;
+    v_woken := dq__wake_blocked(dq_purge.queue);  -- in-flight messages are gone: their slots are free
     RAISE NOTICE 'dq_purge: deleted % messages of queue %', v_count, dq_purge.queue;
     RETURN v_count;
 END;
@@ -426,6 +433,8 @@ RETURNS dq_stats_row
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER
 SET search_path FROM CURRENT
+SET enable_seqscan = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -442,10 +451,29 @@ DECLARE
     r          dq_stats_row;
 BEGIN
     r.queue := v_q;
+    -- Each message is in one of two indexes by due time: ungrouped messages (and dead letters) in
+    -- dq_messages_ready_idx, read one priority level at a time (dq__levels), grouped messages in
+    -- dq_messages_grouped_idx. Every count reads at most v_limit + 1 entries of each.
     SELECT count(*) INTO v_due FROM (
-        SELECT 1 FROM dq_messages m WHERE m.queue = v_q AND m.scheduled_at <= v_now LIMIT v_limit + 1) s;
+        SELECT 1 FROM dq__levels(v_q) AS l(p)
+         CROSS JOIN LATERAL (SELECT 1 FROM dq_messages d
+                              WHERE d.queue = v_q AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
+                                AND d.priority = l.p AND d.scheduled_at <= v_now LIMIT v_limit + 1) x
+        UNION ALL
+        (SELECT 1 FROM dq_messages m
+          WHERE m.queue = v_q AND m.message_group IS NOT NULL AND m.dead_from IS NULL AND m.scheduled_at <= v_now
+          LIMIT v_limit + 1)
+        LIMIT v_limit + 1) s;
     SELECT count(*) INTO v_future FROM (
-        SELECT 1 FROM dq_messages m WHERE m.queue = v_q AND m.scheduled_at > v_now LIMIT v_limit + 1) s;
+        SELECT 1 FROM dq__levels(v_q) AS l(p)
+         CROSS JOIN LATERAL (SELECT 1 FROM dq_messages d
+                              WHERE d.queue = v_q AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
+                                AND d.priority = l.p AND d.scheduled_at > v_now LIMIT v_limit + 1) x
+        UNION ALL
+        (SELECT 1 FROM dq_messages m
+          WHERE m.queue = v_q AND m.message_group IS NOT NULL AND m.dead_from IS NULL AND m.scheduled_at > v_now
+          LIMIT v_limit + 1)
+        LIMIT v_limit + 1) s;
     -- In flight: held under a lock that has not expired (the partial index on lock_token).
     SELECT count(*), count(*) FILTER (WHERE m.delivery_count > 1) INTO r.in_flight, r.redelivered
       FROM dq_messages m WHERE m.lock_token IS NOT NULL AND m.queue = v_q AND m.scheduled_at > v_now;
@@ -468,10 +496,25 @@ BEGIN
     END IF;
     r.ready := v_due;
     r.scheduled := greatest(v_future - r.in_flight, 0);
-    SELECT v_now - min(m.scheduled_at) INTO r.oldest_ready_age
-      FROM dq_messages m WHERE m.queue = v_q AND m.scheduled_at <= v_now;
-    SELECT min(m.scheduled_at) INTO r.next_due
-      FROM dq_messages m WHERE m.queue = v_q AND m.scheduled_at > v_now AND m.lock_token IS NULL;
+    SELECT v_now - min(x.at) INTO r.oldest_ready_age FROM (
+        SELECT (SELECT d.scheduled_at FROM dq_messages d
+                 WHERE d.queue = v_q AND (d.message_group IS NULL OR d.dead_from IS NOT NULL) AND d.priority = l.p
+                 ORDER BY d.scheduled_at LIMIT 1) AS at
+          FROM dq__levels(v_q) AS l(p)
+        UNION ALL
+        SELECT min(m.scheduled_at) FROM dq_messages m
+         WHERE m.queue = v_q AND m.message_group IS NOT NULL AND m.dead_from IS NULL) x
+     WHERE x.at <= v_now;
+    SELECT min(x.at) INTO r.next_due FROM (
+        SELECT (SELECT d.scheduled_at FROM dq_messages d
+                 WHERE d.queue = v_q AND (d.message_group IS NULL OR d.dead_from IS NOT NULL) AND d.priority = l.p
+                   AND d.scheduled_at > v_now AND d.lock_token IS NULL
+                 ORDER BY d.scheduled_at LIMIT 1) AS at
+          FROM dq__levels(v_q) AS l(p)
+        UNION ALL
+        SELECT min(m.scheduled_at) FROM dq_messages m
+         WHERE m.queue = v_q AND m.message_group IS NOT NULL AND m.dead_from IS NULL
+           AND m.scheduled_at > v_now AND m.lock_token IS NULL) x;
     SELECT q.archive, coalesce(q.paused, false) INTO v_archive, r.paused FROM dq_queues q WHERE q.queue = v_q;
     r.paused := coalesce(r.paused, false);
     -- Held: messages of FIFO groups behind their group's head (counted in ready or scheduled too).

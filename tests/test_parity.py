@@ -229,6 +229,21 @@ LIMIT_CASES: list[tuple[str, Callable[[int], tuple[str, Any]], int, str]] = [
      limits.PAYLOAD_BYTES_DEFAULT, "54000"),
     ("WAIT_MAX", lambda n: ("SELECT dq_wait('q', %s)", (timedelta(seconds=n),)),
      int(limits.WAIT_MAX.total_seconds()), "22023"),
+    ("PRIORITY_MAX", lambda n: ("SELECT dq_offer('q', 'k', 'x', priority => %s)", (n,)), limits.PRIORITY_MAX,
+     "22023"),
+    ("PRIORITY_MIN", lambda n: ("SELECT dq_offer('q', 'k', 'x', priority => %s)", (-n,)), -limits.PRIORITY_MIN,
+     "22023"),
+    ("GROUP_CHARS", lambda n: ("SELECT dq_offer('q', 'k', 'x', message_group => %s)", ("g" * n,)),
+     limits.GROUP_CHARS, "22001"),
+    # {"a": "<n - 9 characters>"} is n bytes as jsonb text
+    ("HEADERS_BYTES", lambda n: ("SELECT dq_offer('q', 'k', 'x', headers => jsonb_build_object('a', repeat('x', %s)))",
+                                 (n - 9,)), limits.HEADERS_BYTES, "54000"),
+    ("MAX_IN_FLIGHT_MAX", lambda n: ("SELECT dq_configure_queue('q', max_in_flight => %s)", (n,)),
+     limits.MAX_IN_FLIGHT_MAX, "22023"),
+    ("RATE_LIMIT_MAX", lambda n: ("SELECT dq_configure_queue('q', rate_limit => %s, rate_period => '1 second')", (n,)),
+     limits.RATE_LIMIT_MAX, "22023"),
+    ("RATE_PERIOD_MAX", lambda n: ("SELECT dq_configure_queue('q', rate_limit => 1, rate_period => %s)",
+                                   (timedelta(seconds=n),)), int(limits.RATE_PERIOD_MAX.total_seconds()), "22023"),
 ]
 
 
@@ -331,7 +346,8 @@ def test_a_queue_with_a_schema_works_whatever_the_search_path(queue_in, elsewher
         conn.execute("SELECT dq_offer('jobs', 'd', 'x')")
         (d,) = q.poll(1, wait=5)
         assert d.key == "d" and q.release_locks() == 1
-        q.configure(archive=True)
+        q.configure(archive=True, max_in_flight=10, rate_limit=100, rate_period=1)
+        assert q.pause() and q.resume()
         assert q.stats().ready == 1 and q.redrive() == 0 and q.cancel("c")
         assert q.cron.install("beat", schedule="@daily", payload="x") and [s.name for s in q.cron.list()] == ["beat"]
         assert q.cron.pause("beat") and q.cron.resume("beat") and q.cron.tick() == 0 and q.cron.uninstall("beat")

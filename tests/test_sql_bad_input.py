@@ -378,6 +378,8 @@ CASES = [
          "22023", "dq_configure_queue:", "rate_limit", "100000"),
     case("configure-rate_limit-without-period", "SELECT dq_configure_queue('q', rate_limit => 10)",
          "22023", "dq_configure_queue:", "rate_limit", "rate_period"),
+    case("configure-rate_period-without-limit", "SELECT dq_configure_queue('q', rate_period => '1 minute')",
+         "22023", "dq_configure_queue:", "rate_period", "rate_limit"),
     case("configure-rate_period-zero",
          "SELECT dq_configure_queue('q', rate_limit => 10, rate_period => '0 seconds')",
          "22023", "dq_configure_queue:", "rate_period"),
