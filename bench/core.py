@@ -137,9 +137,12 @@ BASELINE = Side(
     " (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially)"
     " SELECT %s, u.k, u.p, 'bytes', now(), now() FROM unnest(%s::text[], %s::bytea[]) AS u(k, p)"
     " ON CONFLICT DO NOTHING",
+    # The due-time index of ungrouped messages (dq_messages_ready_idx, copied with the table) is
+    # by (queue, priority, scheduled_at) and partial: the baseline's messages all have priority 0.
     poll="""
         WITH c AS (SELECT id FROM bench_baseline
-                    WHERE queue = %s AND scheduled_at <= now()
+                    WHERE queue = %s AND (message_group IS NULL OR dead_from IS NOT NULL) AND priority = 0
+                      AND scheduled_at <= now()
                     ORDER BY scheduled_at LIMIT %s::int FOR UPDATE SKIP LOCKED)
         UPDATE bench_baseline t
            SET scheduled_at = now() + interval '5 min', lock_token = gen_random_uuid(),
