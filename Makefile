@@ -8,7 +8,7 @@ DSN ?= postgresql://postgres:postgres@127.0.0.1:55432/dq
 SCHEMA ?= public
 DOCKER_ENGINE := $(shell docker info >/dev/null 2>&1 && echo yes)
 
-.PHONY: venv up down psql migrate demo test bench bench-quick bench-latency bench-peers bench-spark chaos lint clean release-snapshot
+.PHONY: venv up down psql migrate demo test bench bench-quick bench-latency bench-peers bench-controls bench-spark chaos lint clean release-snapshot
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,12 @@ bench-latency: venv up
 bench-peers: venv up
 	$(VENV)/bin/pip install -q -e '.[bench]'
 	$(PY) -m bench.peers --dsn "$(DSN)" $(PEERS_ARGS)
+
+# Delivery controls: no-controls throughput beside the release before them, polls and drains of
+# 1,000,000-message backlogs with priorities and FIFO groups, rate-limit precision (about 14 min):
+# make bench-controls [CONTROLS_ARGS="--quick"]   (--quick: backlogs of 100,000, about 6 min)
+bench-controls: venv up
+	$(PY) -m bench.controls --dsn "$(DSN)" $(CONTROLS_ARGS)
 
 bench-quick: venv up
 	$(PY) -m bench.core --dsn "$(DSN)" --quick

@@ -137,9 +137,12 @@ BASELINE = Side(
     " (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially)"
     " SELECT %s, u.k, u.p, 'bytes', now(), now() FROM unnest(%s::text[], %s::bytea[]) AS u(k, p)"
     " ON CONFLICT DO NOTHING",
+    # The due-time index of ungrouped messages (dq_messages_ready_idx, copied with the table) is
+    # by (queue, priority, scheduled_at) and partial: the baseline's messages all have priority 0.
     poll="""
         WITH c AS (SELECT id FROM bench_baseline
-                    WHERE queue = %s AND scheduled_at <= now()
+                    WHERE queue = %s AND (message_group IS NULL OR dead_from IS NOT NULL) AND priority = 0
+                      AND scheduled_at <= now()
                     ORDER BY scheduled_at LIMIT %s::int FOR UPDATE SKIP LOCKED)
         UPDATE bench_baseline t
            SET scheduled_at = now() + interval '5 min', lock_token = gen_random_uuid(),
@@ -500,14 +503,19 @@ def with_dbname(dsn: str, dbname: str) -> str:
     return make_conninfo("", **params)
 
 
-def create_database(admin_dsn: str, name: str) -> str:
-    """(Re)create database `name` with the queue schema and the baseline table; return its DSN."""
+def recreate_database(admin_dsn: str, name: str) -> str:
+    """Drop database `name` if it exists (closing its sessions) and create it empty; return its DSN."""
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return with_dbname(admin_dsn, name)
+
+
+def create_database(admin_dsn: str, name: str) -> str:
+    """(Re)create database `name` with the queue schema and the baseline table; return its DSN."""
     from pyqueue.migrate import migrate
 
-    dsn = with_dbname(admin_dsn, name)
+    dsn = recreate_database(admin_dsn, name)
     migrate(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE bench_baseline (LIKE dq_messages INCLUDING ALL)")
@@ -520,9 +528,16 @@ def create_database(admin_dsn: str, name: str) -> str:
     return dsn
 
 
-def prepare_table(conn: psycopg.Connection[Any], side: Side, due_rows: int = 0, future_rows: int = 0) -> None:
+def prepare_table(
+    conn: psycopg.Connection[Any],
+    side: Side,
+    due_rows: int = 0,
+    future_rows: int = 0,
+    fill_params: dict[str, Any] | None = None,
+) -> None:
     """Empty the side's tables, load messages (due ones an hour ago, future ones a day ahead),
-    VACUUM ANALYZE, CHECKPOINT: every run starts from the same state."""
+    VACUUM ANALYZE, CHECKPOINT: every run starts from the same state. `fill_params`: more named
+    parameters for a side whose fill statement takes them."""
     conn.execute(
         sql.SQL("TRUNCATE {} RESTART IDENTITY").format(sql.SQL(", ").join(sql.Identifier(t) for t in side.truncate))
     )
@@ -538,6 +553,7 @@ def prepare_table(conn: psycopg.Connection[Any], side: Side, due_rows: int = 0, 
                     "t0": t0,
                     "lo": lo,
                     "hi": min(lo + FILL_BATCH, n) - 1,
+                    **(fill_params or {}),
                 },
             )
     conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(side.table)))
