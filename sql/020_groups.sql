@@ -38,37 +38,47 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_head  bigint;
+    v_oprio smallint;
+    v_odue  timestamptz;
     v_id    bigint;
     v_prio  smallint;
     v_due   timestamptz;
 BEGIN
-    INSERT INTO dq_groups AS g (queue, message_group, head_id, priority, due_at)
-    VALUES (dq__settle_group.queue, dq__settle_group.message_group, NULL, 0, dq__max_time())
-    ON CONFLICT (queue, message_group) DO UPDATE SET head_id = g.head_id
-    RETURNING g.head_id INTO v_head;
-    -- A head that was delivered, or is in flight, keeps its place.
-    SELECT m.id, m.priority, m.scheduled_at INTO v_id, v_prio, v_due
-      FROM dq_messages m
-     WHERE m.id = v_head AND m.queue = dq__settle_group.queue
-       AND m.message_group = dq__settle_group.message_group AND m.dead_from IS NULL
-       AND (m.delivery_count > 0 OR m.lock_token IS NOT NULL);
-    IF NOT FOUND THEN
-        SELECT m.id, m.priority, m.scheduled_at INTO v_id, v_prio, v_due
-          FROM dq_messages m
-         WHERE m.queue = dq__settle_group.queue AND m.message_group = dq__settle_group.message_group
-           AND m.dead_from IS NULL
-         ORDER BY m.scheduled_at_initially, m.id
-         LIMIT 1;
-        IF NOT FOUND THEN
-            DELETE FROM dq_groups g
-             WHERE g.queue = dq__settle_group.queue AND g.message_group = dq__settle_group.message_group;
-            RETURN NULL;
-        END IF;
-    END IF;
-    UPDATE dq_groups g SET head_id = v_id, priority = v_prio, due_at = v_due
+    -- Lock the group's row, creating it when absent (an upsert only then: it writes a row version).
+    SELECT g.head_id, g.priority, g.due_at INTO v_head, v_oprio, v_odue
+      FROM dq_groups g
      WHERE g.queue = dq__settle_group.queue AND g.message_group = dq__settle_group.message_group
-       AND (g.head_id IS DISTINCT FROM v_id OR g.priority <> v_prio OR g.due_at <> v_due);
-    IF FOUND THEN
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO dq_groups AS g (queue, message_group, head_id, priority, due_at)
+        VALUES (dq__settle_group.queue, dq__settle_group.message_group, NULL, 0, dq__max_time())
+        ON CONFLICT (queue, message_group) DO UPDATE SET head_id = g.head_id
+        RETURNING g.head_id, g.priority, g.due_at INTO v_head, v_oprio, v_odue;
+    END IF;
+    -- The head: the current one when it was delivered or is in flight (it keeps its place), else the
+    -- group's first message. One statement: the second branch runs only when the first finds nothing.
+    SELECT h.id, h.priority, h.scheduled_at INTO v_id, v_prio, v_due
+      FROM ((SELECT m.id, m.priority, m.scheduled_at
+               FROM dq_messages m
+              WHERE m.id = v_head AND m.queue = dq__settle_group.queue
+                AND m.message_group = dq__settle_group.message_group AND m.dead_from IS NULL
+                AND (m.delivery_count > 0 OR m.lock_token IS NOT NULL))
+            UNION ALL
+            (SELECT m.id, m.priority, m.scheduled_at
+               FROM dq_messages m
+              WHERE m.queue = dq__settle_group.queue AND m.message_group = dq__settle_group.message_group
+                AND m.dead_from IS NULL
+              ORDER BY m.scheduled_at_initially, m.id
+              LIMIT 1)) h
+     LIMIT 1;
+    IF NOT FOUND THEN
+        DELETE FROM dq_groups g
+         WHERE g.queue = dq__settle_group.queue AND g.message_group = dq__settle_group.message_group;
+        RETURN NULL;
+    END IF;
+    IF v_id IS DISTINCT FROM v_head OR v_prio <> v_oprio OR v_due <> v_odue THEN
+        UPDATE dq_groups g SET head_id = v_id, priority = v_prio, due_at = v_due
+         WHERE g.queue = dq__settle_group.queue AND g.message_group = dq__settle_group.message_group;
         RETURN v_due;
     END IF;
     RETURN NULL;
@@ -79,7 +89,8 @@ COMMENT ON FUNCTION dq__settle_group(text, text) IS
 REVOKE ALL ON FUNCTION dq__settle_group(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Settle the groups (queues[i], message_groups[i]) (NULL groups are ignored), each once, in lock
--- order, and wake the waiters of each queue whose head changed. Returns the number of groups settled.
+-- order, and wake the waiters of each queue whose head changed (once per queue, with the earliest due
+-- time of its new heads). Returns the number of groups settled.
 CREATE OR REPLACE FUNCTION dq__settle_groups(queues text[], message_groups text[])
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
@@ -88,16 +99,24 @@ AS $$
 DECLARE
     r       record;
     v_due   timestamptz;
+    v_q     text;         -- the queue of the groups settled so far
+    v_first timestamptz;  -- the earliest due time of its new heads
     v_n     integer := 0;
     v_woken boolean;
 BEGIN
     FOR r IN SELECT d.q, d.g FROM (SELECT DISTINCT u.q, u.g FROM unnest(queues, message_groups) AS u(q, g)
                                     WHERE u.g IS NOT NULL) d
               ORDER BY d.q COLLATE "C", d.g COLLATE "C" LOOP
+        IF r.q IS DISTINCT FROM v_q THEN
+            v_woken := dq__wake(v_q, v_first);  -- once per queue (NULL: nobody)
+            v_q := r.q;
+            v_first := NULL;
+        END IF;
         v_due := dq__settle_group(r.q, r.g);
-        v_woken := dq__wake(r.q, v_due);
+        v_first := least(v_first, v_due);
         v_n := v_n + 1;
     END LOOP;
+    v_woken := dq__wake(v_q, v_first);
     RETURN v_n;
 END;
 $$;

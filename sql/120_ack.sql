@@ -33,7 +33,7 @@ SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SE
 -- is read once, in the statement that archives. Plans are generic: called from dq_ack
 -- (enable_seqscan off) a custom plan was re-made on every call (45 us).
 DROP FUNCTION IF EXISTS dq__archive(dq_messages[], text, timestamptz);
-CREATE OR REPLACE FUNCTION dq__gone(gone dq_messages[], outcome text, at timestamptz)
+CREATE OR REPLACE FUNCTION dq__gone(gone dq_messages[], outcome text, at timestamptz, grouped boolean DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path FROM CURRENT
@@ -66,10 +66,12 @@ BEGIN
     )
     SELECT (SELECT count(*) FROM ins), array_agg(cfg.queue) FILTER (WHERE cfg.max_in_flight IS NOT NULL)
       INTO v_count, v_limited FROM cfg;
-    SELECT array_agg(g.queue), array_agg(g.message_group) INTO v_queues, v_groups
-      FROM unnest(dq__gone.gone) g WHERE g.message_group IS NOT NULL AND g.dead_from IS NULL;
-    IF v_groups IS NOT NULL THEN
-        v_settled := dq__settle_groups(v_queues, v_groups);
+    IF grouped IS DISTINCT FROM false THEN  -- the caller may know that none of the rows was grouped
+        SELECT array_agg(g.queue), array_agg(g.message_group) INTO v_queues, v_groups
+          FROM unnest(dq__gone.gone) g WHERE g.message_group IS NOT NULL AND g.dead_from IS NULL;
+        IF v_groups IS NOT NULL THEN
+            v_settled := dq__settle_groups(v_queues, v_groups);
+        END IF;
     END IF;
     IF v_limited IS NOT NULL THEN
         FOREACH v_q IN ARRAY v_limited LOOP
@@ -79,9 +81,9 @@ BEGIN
     RETURN v_count;
 END;
 $$;
-COMMENT ON FUNCTION dq__gone(dq_messages[], text, timestamptz) IS
-  'Internal: what follows from deleted rows leaving the queue: archived with outcome (acked, cancelled, expired, dead) at the given time when their queue archives, their FIFO groups settled, waiters of queues with a concurrency limit woken; returns how many were archived.';
-REVOKE ALL ON FUNCTION dq__gone(dq_messages[], text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+COMMENT ON FUNCTION dq__gone(dq_messages[], text, timestamptz, boolean) IS
+  'Internal: what follows from deleted rows leaving the queue: archived with outcome (acked, cancelled, expired, dead) at the given time when their queue archives, their FIFO groups settled (grouped false: the caller knows none was grouped), waiters of queues with a concurrency limit woken; returns how many were archived.';
+REVOKE ALL ON FUNCTION dq__gone(dq_messages[], text, timestamptz, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Written out beside its twin dq_ack(uuid[]) below: delegating to it costs 22 us per ack
 -- (measured: 29 -> 51 us).
@@ -96,16 +98,17 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_gone     dq_messages[];
+    v_grouped  boolean;
     v_archived integer;
 BEGIN
     IF dq_ack.lock_token IS NULL THEN
         PERFORM dq__raise_null('dq_ack', 'lock_token');
     END IF;
     WITH gone AS (
-        DELETE FROM dq_messages m WHERE m.lock_token = dq_ack.lock_token RETURNING m
+        DELETE FROM dq_messages m WHERE m.lock_token = dq_ack.lock_token RETURNING m, m.message_group IS NOT NULL AS g
     )
-    SELECT array_agg(gone.m) INTO v_gone FROM gone;
-    v_archived := dq__gone(v_gone, 'acked', clock_timestamp());
+    SELECT array_agg(gone.m), bool_or(gone.g) INTO v_gone, v_grouped FROM gone;
+    v_archived := dq__gone(v_gone, 'acked', clock_timestamp(), v_grouped);
     RETURN v_gone IS NOT NULL;
 END;
 $$;
@@ -125,16 +128,18 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_gone     dq_messages[];
+    v_grouped  boolean;
     v_archived integer;
 BEGIN
     IF dq_ack.lock_tokens IS NULL THEN
         PERFORM dq__raise_null('dq_ack', 'lock_tokens');
     END IF;
     WITH gone AS (
-        DELETE FROM dq_messages m WHERE m.lock_token = ANY (dq_ack.lock_tokens) RETURNING m
+        DELETE FROM dq_messages m WHERE m.lock_token = ANY (dq_ack.lock_tokens)
+        RETURNING m, m.message_group IS NOT NULL AS g
     )
-    SELECT array_agg(gone.m) INTO v_gone FROM gone;
-    v_archived := dq__gone(v_gone, 'acked', clock_timestamp());
+    SELECT array_agg(gone.m), bool_or(gone.g) INTO v_gone, v_grouped FROM gone;
+    v_archived := dq__gone(v_gone, 'acked', clock_timestamp(), v_grouped);
     RETURN coalesce(cardinality(v_gone), 0);
 END;
 $$;
