@@ -61,10 +61,7 @@ BEGIN
         v_not_before := dq__max_time();
     ELSE
         IF v_cfg.max_in_flight IS NOT NULL THEN
-            SELECT count(*) INTO v_busy FROM (
-                SELECT 1 FROM dq_messages m
-                 WHERE m.queue = dq_wait.queue AND m.lock_token IS NOT NULL AND m.scheduled_at > v_now
-                 LIMIT v_cfg.max_in_flight) s;
+            v_busy := dq__in_flight(dq_wait.queue, v_now, v_cfg.max_in_flight);
             IF v_busy >= v_cfg.max_in_flight THEN
                 -- Full: a slot frees when a delivery ends (its ack or nack notifies) or a lock expires.
                 SELECT min(m.scheduled_at) INTO v_next FROM dq_messages m

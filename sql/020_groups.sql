@@ -169,3 +169,22 @@ $$;
 COMMENT ON FUNCTION dq__next_deliverable(text) IS
   'Internal: the earliest time a message of the queue can be delivered (ungrouped messages and group heads; locks count at their expiry), pause and limits aside; NULL when none.';
 REVOKE ALL ON FUNCTION dq__next_deliverable(text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- How many messages of a queue are in flight at a time (a lock token, the lock not expired), counted
+-- up to up_to (the concurrency limit: more need not be counted), from dq_messages_in_flight_idx.
+-- Used by dq_poll_many (under the configuration row's lock) and dq_wait. VOLATILE: its query takes a
+-- snapshot of its own, so a poll that waited for the configuration row's lock counts every
+-- acquisition committed by the previous holder.
+CREATE OR REPLACE FUNCTION dq__in_flight(queue text, at timestamptz, up_to integer)
+RETURNS integer
+LANGUAGE sql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+    SELECT count(*)::integer FROM (
+        SELECT 1 FROM dq_messages m
+         WHERE m.queue = $1 AND m.lock_token IS NOT NULL AND m.scheduled_at > $2
+         LIMIT $3) s
+$$;
+COMMENT ON FUNCTION dq__in_flight(text, timestamptz, integer) IS
+  'Internal: the number of messages of a queue in flight at a time (lock not expired), counted up to up_to.';
+REVOKE ALL ON FUNCTION dq__in_flight(text, timestamptz, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;

@@ -48,6 +48,7 @@ DECLARE
     v_ldue     timestamptz[];
     v_gone     dq_messages[];
     v_dead     bigint[];
+    v_removed  bigint[];          -- candidates expired or dead-lettered instead of delivered
     v_got      integer;
     v_done     integer;
     v_grouped  boolean := false;  -- some candidate came from dq__poll_level (a group head may be among them)
@@ -75,10 +76,7 @@ BEGIN
             RETURN;
         END IF;
         IF v_cfg.max_in_flight IS NOT NULL THEN
-            SELECT count(*) INTO v_busy FROM (
-                SELECT 1 FROM dq_messages m
-                 WHERE m.queue = dq_poll_many.queue AND m.lock_token IS NOT NULL AND m.scheduled_at > v_now
-                 LIMIT v_cfg.max_in_flight) s;
+            v_busy := dq__in_flight(dq_poll_many.queue, v_now, v_cfg.max_in_flight);
             v_want := least(v_want, v_cfg.max_in_flight - v_busy);
             IF v_want <= 0 THEN
                 RETURN;
@@ -151,32 +149,29 @@ BEGIN
 
     -- Expired candidates leave the queue instead of being delivered (archived with outcome expired);
     -- a candidate already delivered max_deliveries times goes to the dead-letter queue
-    -- (sql/140_dead_letters.sql). Both keep their place in no group (dq__gone settles them).
-    IF (v_expiring OR v_grouped)
-       AND EXISTS (SELECT 1 FROM dq_messages m WHERE m.id = ANY (v_ids) AND m.expires_at <= v_now) THEN
+    -- (sql/140_dead_letters.sql). Both keep their place in no group (dq__gone settles them). Both are
+    -- left out of v_ids (v_removed) before the rest is acquired.
+    IF v_expiring OR v_grouped THEN
         WITH gone AS (
             DELETE FROM dq_messages m WHERE m.id = ANY (v_ids) AND m.expires_at <= v_now RETURNING m
         )
-        SELECT array_agg(gone.m) INTO v_gone FROM gone;
+        SELECT array_agg(gone.m), array_agg((gone.m).id) INTO v_gone, v_removed FROM gone;
         v_done := dq__gone(v_gone, 'expired', v_now);
-        SELECT array_agg(u.id ORDER BY u.o), array_agg(u.due ORDER BY u.o) INTO v_ids, v_due
-          FROM unnest(v_ids, v_due) WITH ORDINALITY AS u(id, due, o)
-         WHERE u.id <> ALL (ARRAY(SELECT x.id FROM unnest(v_gone) x));
-        IF v_ids IS NULL THEN
-            RETURN;
-        END IF;
     END IF;
     IF v_cfg.max_deliveries IS NOT NULL AND (v_grouped OR v_maxcount >= v_cfg.max_deliveries) THEN
         SELECT array_agg(m.id) INTO v_dead FROM dq_messages m
          WHERE m.id = ANY (v_ids) AND m.delivery_count >= v_cfg.max_deliveries;
         IF v_dead IS NOT NULL THEN
             v_done := dq__dead_letter(v_dead, v_cfg.dead_letter_queue, v_now);
-            SELECT array_agg(u.id ORDER BY u.o), array_agg(u.due ORDER BY u.o) INTO v_ids, v_due
-              FROM unnest(v_ids, v_due) WITH ORDINALITY AS u(id, due, o)
-             WHERE u.id <> ALL (v_dead);
-            IF v_ids IS NULL THEN
-                RETURN;
-            END IF;
+            v_removed := v_removed || v_dead;
+        END IF;
+    END IF;
+    IF v_removed IS NOT NULL THEN
+        SELECT array_agg(u.id ORDER BY u.o), array_agg(u.due ORDER BY u.o) INTO v_ids, v_due
+          FROM unnest(v_ids, v_due) WITH ORDINALITY AS u(id, due, o)
+         WHERE u.id <> ALL (v_removed);
+        IF v_ids IS NULL THEN
+            RETURN;
         END IF;
     END IF;
 

@@ -35,6 +35,7 @@ DECLARE
     v_next   text;
     v_chain  text[];
     v_had    integer;
+    v_rate   integer;
     v_period interval;
     v_woken  boolean;
 BEGIN
@@ -98,13 +99,13 @@ BEGIN
     -- remove those limits.
     SELECT q.rate_limit, q.rate_period INTO v_had, v_period
       FROM dq_queues q WHERE q.queue = dq_configure_queue.queue FOR NO KEY UPDATE;
-    IF coalesce(nullif(dq_configure_queue.rate_limit, 0), CASE WHEN dq_configure_queue.rate_limit IS NULL THEN v_had END) IS NOT NULL
-       AND coalesce(dq_configure_queue.rate_period, v_period) IS NULL THEN
+    -- The rate limit the queue will have (rate_limit NULL keeps the current one, 0 removes it).
+    v_rate := coalesce(nullif(dq_configure_queue.rate_limit, 0), CASE WHEN dq_configure_queue.rate_limit IS NULL THEN v_had END);
+    IF v_rate IS NOT NULL AND coalesce(dq_configure_queue.rate_period, v_period) IS NULL THEN
         RAISE EXCEPTION 'dq_configure_queue: rate_limit needs a rate_period (an interval, at most 1 day)'
             USING ERRCODE = '22023';
     END IF;
-    IF dq_configure_queue.rate_period IS NOT NULL
-       AND coalesce(nullif(dq_configure_queue.rate_limit, 0), CASE WHEN dq_configure_queue.rate_limit IS NULL THEN v_had END) IS NULL THEN
+    IF dq_configure_queue.rate_period IS NOT NULL AND v_rate IS NULL THEN
         RAISE EXCEPTION 'dq_configure_queue: rate_period needs a rate_limit (1 to 100000 deliveries per rate_period)'
             USING ERRCODE = '22023';
     END IF;
