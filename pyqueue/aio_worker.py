@@ -49,12 +49,14 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
         self._stop_event: asyncio.Event | None = None
         self._stopped: asyncio.Task[Any] | None = None  # ends at the stop: what idle waits race against
         self._heartbeat: asyncio.Task[Any] | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()  # one per delivery whose handler has not ended
+        self._spawned: set[asyncio.Task[Any]] = set()  # steps driven beside the run loop (acknowledgements)
+        self._slots = asyncio.Semaphore(self.concurrency)  # handlers running at once; prefetched ones wait here
         self._io: dict[Op, Callable[..., Awaitable[Any]]] = {
             Op.RUNNING: self._running, Op.WAIT: self._wait_handlers, Op.POLL: self._poll, Op.START: self._start,
             Op.SLEEP: self._sleep, Op.ACK: self.queue.ack_many, Op.DRAIN: self._drain, Op.FINISHED: self._finish,
             Op.BLOCKING: asyncio.to_thread, Op.NACK: _nack, Op.EXTEND: _extend,
-            Op.PAUSE: _pause,
+            Op.PAUSE: _pause, Op.SPAWN: self._spawn, Op.JOIN: self._join,
         }
 
     def stop(self) -> None:
@@ -108,10 +110,21 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
 
     async def _handle(self, delivery: Delivery) -> None:
         try:
-            await self._call(delivery.message)
+            async with self._slots:
+                await self._call(delivery.message)
         except Exception as exc:  # the handler's failure (a cancellation after the grace is not one)
             return await self._drive(self.failed_steps(delivery, exc))  # type: ignore[no-any-return]
         self.handler_returned(delivery)
+
+    async def _spawn(self, steps: Steps) -> None:
+        task = asyncio.create_task(self._drive(steps))
+        self._spawned.add(task)
+        task.add_done_callback(self._spawned.discard)
+
+    async def _join(self) -> None:
+        while self._spawned:
+            for task in list(self._spawned):
+                await task
 
     async def _sleep(self, seconds: float) -> None:
         assert self._stopped is not None

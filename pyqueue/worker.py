@@ -2,8 +2,10 @@
 
 The worker sleeps on LISTEN/NOTIFY while the queue is idle (``DelayedQueue.poll(wait=…)``: at
 most one query per ``idle_check`` besides wake-ups), polls in batches of at most the free
-handler slots (so it never holds more messages than it is running), runs the handler in a
-thread pool, acknowledges finished messages together with one ``dq_ack(uuid[])``, extends the
+handler slots plus ``prefetch`` messages polled ahead while every slot is busy (so the next batch
+is fetched while the current one runs), runs the handler in a thread pool, acknowledges finished
+messages together with one ``dq_ack(uuid[])`` sent beside the polls (the next poll does not wait
+for it), extends the
 locks of running handlers every ``lock_timeout / 3`` (a heartbeat, as SQS's
 ChangeMessageVisibility), and negatively acknowledges a message whose handler raised with an
 exponential backoff with jitter. Its decisions are those of :mod:`pyqueue.delivery`, shared with
@@ -70,15 +72,20 @@ class _Waker:
 class Worker(WorkerCore[DelayedQueue, Handler]):
     """Consume ``queue`` with ``handler`` until stopped.
 
-    :param queue: the :class:`DelayedQueue` to consume (its pool should allow ``concurrency + 2``
-        connections; the worker's own heartbeat and acknowledgements use it).
+    :param queue: the :class:`DelayedQueue` to consume (its pool should allow ``concurrency + 3``
+        connections; the worker's own polls, heartbeat and acknowledgements use it).
     :param handler: called with each :class:`Message` in a thread of the worker's pool; returning
         acknowledges it, raising (an :class:`Exception`) negatively acknowledges it with ``backoff``.
         A handler may settle the message itself, e.g. ``message.ack(conn=conn)`` inside the
         transaction that holds its own writes (exactly-once effects; docs/api.md); the worker then
         sends nothing more for it and counts it acknowledged.
-    :param concurrency: handler threads (≥ 1); also the most messages held at once.
+    :param concurrency: handler threads (≥ 1): the most handlers running at once.
     :param batch_size: most messages per poll, 1–10,000 (default: ``concurrency``).
+    :param prefetch: most messages held beyond the handler slots, 0–10,000 (default:
+        ``batch_size``): while every slot is busy the worker polls one batch ahead (up to this
+        many), whose messages wait in the worker for a free slot, their locks extended like those
+        of running handlers. 0: poll only for free slots (a message is never held while another
+        worker could run it now; slower with short handlers).
     :param lock_timeout: visibility timeout of each delivery (timedelta or seconds, > 0; default
         30 s); the worker extends it every third of it while the handler runs. A handler that
         blocks the heartbeat longer than this (or a paused process) means a second delivery.
@@ -109,8 +116,10 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
             Op.RUNNING: self._running, Op.WAIT: self._wait_handlers, Op.POLL: self._poll, Op.START: self._start,
             Op.SLEEP: self._sleep, Op.ACK: self.queue.ack_many, Op.DRAIN: self._drain, Op.FINISHED: self._finished.set,
             Op.BLOCKING: _call, Op.NACK: _nack, Op.EXTEND: _extend,
-            Op.PAUSE: self._finished.wait,
+            Op.PAUSE: self._finished.wait, Op.SPAWN: self._spawn, Op.JOIN: self._join,
         }
+        self._spawned: set[Future[Any]] = set()  # steps driven beside the run loop (acknowledgements)
+        self._beside: ThreadPoolExecutor | None = None  # their thread
 
     # -- control -------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -126,6 +135,7 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
         and SIGINT call :meth:`stop` meanwhile (every one of them: the process is never exited here;
         ``pyqueue worker`` exits at once on a second signal)."""
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="pyqueue-handler")
+        self._beside = ThreadPoolExecutor(1, thread_name_prefix="pyqueue-ack")
         self._waker = waker = _Waker()
         heartbeat = threading.Thread(target=self._drive, args=(self.heartbeat_steps(),), name="pyqueue-heartbeat",
                                      daemon=True)
@@ -137,6 +147,7 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
         finally:
             self._finished.set()
             self._pool.shutdown(wait=False, cancel_futures=True)
+            self._beside.shutdown(wait=True)
             waker.close()
 
     # -- the driver ----------------------------------------------------------------------------
@@ -170,6 +181,16 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
         except Exception as exc:  # the handler's failure
             return self._drive(self.failed_steps(delivery, exc))  # type: ignore[no-any-return]
         self.handler_returned(delivery)
+
+    def _spawn(self, steps: Steps) -> None:
+        assert self._beside is not None
+        future = self._beside.submit(self._drive, steps)
+        self._spawned.add(future)
+        future.add_done_callback(self._spawned.discard)
+
+    def _join(self) -> None:
+        for future in list(self._spawned):
+            future.result()
 
     def _sleep(self, seconds: float) -> None:
         assert self._waker is not None

@@ -173,13 +173,13 @@ def test_settings_are_checked_as_durations() -> None:
     c = core(lock_timeout=1.5, idle_check=timedelta(seconds=2), shutdown_grace=3)
     assert (c.lock_timeout, c.idle_check, c.shutdown_grace) == (timedelta(seconds=1.5), timedelta(seconds=2), 3.0)
     for bad in ({"lock_timeout": 0}, {"idle_check": -1}, {"shutdown_grace": timedelta(0)}, {"cron_tick": 0},
-                {"concurrency": 0}, {"batch_size": 10001}):
+                {"concurrency": 0}, {"batch_size": 10001}, {"prefetch": -1}, {"prefetch": 10001}):
         with pytest.raises(InvalidArgument):
             core(**bad)
 
 
-def test_run_loop_polls_free_slots_waits_idle_only_when_nothing_runs_and_flushes_acks() -> None:
-    c = core(concurrency=2)
+def test_run_loop_polls_free_slots_waits_idle_only_when_nothing_runs_and_acks_beside() -> None:
+    c = core(concurrency=2, prefetch=0)
     steps = Stepper(c.run_steps("jobs", None))
     assert steps.step(None) == (Op.RUNNING,)
     assert steps.step(0) == (Op.POLL, 2, True)  # nothing runs: an idle wait for 2
@@ -189,20 +189,66 @@ def test_run_loop_polls_free_slots_waits_idle_only_when_nothing_runs_and_flushes
     op = steps.step(None)
     assert op is not None and op[0] is Op.START and op[1].message is b
     assert steps.step(None) == (Op.RUNNING,)
-    assert steps.step(2) == (Op.WAIT, HANDLER_WAIT_S)  # every slot busy
+    assert steps.step(2) == (Op.WAIT, HANDLER_WAIT_S)  # every slot busy, no prefetch
     c._deliveries.returned(c._deliveries.to_extend()[0])
     assert steps.step(None) == (Op.RUNNING,)
-    assert steps.step(1) == (Op.ACK, [a.lock_token])  # the finished one's ack goes out first
-    # The last poll came back full (2 of 2): the next is a plain poll even though only 1 slot is free.
-    assert steps.step(1) == (Op.POLL, 1, False)
+    op = steps.step(1)
+    assert op is not None and op[0] is Op.SPAWN  # the finished one's ack goes out beside the run loop
+    acking = Stepper(op[1])
+    assert acking.step(None) == (Op.ACK, [a.lock_token])
+    # The last poll came back full (2 of 2): the next is a plain poll even though only 1 slot is free,
+    # and it does not wait for the acknowledgement.
+    assert steps.step(None) == (Op.POLL, 1, False)
     assert steps.step([]) == (Op.WAIT, HANDLER_WAIT_S)  # nothing new while one handler runs
+    assert steps.step(None) == (Op.RUNNING,)
+    assert steps.step(1) == (Op.POLL, 1, False)  # one acknowledgement at a time: none spawned meanwhile
+    assert steps.step([]) == (Op.WAIT, HANDLER_WAIT_S)
     c.stop()
     assert steps.step(None) == (Op.DRAIN, 1.0)  # the grace period
     assert steps.step(0) == (Op.FINISHED,)
+    assert steps.step(None) == (Op.JOIN,)  # the acknowledgement beside the run loop ends first
+    assert acking.step(1) is None
+    assert not c._acking
     assert steps.step(None) is None
     snap = c.stats.snapshot()
     assert snap["delivered"] == 2 and snap["acknowledged"] == 1
     assert snap["lateness_ms"][str(LATENESS_BUCKETS_MS[2])] == 1  # 7 ms: the 10 ms bucket
+
+
+def test_run_loop_prefetches_one_batch_while_every_slot_is_busy() -> None:
+    c = core(concurrency=2, batch_size=2)  # prefetch: one batch (2) by default
+    assert c.prefetch == 2
+    steps = Stepper(c.run_steps("jobs", None))
+    steps.step(None)
+    assert steps.step(0) == (Op.POLL, 2, True)
+    for op in (steps.step([message("a"), message("b")]), steps.step(None)):
+        assert op is not None and op[0] is Op.START
+    assert steps.step(None) == (Op.RUNNING,)
+    assert steps.step(2) == (Op.POLL, 2, False)  # both slots busy: the next batch, to wait for a slot
+    for op in (steps.step([message("c"), message("d")]), steps.step(None)):
+        assert op is not None and op[0] is Op.START
+    assert steps.step(None) == (Op.RUNNING,)
+    assert steps.step(4) == (Op.WAIT, HANDLER_WAIT_S)  # 2 running, 2 waiting: nothing more is polled
+    assert steps.step(None) == (Op.RUNNING,)
+    assert steps.step(3) == (Op.WAIT, HANDLER_WAIT_S)  # room for 1, not for a batch: no poll of 1
+    assert steps.step(None) == (Op.RUNNING,)
+    assert steps.step(1) == (Op.POLL, 2, False)  # a slot is free: poll what fits (at most a batch)
+    c.stop()
+    assert steps.step([]) == (Op.WAIT, HANDLER_WAIT_S)
+    assert steps.step(None) == (Op.DRAIN, 1.0)
+    assert steps.step(0) == (Op.FINISHED,)
+    assert steps.step(None) is None
+
+
+@pytest.mark.parametrize(("concurrency", "batch_size", "prefetch", "held", "want"), [
+    (4, 4, 0, 0, 4), (4, 4, 0, 3, 1), (4, 4, 0, 4, 0),  # no prefetch: the free slots
+    (4, 4, 4, 4, 4), (4, 4, 4, 5, 0), (4, 4, 4, 7, 0),  # a whole batch ahead, or nothing
+    (4, 2, 4, 4, 2), (4, 2, 4, 6, 2), (4, 2, 4, 7, 0),  # batches of 2, up to 4 waiting
+    (4, 4, 1, 4, 1), (4, 4, 1, 5, 0),  # a prefetch smaller than a batch
+    (100, 100, 100, 99, 100), (100, 100, 100, 150, 0),
+])
+def test_poll_size(concurrency: int, batch_size: int, prefetch: int, held: int, want: int) -> None:
+    assert core(concurrency=concurrency, batch_size=batch_size, prefetch=prefetch)._poll_size(held) == want
 
 
 def test_failed_poll_backs_off_and_stop_ends_it() -> None:
