@@ -21,6 +21,7 @@ import random
 import signal
 import threading
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from .errors import InvalidArgument, PyQueueError
 from .limits import POLL_MAX_COUNT
 
 __all__ = [
-    "Backoff", "Delivery", "DeliveryStateError", "Deliveries", "Op", "State", "WorkerCore", "WorkerStats",
+    "Backoff", "Delivery", "DeliveryStateError", "Deliveries", "Op", "Runners", "State", "WorkerCore", "WorkerStats",
     "stop_signals",
 ]
 
@@ -265,18 +266,83 @@ class Deliveries:
             self.stats.lock_lost += len(tokens) - acknowledged
 
 
+class Runners:
+    """The handler slots of a worker: deliveries wait here for a *runner* (a pool job or a task that
+    runs handlers one after the other until none waits), at most ``concurrency`` runners at once.
+    A batch of fast handlers then costs one runner rather than one job or task per message, and
+    slow ones ramp up to ``concurrency`` runners: a runner adds one more as it starts a handler
+    while deliveries still wait and no other runner is starting. Thread-safe (one lock), no I/O.
+
+    Invariant: while a delivery waits, a runner is starting, or ``concurrency`` runners run (each
+    takes the next delivery when its handler ends), or one running runner has yet to look again.
+    """
+
+    def __init__(self, concurrency: int) -> None:
+        self.concurrency = concurrency
+        self._lock = threading.Lock()
+        self._waiting: deque[Delivery] = deque()
+        self._held = 0  # deliveries added whose handlers have not ended
+        self._runners = 0  # runners counted, started or starting
+        self._starting = 0  # runners counted but not started
+
+    @property
+    def held(self) -> int:
+        """Deliveries added whose handlers have not ended (running or waiting)."""
+        return self._held
+
+    def _one_more(self) -> bool:
+        if self._starting or self._runners >= self.concurrency:
+            return False
+        self._starting += 1
+        self._runners += 1
+        return True
+
+    def add(self, delivery: Delivery) -> bool:
+        """``delivery`` waits for a runner; True: start one (counted from now)."""
+        with self._lock:
+            self._waiting.append(delivery)
+            self._held += 1
+            return self._one_more()
+
+    def started(self) -> None:
+        """A runner counted by :meth:`add` or :meth:`take` began."""
+        with self._lock:
+            self._starting -= 1
+
+    def not_started(self) -> None:
+        """A runner counted by :meth:`add` or :meth:`take` could not be started (the worker ended)."""
+        with self._lock:
+            self._starting -= 1
+            self._runners -= 1
+
+    def take(self) -> tuple[Delivery | None, bool]:
+        """For a runner: the next delivery (None: none waits, the runner ends now, uncounted) and
+        whether to start one more runner (counted from now)."""
+        with self._lock:
+            if not self._waiting:
+                self._runners -= 1
+                return None, False
+            delivery = self._waiting.popleft()
+            return delivery, bool(self._waiting) and self._one_more()
+
+    def ended(self) -> None:
+        """The handler of a taken delivery ended."""
+        with self._lock:
+            self._held -= 1
+
+
 class Op(enum.Enum):
     """The I/O a step generator asks its driver for; a step yields ``(Op.X, *arguments)`` and is
     sent the result (or thrown the exception) noted here."""
 
-    RUNNING = "running"  #: () → int: handlers still running (finished ones forgotten)
+    RUNNING = "running"  #: () → int: deliveries held whose handlers have not ended (running, or waiting for a slot)
     WAIT = "wait"  #: (seconds) → None: until a handler finishes, or the time passes
     POLL = "poll"  #: (max_count, idle: bool) → messages; idle: wait for them up to idle_check, end at a stop
     START = "start"  #: (Delivery) → None: run its handler (then :meth:`WorkerCore.handler_returned` or
     #: the steps of :meth:`WorkerCore.failed_steps`)
     SLEEP = "sleep"  #: (seconds) → None: ended early by a stop
     ACK = "ack"  #: (tokens) → int acknowledged: ``queue.ack_many``
-    DRAIN = "drain"  #: (seconds) → int: wait that long for running handlers; how many still run
+    DRAIN = "drain"  #: (seconds) → int: wait that long for the held deliveries' handlers; how many are still held
     FINISHED = "finished"  #: () → None: no handler runs any more: end the heartbeat
     BLOCKING = "blocking"  #: (function, *arguments) → its result: a blocking call (in a thread if async)
     NACK = "nack"  #: (message, delay, error) → bool: ``message.nack``
@@ -431,8 +497,8 @@ class WorkerCore(Generic[Q, H]):
             self._stopping = True
             still_running = yield (Op.DRAIN, self.shutdown_grace)
             if still_running:
-                self._log.warning("%d handlers still running after the grace period; their messages will be "
-                                  "redelivered when their locks expire", still_running)
+                self._log.warning("%d messages still held after the grace period (handlers running, or waiting "
+                                  "for a slot); they will be redelivered when their locks expire", still_running)
             yield (Op.FINISHED,)
             yield from self._acknowledged_steps()
             if ticker is not None:

@@ -21,15 +21,16 @@ import logging
 import select
 import socket
 import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from datetime import timedelta
 from typing import Any
 
 from ._sync import resolve
 from .client import DelayedQueue, Message
-from .delivery import Backoff, Delivery, Op, Stepper, Steps, WorkerCore, WorkerStats, stop_signals
+from .delivery import Backoff, Delivery, Op, Runners, Stepper, Steps, WorkerCore, WorkerStats, stop_signals
 from .errors import PyQueueError
 
 __all__ = ["Worker", "Backoff", "WorkerStats"]
@@ -110,8 +111,9 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
     def _setup(self) -> None:
         self._waker: _Waker | None = None  # while run() runs
         self._finished = threading.Event()  # set once no handler runs any more: ends the heartbeat
-        self._handlers: set[Future[Any]] = set()
         self._pool: ThreadPoolExecutor | None = None
+        self._runners = Runners(self.concurrency)  # the handler slots: deliveries and their runners
+        self._ended = threading.Event()  # a handler ended since the run loop last counted
         self._io: dict[Op, Callable[..., Any]] = {
             Op.RUNNING: self._running, Op.WAIT: self._wait_handlers, Op.POLL: self._poll, Op.START: self._start,
             Op.SLEEP: self._sleep, Op.ACK: self.queue.ack_many, Op.DRAIN: self._drain, Op.FINISHED: self._finished.set,
@@ -165,15 +167,38 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
         return stepper.value
 
     def _running(self) -> int:
-        self._handlers = {f for f in self._handlers if not f.done()}
-        return len(self._handlers)
+        self._ended.clear()  # a handler ending from now on ends the next WAIT at once
+        return self._runners.held
 
     def _wait_handlers(self, timeout: float) -> None:
-        wait(self._handlers, timeout=timeout, return_when=FIRST_COMPLETED)
+        self._ended.wait(timeout)
 
     def _start(self, delivery: Delivery) -> None:
+        if self._runners.add(delivery):
+            self._submit_runner()
+
+    def _submit_runner(self) -> None:
         assert self._pool is not None
-        self._handlers.add(self._pool.submit(self._handle, delivery))
+        try:
+            self._pool.submit(self._run_waiting)
+        except RuntimeError:  # the pool is shut down (the worker ended): nothing runs any more
+            self._runners.not_started()
+
+    def _run_waiting(self) -> None:
+        """A runner (a job of the handler pool): see :class:`pyqueue.delivery.Runners`."""
+        runners = self._runners
+        runners.started()
+        while True:
+            delivery, one_more = runners.take()
+            if delivery is None:
+                return
+            if one_more:
+                self._submit_runner()
+            try:
+                self._handle(delivery)
+            finally:
+                runners.ended()
+                self._ended.set()
 
     def _handle(self, delivery: Delivery) -> None:
         try:
@@ -197,8 +222,12 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
         self._waker.wait(seconds, lambda: self._stopping)
 
     def _drain(self, grace: float) -> int:
-        _, pending = wait(self._handlers, timeout=grace)
-        return len(pending)
+        deadline = time.monotonic() + grace
+        while self._runners.held and (left := deadline - time.monotonic()) > 0:
+            self._ended.clear()
+            if self._runners.held:
+                self._ended.wait(left)
+        return self._runners.held
 
     def _poll(self, max_count: int, idle: bool) -> list[Message]:
         if not idle:

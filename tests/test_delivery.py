@@ -24,6 +24,7 @@ from pyqueue.delivery import (
     Delivery,
     DeliveryStateError,
     Op,
+    Runners,
     State,
     Stepper,
     WorkerCore,
@@ -301,3 +302,77 @@ def test_heartbeat_extends_running_ones_and_marks_lost_locks() -> None:
     assert steps.step(None) == (Op.PAUSE, 10.0)
     assert (keep.state, lose.state, own.state) == (State.RUNNING, State.LOST, State.RUNNING)
     assert steps.step(True) is None  # finished
+
+
+# -- the handler slots ------------------------------------------------------------------------------
+
+def test_runners_ramp_up_one_at_a_time_up_to_concurrency() -> None:
+    r = Runners(2)
+    d = [Delivery(message(f"k{i}")) for i in range(4)]
+    assert r.add(d[0]) is True  # a first runner
+    assert r.add(d[1]) is False  # one is starting: it takes what waits
+    r.started()
+    assert r.take() == (d[0], True)  # d1 still waits and none is starting: one more
+    r.started()
+    assert r.take() == (d[1], False)  # nothing else waits
+    assert r.add(d[2]) is False and r.add(d[3]) is False  # 2 runners, the concurrency
+    assert r.held == 4
+    r.ended()
+    assert r.take() == (d[2], False)  # the first runner goes on with the next one
+    r.ended()
+    assert r.take() == (d[3], False)
+    r.ended()
+    r.ended()
+    assert r.take() == (None, False) and r.take() == (None, False)  # both runners end
+    assert r.held == 0
+    assert r.add(Delivery(message("again"))) is True  # and a new one starts for the next delivery
+    r.not_started()
+    assert r.add(Delivery(message("after"))) is True
+
+
+def test_runners_never_strand_a_delivery_nor_exceed_concurrency_under_threads() -> None:
+    """Real threads: a producer adds 5,000 deliveries in bursts while runners (pool jobs, as in the
+    thread worker) take them; every delivery runs exactly once and at most 4 run at once."""
+    import random
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    r = Runners(4)
+    pool = ThreadPoolExecutor(4)
+    ran: list[Delivery] = []
+    lock = threading.Lock()
+    running = peak = 0
+
+    def runner() -> None:
+        nonlocal running, peak
+        r.started()
+        while True:
+            delivery, one_more = r.take()
+            if delivery is None:
+                return
+            if one_more:
+                pool.submit(runner)
+            with lock:
+                running += 1
+                peak = max(peak, running)
+            if random.random() < 0.01:
+                time.sleep(0.001)
+            with lock:
+                running -= 1
+                ran.append(delivery)
+            r.ended()
+
+    added = [Delivery(message(f"k{i}")) for i in range(5000)]
+    for i, delivery in enumerate(added):
+        if r.add(delivery):
+            pool.submit(runner)
+        if i % 100 == 99:
+            time.sleep(0.002)
+    deadline = time.monotonic() + 30
+    while r.held and time.monotonic() < deadline:
+        time.sleep(0.01)
+    pool.shutdown(wait=True)
+    assert r.held == 0
+    assert sorted(map(id, ran)) == sorted(map(id, added))
+    assert 1 <= peak <= 4
