@@ -52,6 +52,8 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamWriter,
     DataSourceWriter,
     EqualTo,
     Filter,
@@ -86,6 +88,7 @@ if TYPE_CHECKING:
 __all__ = [
     "NAME",
     "DelayedQueueDataSource",
+    "DelayedQueueStreamWriter",
     "OfferCommitMessage",
     "OfferSummary",
     "register",
@@ -172,7 +175,8 @@ def _queue_option(options: Options) -> str:
 class DelayedQueueDataSource(DataSource):
     """The ``delayedqueue`` data source (docs/spark.md).
 
-    Write options: ``dsn`` (required), ``queue`` (required), ``canUpdate`` (default ``true``),
+    Write options (``df.write`` and ``stream.writeStream``): ``dsn`` (required), ``queue``
+    (required), ``canUpdate`` (default ``true``),
     ``batchSize`` (rows per ``dq_offer_many`` call and transaction, default 1000, at most 100000),
     ``writeMethod`` (``arrays``, the default, or ``copy``).
 
@@ -193,6 +197,9 @@ class DelayedQueueDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return DelayedQueueWriter(Options(self.options), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return DelayedQueueStreamWriter(Options(self.options), schema, overwrite)
 
 
 # --------------------------------------------------------------------------- writing
@@ -841,6 +848,44 @@ class DelayedQueueWriter(DataSourceArrowWriter):
             NAME,
             self.queue,
             summary,
+        )
+
+
+class DelayedQueueStreamWriter(DataSourceStreamArrowWriter):
+    """The Structured Streaming sink: every micro-batch is offered by the tasks exactly as a
+    ``df.write`` job would (:class:`DelayedQueueWriter`: same options, checks, batches and
+    outcomes). Spark runs a micro-batch again after a failure or a restart from its checkpoint
+    when the batch was not committed; its keys make the rows already offered ``ignored``, so the
+    queue holds each key once (docs/spark.md, "Structured Streaming").
+
+    Created once per start of the query: the default time of rows without ``scheduled_at`` is
+    ``now()`` at that start. Output mode ``complete`` is refused (offers cannot replace a queue).
+    """
+
+    def __init__(self, options: Options, schema: StructType, overwrite: bool) -> None:
+        if overwrite:
+            raise ValueError(
+                f"{NAME}: outputMode('complete') is not supported; offers add or replace by key: use append or update"
+            )
+        self.offers = DelayedQueueWriter(options, schema, overwrite=False)
+
+    def write(self, iterator: Iterator[Any]) -> OfferCommitMessage:
+        return self.offers.write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        summary = OfferSummary.of(self.offers.queue, messages)
+        _driver_logger().info(
+            "%s (micro-batch %d)", summary, batchId, extra={"offer_summary": summary.__dict__, "batch_id": batchId}
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _driver_logger().warning(
+            "%s: micro-batch %d to queue %r failed; Spark runs it again (the keys make the rows already offered"
+            " ignored). Finished tasks: %s",
+            NAME,
+            batchId,
+            self.offers.queue,
+            OfferSummary.of(self.offers.queue, messages),
         )
 
 
