@@ -166,15 +166,25 @@ class Sink:
     table: str = "dq_messages"  # where the rows land
 
 
-def sinks(methods: list[str], queue: str = QUEUE) -> list[Sink]:
+def sinks(methods: list[str], run: str) -> list[Sink]:
+    """The Spark writes of one round; ``run`` names it in the queues and labels, so that each
+    write's commit summary can be told from the others' in the worker logs."""
+    queue = f"{QUEUE}-{run}"
     found = [
-        Sink("Spark local[2] no-op sink (ceiling)", "dqbench_noop", (), "bench.spark_sinks", "dqbench_noop:", ""),
+        Sink(
+            "Spark local[2] no-op sink (ceiling)",
+            "dqbench_noop",
+            (("label", run),),
+            "bench.spark_sinks",
+            f"dqbench_noop {run}:",
+            "",
+        ),
         Sink(
             "Spark local[2] COPY into spark_stage",
             "dqbench_copy",
-            (("table", "spark_stage"),),
+            (("table", "spark_stage"), ("label", run)),
             "bench.spark_sinks",
-            "dqbench_copy:",
+            f"dqbench_copy {run}:",
             "spark_stage",
         ),
     ]
@@ -347,15 +357,15 @@ def main(argv: list[str] | None = None) -> None:
             empty_queue(admin)
 
         # Warm-up, not counted: the first Spark job starts the Python workers and imports the modules.
-        for sink in sinks(args.methods.split(","), queue="warm-up"):
+        for sink in sinks(args.methods.split(","), "warm-up"):
             run_spark(spark, dsn, 2000, batch, sink)
         empty()
         if "write" in runs:
             record("COPY into dq_messages (baseline)", run_copy(dsn, n))
             empty()
             record(f"dq_offer_many x{batch}, 1 process", run_offer_many(dsn, n, batch))
-            for _ in range(args.repeat):
-                for sink in sinks(args.methods.split(",")):
+            for round_ in range(args.repeat):
+                for sink in sinks(args.methods.split(","), f"r{round_}"):
                     empty()
                     seconds, note = run_spark(spark, dsn, n, batch, sink)
                     record(sink.name, seconds, note.split("; ", 1)[-1], table=sink.table)

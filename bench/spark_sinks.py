@@ -86,12 +86,13 @@ class NoopSink(DataSource):
         return "dqbench_noop"
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return NoopWriter(_batching(self.options, schema))
+        return NoopWriter(_batching(self.options, schema), self.options.get("label", ""))
 
 
 class NoopWriter(DataSourceArrowWriter):
-    def __init__(self, batching: Batching) -> None:
+    def __init__(self, batching: Batching, label: str) -> None:
         self.batching = batching
+        self.label = label
 
     def write(self, iterator: Iterator[Any]) -> PhaseTimes:
         start = time.perf_counter()
@@ -103,26 +104,29 @@ class NoopWriter(DataSourceArrowWriter):
         return PhaseTimes(rows=rows, read_s=timed.seconds, encode_s=time.perf_counter() - start - timed.seconds)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        _log_summary("dqbench_noop", messages)
+        _log_summary(f"dqbench_noop {self.label}", messages)
 
 
 class CopySink(DataSource):
     """``dqbench_copy``: binary COPY into an unindexed table (options ``dsn``, ``table``), one
-    COPY per task."""
+    COPY per task. Option ``label``: a word the commit summary starts with (as for dqbench_noop)."""
 
     @classmethod
     def name(cls) -> str:
         return "dqbench_copy"
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return CopyWriter(_batching(self.options, schema), self.options["dsn"], self.options["table"])
+        return CopyWriter(
+            _batching(self.options, schema), self.options["dsn"], self.options["table"], self.options.get("label", "")
+        )
 
 
 class CopyWriter(DataSourceArrowWriter):
-    def __init__(self, batching: Batching, dsn: str, table: str) -> None:
+    def __init__(self, batching: Batching, dsn: str, table: str, label: str) -> None:
         self.batching = batching
         self.dsn = dsn
         self.table = table
+        self.label = label
 
     def write(self, iterator: Iterator[Any]) -> PhaseTimes:
         start = time.perf_counter()
@@ -163,7 +167,7 @@ class CopyWriter(DataSourceArrowWriter):
         )
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        _log_summary("dqbench_copy", messages)
+        _log_summary(f"dqbench_copy {self.label}", messages)
 
 
 def register(spark: Any) -> None:

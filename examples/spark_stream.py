@@ -90,14 +90,9 @@ def main() -> None:
     if not (workdir / "events").exists():
         write_events(workdir / "events", args.files, args.rows_per_file)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("spark_stream example")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
+    settings = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+    settings["spark.sql.session.timeZone"] = "UTC"
+    spark = SparkSession.builder.master("local[2]").appName("spark_stream example").config(map=settings).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     try:
         run(spark, args.dsn, workdir, args.batch_size)

@@ -17,11 +17,17 @@ twice (retry, speculation) or a job run again offers the same keys again, which 
 message. Each task offers its partition in batches of ``batchSize`` rows, one ``dq_offer_many``
 call and one transaction per batch, in one of two ways (option ``writeMethod``):
 
-* ``arrays`` (default): each Arrow batch Spark hands over is checked, then its rows are sent as
-  arrays, while Spark produces the next rows. Measured fastest (docs/spark.md).
+* ``arrays`` (default): each Arrow batch Spark hands over is checked, then its rows are cut into
+  batches, de-duplicated and encoded as PostgreSQL binary arrays by pyarrow's compute functions
+  (no Python code per row); a second thread of the task runs each batch's ``dq_offer_many`` while
+  the task reads and encodes the next one. Measured fastest (docs/spark.md).
 * ``copy``: the whole partition is first staged in a temporary table with ``COPY`` and checked,
   then offered from the stage by set-based calls; a bad row stops the task before it offers
   anything, at the cost of not overlapping Spark's work with the database's.
+
+The same writer is a Structured Streaming sink (``stream.writeStream.format("delayedqueue")``):
+each micro-batch is offered as above; a micro-batch that Spark runs again after a failure or a
+restart offers its keys again, and those already offered are ``ignored``.
 
 Reading goes through the export functions (``dq_export_messages``, which ``dq_consumer`` may
 call, and ``dq_export_archive``, for ``dq_admin``; no role reads the tables directly): the id range
