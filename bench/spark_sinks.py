@@ -78,68 +78,54 @@ def _log_summary(name: str, messages: list[WriterCommitMessage | None]) -> None:
     )
 
 
-class NoopSink(DataSource):
-    """``dqbench_noop``: the batch handling of ``delayedqueue``, no database."""
+class SinkWriter(DataSourceArrowWriter):
+    """A sink's writer: the batch handling, the sink's options; its commit logs the phase times."""
 
-    @classmethod
-    def name(cls) -> str:
-        return "dqbench_noop"
+    sink = ""
 
-    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return NoopWriter(_batching(self.options, schema), self.options.get("label", ""))
-
-
-class NoopWriter(DataSourceArrowWriter):
-    def __init__(self, batching: Batching, label: str) -> None:
+    def __init__(self, batching: Batching, options: dict[str, str]) -> None:
         self.batching = batching
-        self.label = label
+        self.options = options
 
     def write(self, iterator: Iterator[Any]) -> PhaseTimes:
         start = time.perf_counter()
         timed = TimedIterator(iterator)
-        rows = 0
-        for batch in self.batching.batches(timed):
-            batch.params("bench", True)  # the binary arrays delayedqueue sends
-            rows += batch.rows
-        return PhaseTimes(rows=rows, read_s=timed.seconds, encode_s=time.perf_counter() - start - timed.seconds)
+        rows, copy_s = self.consume(timed)
+        encode_s = time.perf_counter() - start - timed.seconds - copy_s
+        return PhaseTimes(rows=rows, read_s=timed.seconds, encode_s=encode_s, copy_s=copy_s)
+
+    def consume(self, arrow_batches: Iterator[Any]) -> tuple[int, float]:
+        """Write the Arrow batches; return the rows and the seconds spent copying."""
+        raise NotImplementedError
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        _log_summary(f"dqbench_noop {self.label}", messages)
+        _log_summary(f"{self.sink} {self.options.get('label', '')}", messages)
 
 
-class CopySink(DataSource):
-    """``dqbench_copy``: binary COPY into an unindexed table (options ``dsn``, ``table``), one
-    COPY per task. Option ``label``: a word the commit summary starts with (as for dqbench_noop)."""
+class NoopWriter(SinkWriter):
+    sink = "dqbench_noop"
 
-    @classmethod
-    def name(cls) -> str:
-        return "dqbench_copy"
-
-    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return CopyWriter(
-            _batching(self.options, schema), self.options["dsn"], self.options["table"], self.options.get("label", "")
-        )
+    def consume(self, arrow_batches: Iterator[Any]) -> tuple[int, float]:
+        rows = 0
+        for batch in self.batching.batches(arrow_batches):
+            batch.params("bench", True)  # the binary arrays delayedqueue sends
+            rows += batch.rows
+        return rows, 0.0
 
 
-class CopyWriter(DataSourceArrowWriter):
-    def __init__(self, batching: Batching, dsn: str, table: str, label: str) -> None:
-        self.batching = batching
-        self.dsn = dsn
-        self.table = table
-        self.label = label
+class CopyWriter(SinkWriter):
+    sink = "dqbench_copy"
 
-    def write(self, iterator: Iterator[Any]) -> PhaseTimes:
-        start = time.perf_counter()
-        timed = TimedIterator(iterator)
+    def consume(self, arrow_batches: Iterator[Any]) -> tuple[int, float]:
         rows = 0
         copy_s = 0.0
         query = sql.SQL("COPY {} (key, payload, payload_type, scheduled_at) FROM STDIN (FORMAT binary)").format(
-            sql.Identifier(self.table)
+            sql.Identifier(self.options["table"])
         )
-        with psycopg.connect(self.dsn, application_name="bench.spark_sinks copy") as conn:
+        with psycopg.connect(self.options["dsn"], application_name="bench.spark_sinks copy") as conn:
             with conn.cursor() as cur, cur.copy(query) as copy:
                 copy.write(COPY_SIGNATURE)
-                for batch in timed:
+                for batch in arrow_batches:
                     if batch.num_rows == 0:
                         continue
                     checked = self.batching.checked(batch, rows)
@@ -159,15 +145,34 @@ class CopyWriter(DataSourceArrowWriter):
                 copy.write(COPY_TRAILER)
             conn.commit()
             copy_s += time.perf_counter() - t
-        return PhaseTimes(
-            rows=rows,
-            read_s=timed.seconds,
-            encode_s=time.perf_counter() - start - timed.seconds - copy_s,
-            copy_s=copy_s,
-        )
+        return rows, copy_s
 
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        _log_summary(f"dqbench_copy {self.label}", messages)
+
+class Sink(DataSource):
+    """A sink: its name is its writer's; the writer gets the batch handling and the options."""
+
+    writer_class: type[SinkWriter]
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.writer_class.sink
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return self.writer_class(_batching(self.options, schema), dict(self.options))
+
+
+class NoopSink(Sink):
+    """``dqbench_noop``: the batch handling of ``delayedqueue``, no database. Option ``label``: a
+    word the commit summary starts with."""
+
+    writer_class = NoopWriter
+
+
+class CopySink(Sink):
+    """``dqbench_copy``: binary COPY into an unindexed table (options ``dsn``, ``table``), one
+    COPY per task. Option ``label`` as for dqbench_noop."""
+
+    writer_class = CopyWriter
 
 
 def register(spark: Any) -> None:
