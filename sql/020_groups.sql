@@ -20,15 +20,19 @@
 -- Pin the search_path to the install schema (sql/000_common.sql).
 SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
 
--- Set the head of (queue, message_group) from the messages as they are now, and return the head's
--- due time when the head or its due time changed (the caller wakes waiters with it), else NULL.
--- Called after the caller changed the group's messages, in the same transaction.
--- Concurrency: the upsert locks the group's row (creating it when absent), so settles of one group
--- are serialised, and the reads that follow are new statements under READ COMMITTED: they see
--- every change committed by the previous holder of the lock. A change that is not committed yet is
--- settled by its own transaction when it gets the lock after us.
-CREATE OR REPLACE FUNCTION dq__settle_group(queue text, message_group text)
-RETURNS timestamptz
+-- Set the heads of the groups (queues[i], message_groups[i]) (NULL groups are ignored, each group
+-- once) from their messages as they are now; one row (queue, due) for each group whose head or its
+-- due time changed, due being the head's due time (the caller wakes waiters with it). A group left
+-- without messages loses its dq_groups row. Called after the caller changed the groups' messages, in
+-- the same transaction.
+-- Concurrency: one upsert locks every group's row in (queue, message_group) order, creating the
+-- missing ones (its rows are inserted or locked in the order of its SELECT; an existing row gets a
+-- same-valued update, a heap-only tuple), so settles of a group are serialised and two settles of
+-- several groups lock them in the same order. The reads that follow are new statements under READ
+-- COMMITTED: they see every change committed by the previous holder of a lock. A change that is not
+-- committed yet is settled by its own transaction when it gets the lock after us.
+CREATE OR REPLACE FUNCTION dq__settle_group_heads(queues text[], message_groups text[])
+RETURNS TABLE (queue text, due timestamptz)
 LANGUAGE plpgsql VOLATILE
 SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan
@@ -37,60 +41,76 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_head  bigint;
-    v_oprio smallint;
-    v_odue  timestamptz;
-    v_id    bigint;
-    v_prio  smallint;
-    v_due   timestamptz;
+    v_q  text[];
+    v_g  text[];
+    v_h  bigint[];
+    v_p  smallint[];
+    v_d  timestamptz[];
 BEGIN
-    -- Lock the group's row, creating it when absent (an upsert only then: it writes a row version).
-    SELECT g.head_id, g.priority, g.due_at INTO v_head, v_oprio, v_odue
-      FROM dq_groups g
-     WHERE g.queue = dq__settle_group.queue AND g.message_group = dq__settle_group.message_group
-       FOR UPDATE;
-    IF NOT FOUND THEN
+    WITH locked AS (
         INSERT INTO dq_groups AS g (queue, message_group, head_id, priority, due_at)
-        VALUES (dq__settle_group.queue, dq__settle_group.message_group, NULL, 0, dq__max_time())
+        SELECT d.q, d.g, NULL, 0, dq__max_time()
+          FROM (SELECT DISTINCT u.q, u.g FROM unnest(dq__settle_group_heads.queues, dq__settle_group_heads.message_groups) AS u(q, g)
+                 WHERE u.g IS NOT NULL) d
+         ORDER BY d.q COLLATE "C", d.g COLLATE "C"
         ON CONFLICT (queue, message_group) DO UPDATE SET head_id = g.head_id
-        RETURNING g.head_id, g.priority, g.due_at INTO v_head, v_oprio, v_odue;
+        RETURNING g.queue, g.message_group, g.head_id, g.priority, g.due_at
+    )
+    SELECT array_agg(l.queue), array_agg(l.message_group), array_agg(l.head_id), array_agg(l.priority), array_agg(l.due_at)
+      INTO v_q, v_g, v_h, v_p, v_d
+      FROM locked l;
+    IF v_q IS NULL THEN
+        RETURN;
     END IF;
-    -- The head: the current one when it was delivered or is in flight (it keeps its place), else the
-    -- group's first message. One statement: the second branch runs only when the first finds nothing.
-    SELECT h.id, h.priority, h.scheduled_at INTO v_id, v_prio, v_due
-      FROM ((SELECT m.id, m.priority, m.scheduled_at
-               FROM dq_messages m
-              WHERE m.id = v_head AND m.queue = dq__settle_group.queue
-                AND m.message_group = dq__settle_group.message_group AND m.dead_from IS NULL
-                AND (m.delivery_count > 0 OR m.lock_token IS NOT NULL))
-            UNION ALL
-            (SELECT m.id, m.priority, m.scheduled_at
-               FROM dq_messages m
-              WHERE m.queue = dq__settle_group.queue AND m.message_group = dq__settle_group.message_group
-                AND m.dead_from IS NULL
-              ORDER BY m.scheduled_at_initially, m.id
-              LIMIT 1)) h
-     LIMIT 1;
-    IF NOT FOUND THEN
-        DELETE FROM dq_groups g
-         WHERE g.queue = dq__settle_group.queue AND g.message_group = dq__settle_group.message_group;
-        RETURN NULL;
-    END IF;
-    IF v_id IS DISTINCT FROM v_head OR v_prio <> v_oprio OR v_due <> v_odue THEN
-        UPDATE dq_groups g SET head_id = v_id, priority = v_prio, due_at = v_due
-         WHERE g.queue = dq__settle_group.queue AND g.message_group = dq__settle_group.message_group;
-        RETURN v_due;
-    END IF;
-    RETURN NULL;
+    -- Each head: the current one when it was delivered or is in flight (it keeps its place), else
+    -- the group's first message (the second branch runs only when the first finds nothing).
+    RETURN QUERY
+    WITH h AS (
+        SELECT g.q, g.g, g.h AS old_head, g.p AS old_prio, g.d AS old_due, n.id, n.priority, n.scheduled_at
+          FROM unnest(v_q, v_g, v_h, v_p, v_d) AS g(q, g, h, p, d)
+          LEFT JOIN LATERAL (
+              (SELECT m.id, m.priority, m.scheduled_at
+                 FROM dq_messages m
+                WHERE m.id = g.h AND m.queue = g.q AND m.message_group = g.g AND m.dead_from IS NULL
+                  AND (m.delivery_count > 0 OR m.lock_token IS NOT NULL))
+              UNION ALL
+              (SELECT m.id, m.priority, m.scheduled_at
+                 FROM dq_messages m
+                WHERE m.queue = g.q AND m.message_group = g.g AND m.dead_from IS NULL
+                ORDER BY m.scheduled_at_initially, m.id
+                LIMIT 1)
+              LIMIT 1) n ON true
+    ), emptied AS (
+        DELETE FROM dq_groups x USING h
+         WHERE h.id IS NULL AND x.queue = h.q AND x.message_group = h.g
+    )
+    UPDATE dq_groups x SET head_id = h.id, priority = h.priority, due_at = h.scheduled_at
+      FROM h
+     WHERE h.id IS NOT NULL
+       AND (h.id IS DISTINCT FROM h.old_head OR h.priority <> h.old_prio OR h.scheduled_at <> h.old_due)
+       AND x.queue = h.q AND x.message_group = h.g
+    RETURNING x.queue, x.due_at;
 END;
+$$;
+COMMENT ON FUNCTION dq__settle_group_heads(text[], text[]) IS
+  'Internal: sets the heads of FIFO groups from their messages (locking their dq_groups rows in order); returns (queue, due) for each group whose head changed.';
+REVOKE ALL ON FUNCTION dq__settle_group_heads(text[], text[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- dq__settle_group_heads for one group: the head's due time when it changed, else NULL.
+CREATE OR REPLACE FUNCTION dq__settle_group(queue text, message_group text)
+RETURNS timestamptz
+LANGUAGE sql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+    SELECT min(s.due) FROM dq__settle_group_heads(ARRAY[$1], ARRAY[$2]) s
 $$;
 COMMENT ON FUNCTION dq__settle_group(text, text) IS
   'Internal: sets the head of a FIFO group from its messages (locking the group''s dq_groups row); returns the head''s due time when it changed.';
 REVOKE ALL ON FUNCTION dq__settle_group(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
--- Settle the groups (queues[i], message_groups[i]) (NULL groups are ignored), each once, in lock
--- order, and wake the waiters of each queue whose head changed (once per queue, with the earliest due
--- time of its new heads). Returns the number of groups settled.
+-- Settle the groups (queues[i], message_groups[i]) (NULL groups are ignored) with
+-- dq__settle_group_heads, and wake the waiters of each queue whose heads changed (once per queue,
+-- with the earliest due time of its new heads). Returns the number of groups settled.
 CREATE OR REPLACE FUNCTION dq__settle_groups(queues text[], message_groups text[])
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
@@ -98,30 +118,17 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     r       record;
-    v_due   timestamptz;
-    v_q     text;         -- the queue of the groups settled so far
-    v_first timestamptz;  -- the earliest due time of its new heads
-    v_n     integer := 0;
     v_woken boolean;
 BEGIN
-    FOR r IN SELECT d.q, d.g FROM (SELECT DISTINCT u.q, u.g FROM unnest(queues, message_groups) AS u(q, g)
-                                    WHERE u.g IS NOT NULL) d
-              ORDER BY d.q COLLATE "C", d.g COLLATE "C" LOOP
-        IF r.q IS DISTINCT FROM v_q THEN
-            v_woken := dq__wake(v_q, v_first);  -- once per queue (NULL: nobody)
-            v_q := r.q;
-            v_first := NULL;
-        END IF;
-        v_due := dq__settle_group(r.q, r.g);
-        v_first := least(v_first, v_due);
-        v_n := v_n + 1;
+    FOR r IN SELECT s.queue, min(s.due) AS due FROM dq__settle_group_heads(queues, message_groups) s
+              GROUP BY s.queue LOOP
+        v_woken := dq__wake(r.queue, r.due);
     END LOOP;
-    v_woken := dq__wake(v_q, v_first);
-    RETURN v_n;
+    RETURN (SELECT count(DISTINCT (u.q, u.g)) FROM unnest(queues, message_groups) AS u(q, g) WHERE u.g IS NOT NULL);
 END;
 $$;
 COMMENT ON FUNCTION dq__settle_groups(text[], text[]) IS
-  'Internal: dq__settle_group for each distinct (queue, message_group) pair, in lock order, waking waiters when a head changed.';
+  'Internal: dq__settle_group_heads for each distinct (queue, message_group) pair, waking waiters when a head changed.';
 REVOKE ALL ON FUNCTION dq__settle_groups(text[], text[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The priority levels of a queue's ungrouped messages (and dead letters), highest first: a skip scan
