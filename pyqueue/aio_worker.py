@@ -49,9 +49,9 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
         self._stop_event: asyncio.Event | None = None
         self._stopped: asyncio.Task[Any] | None = None  # ends at the stop: what idle waits race against
         self._heartbeat: asyncio.Task[Any] | None = None
-        self._runners = Runners(self.concurrency)  # the handler slots: deliveries and their runners
         self._tasks: set[asyncio.Task[Any]] = set()  # the runners' tasks
         self._ended = asyncio.Event()  # a handler ended since the run loop last counted (or a stop)
+        self._runners = Runners(self.concurrency, self._ended.set)  # the handler slots: deliveries and their runners
         self._spawned: set[asyncio.Task[Any]] = set()  # steps driven beside the run loop (acknowledgements)
         self._io: dict[Op, Callable[..., Awaitable[Any]]] = {
             Op.RUNNING: self._running, Op.WAIT: self._wait_handlers, Op.POLL: self._poll, Op.START: self._start,
@@ -121,19 +121,10 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
     async def _run_waiting(self) -> None:
         """A runner task: see :class:`pyqueue.delivery.Runners`. Coroutine handlers that do not
         suspend run one after the other in it, without a task of their own."""
-        runners = self._runners
-        runners.started()
-        while True:
-            delivery, one_more = runners.take()
-            if delivery is None:
-                return
+        for delivery, one_more in self._runners.run():
             if one_more:
                 self._start_runner()
-            try:
-                await self._handle(delivery)
-            finally:
-                runners.ended()
-                self._ended.set()
+            await self._handle(delivery)
 
     async def _handle(self, delivery: Delivery) -> None:
         try:

@@ -277,8 +277,9 @@ class Runners:
     takes the next delivery when its handler ends), or one running runner has yet to look again.
     """
 
-    def __init__(self, concurrency: int) -> None:
+    def __init__(self, concurrency: int, on_end: Callable[[], object] = lambda: None) -> None:
         self.concurrency = concurrency
+        self._on_end = on_end  # called after each handler's end is counted (wakes the run loop)
         self._lock = threading.Lock()
         self._waiting: deque[Delivery] = deque()
         self._held = 0  # deliveries added whose handlers have not ended
@@ -329,6 +330,21 @@ class Runners:
         """The handler of a taken delivery ended."""
         with self._lock:
             self._held -= 1
+        self._on_end()
+
+    def run(self) -> Iterator[tuple[Delivery, bool]]:
+        """A runner's life, started by :meth:`add` or by the previous runner: the deliveries to
+        handle one after the other, each with whether to start one more runner (counted from now);
+        a delivery's end is counted when the iteration goes on (or is closed)."""
+        self.started()
+        while True:
+            delivery, one_more = self.take()
+            if delivery is None:
+                return
+            try:
+                yield delivery, one_more
+            finally:
+                self.ended()
 
 
 class Op(enum.Enum):

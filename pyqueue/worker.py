@@ -112,8 +112,8 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
         self._waker: _Waker | None = None  # while run() runs
         self._finished = threading.Event()  # set once no handler runs any more: ends the heartbeat
         self._pool: ThreadPoolExecutor | None = None
-        self._runners = Runners(self.concurrency)  # the handler slots: deliveries and their runners
         self._ended = threading.Event()  # a handler ended since the run loop last counted
+        self._runners = Runners(self.concurrency, self._ended.set)  # the handler slots: deliveries and their runners
         self._io: dict[Op, Callable[..., Any]] = {
             Op.RUNNING: self._running, Op.WAIT: self._wait_handlers, Op.POLL: self._poll, Op.START: self._start,
             Op.SLEEP: self._sleep, Op.ACK: self.queue.ack_many, Op.DRAIN: self._drain, Op.FINISHED: self._finished.set,
@@ -186,19 +186,10 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
 
     def _run_waiting(self) -> None:
         """A runner (a job of the handler pool): see :class:`pyqueue.delivery.Runners`."""
-        runners = self._runners
-        runners.started()
-        while True:
-            delivery, one_more = runners.take()
-            if delivery is None:
-                return
+        for delivery, one_more in self._runners.run():
             if one_more:
                 self._submit_runner()
-            try:
-                self._handle(delivery)
-            finally:
-                runners.ended()
-                self._ended.set()
+            self._handle(delivery)
 
     def _handle(self, delivery: Delivery) -> None:
         try:

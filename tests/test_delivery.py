@@ -338,7 +338,8 @@ def test_runners_never_strand_a_delivery_nor_exceed_concurrency_under_threads() 
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    r = Runners(4)
+    ends: list[int] = []
+    r = Runners(4, lambda: ends.append(1))
     pool = ThreadPoolExecutor(4)
     ran: list[Delivery] = []
     lock = threading.Lock()
@@ -346,11 +347,7 @@ def test_runners_never_strand_a_delivery_nor_exceed_concurrency_under_threads() 
 
     def runner() -> None:
         nonlocal running, peak
-        r.started()
-        while True:
-            delivery, one_more = r.take()
-            if delivery is None:
-                return
+        for delivery, one_more in r.run():
             if one_more:
                 pool.submit(runner)
             with lock:
@@ -361,7 +358,6 @@ def test_runners_never_strand_a_delivery_nor_exceed_concurrency_under_threads() 
             with lock:
                 running -= 1
                 ran.append(delivery)
-            r.ended()
 
     added = [Delivery(message(f"k{i}")) for i in range(5000)]
     for i, delivery in enumerate(added):
@@ -376,3 +372,15 @@ def test_runners_never_strand_a_delivery_nor_exceed_concurrency_under_threads() 
     assert r.held == 0
     assert sorted(map(id, ran)) == sorted(map(id, added))
     assert 1 <= peak <= 4
+    assert len(ends) == 5000  # on_end after every handler
+
+
+def test_a_runner_closed_mid_handler_still_counts_the_end() -> None:
+    """A runner task cancelled while its handler runs (after the grace period) leaves its loop."""
+    r = Runners(1)
+    assert r.add(Delivery(message("a")))
+    life = r.run()
+    delivery, one_more = next(life)
+    assert r.held == 1
+    life.close()  # what unwinding the runner does
+    assert r.held == 0
