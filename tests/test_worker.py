@@ -403,7 +403,8 @@ def test_cli_sigterm_while_idle_exits_at_once_and_a_second_signal_ends_the_grace
     """`pyqueue worker`: SIGTERM while idle (idle_check 30 s) exits 0 within a few seconds. With a
     handler running and a grace of 60 s, a second SIGTERM exits at once with status 1, saying so."""
     idle = start_worker(dsn, "workerhandlers:record", "--idle-check", "30")
-    time.sleep(2)  # started and waiting
+    # Started and waiting: registered as a waiter (its start-up may take seconds on a loaded machine).
+    wait_for(db, "SELECT count(*) FROM dq_waiters WHERE queue = 'jobs'", 1)
     started = time.monotonic()
     code, out = stop(idle)
     assert code == 0, out
