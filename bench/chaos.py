@@ -107,7 +107,7 @@ class Settings:
     seed: int = 0
     rate: float = 1000.0  # messages offered per second per mode: outbox batches and single offers
     single_share: float = 0.2  # the part of the rate offered one message per call
-    batch: int = 50  # keys per outbox transaction (offer_many)
+    batch: int = 50  # keys per outbox transaction (offer_many) and per consume-tx transaction
     lock_timeout: float = 5.0
     idle_check: float = 1.0
     concurrency: int = 16
@@ -372,7 +372,7 @@ class Chaos:
         q = self.queue(mode)
         if kind == "tx":
             return [sys.executable, "-m", "bench.chaos_clients", "consume-tx", "--queue", q,
-                    "--lock-timeout", str(self.s.lock_timeout), "--batch", str(self.s.concurrency)]
+                    "--lock-timeout", str(self.s.lock_timeout), "--batch", str(self.s.batch)]
         handler = {"exactly-once": "ledger", "at-least-once": "record"}[mode] + ("_async" if kind == "worker-async"
                                                                                  else "")
         return [sys.executable, "-m", "pyqueue", "worker", "--dsn", dsn, "--queue", q,
@@ -511,7 +511,7 @@ class Chaos:
     # -- the run ---------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         s = self.s
-        console().log(f"[bold]bench.chaos[/]: modes {', '.join(s.modes)}, {s.duration:g} s, seed {s.seed}; "
+        console().log(f"[bold]{type(self).__module__}[/]: modes {', '.join(s.modes)}, {s.duration:g} s, seed {s.seed}; "
                       f"starting a private server on port {self.server.port}")
         self.dsn = self.server.up()
         self.install()
@@ -985,7 +985,8 @@ def add_arguments(parser: argparse.ArgumentParser, duration: float) -> None:
                         help=f"the part of the rate offered one message per call, the rest in outbox batches "
                              f"(default {Settings.single_share:g})")
     parser.add_argument("--batch", type=int, default=Settings.batch,
-                        help=f"keys per outbox transaction (offer_many; default {Settings.batch})")
+                        help=f"keys per outbox transaction (offer_many) and at most per transaction of the "
+                             f"DelayedQueue.transaction consumer (default {Settings.batch})")
     parser.add_argument("--concurrency", type=int, default=Settings.concurrency,
                         help=f"handler slots per consumer process (default {Settings.concurrency})")
     parser.add_argument("--work-ms", type=float, default=Settings.work_ms,
