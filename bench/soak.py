@@ -401,8 +401,8 @@ def markdown(report: dict[str, Any]) -> str:
         if not name.startswith("dq_"):
             continue
         lines.append(f"| {name} | {size_text(r)} | {r['max_dead_tuples']} | {r['autovacuums_seen']} | "
-                     f"{ {True: 'stable', False: 'GREW'}.get(r.get('stable'), '-') } |")
-    lines += ["", "| worker (never killed) | RSS first → last third (MiB) | verdict |", "|---|---:|---|"]
+                     f"{ {True: 'stable', False: 'GREW'}.get(r.get('stable'), 'not judged (short run)') } |")
+    lines += ["", "| worker (ran through the run) | RSS first → last third (MiB) | verdict |", "|---|---:|---|"]
     for name, e in soak["worker_memory"].items():
         if "stable" in e:
             lines.append(f"| {name} ({e['kind']}) | {e['rss_mib_first_third']} → {e['rss_mib_last_third']} | "
