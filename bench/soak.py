@@ -12,14 +12,17 @@ SIGKILL, ``pg_terminate_backend``; the last tenth has no faults (recovery). The 
 transaction lasts 20 s, or 2.5 fault intervals when that is shorter, so it always ends before the
 next restart. Two consumers are never SIGKILLed (a sync and an async ``pyqueue worker``), so that
 their memory can be followed over the whole run; they take the other faults like the rest.
+``--fault-kinds`` leaves kinds out of the rotation (e.g. ``pin,kill,terminate``: no restarts).
 
 Every ``--sample-every`` seconds (default: the run / 60, 1 to 10 s) the soak samples
 
-* each table of the database: ``pg_stat_user_tables`` (n_live_tup, n_dead_tup, autovacuum_count,
-  last_autovacuum), ``pg_relation_size``, ``pg_indexes_size``, ``pg_total_relation_size``, and an
-  exact ``count(*)`` of ``dq_messages`` and ``dq_archive`` (the statistics restart at zero after
-  each crash restart of the server, see "The Cumulative Statistics System" in the PostgreSQL
-  manual, so row counts for the judgement are counted, not read from them);
+* each table of the queue (``dq_*``) and of the harness (``chaos_*``): ``pg_stat_user_tables``
+  (n_live_tup, n_dead_tup, autovacuum_count, last_autovacuum), ``pg_relation_size``,
+  ``pg_indexes_size``, ``pg_total_relation_size``, and an exact ``count(*)`` of ``dq_messages``
+  and ``dq_archive`` (the statistics restart at zero after each crash restart of the server, see
+  "The Cumulative Statistics System" in the PostgreSQL manual, so row counts for the judgement are
+  counted, not read from them), and the size of each index of the queue tables
+  (``pg_stat_user_indexes``; reported, the tables' totals are judged);
 * the resident set size (RSS) and CPU time of every consumer and producer process (psutil).
 
 Verdict (besides bench.chaos's accounting: nothing lost, every duplicate explained and counted,
@@ -85,6 +88,11 @@ MIN_RSS_SAMPLES = 6
 NAPTIMES = 3  # sizes are judged only over a window of at least this many autovacuum_naptime
 ROTATION = ("pin", "kill", "terminate", "restart", "kill", "terminate")
 
+Q_INDEXES = r"""
+SELECT indexrelname, relname, pg_relation_size(indexrelid)
+  FROM pg_stat_user_indexes
+ WHERE schemaname = current_schema() AND relname LIKE 'dq\_%'
+"""
 Q_TABLES = r"""
 SELECT relname, n_live_tup, n_dead_tup, autovacuum_count, extract(epoch FROM last_autovacuum)::float8,
        pg_relation_size(relid), pg_indexes_size(relid), pg_total_relation_size(relid)
@@ -97,6 +105,7 @@ SELECT relname, n_live_tup, n_dead_tup, autovacuum_count, extract(epoch FROM las
 class SoakSettings(Settings):
     fault_every: float = 30.0
     sample_every: float = 10.0
+    fault_kinds: tuple[str, ...] = ("pin", "kill", "terminate", "restart")
 
 
 def thirds(samples: list[tuple[float, float]]) -> tuple[float, float] | None:
@@ -146,6 +155,8 @@ class Soak(Chaos):
             i += 1
             if kind == "pin" and t + self.s.pin_s > tl.window_end:
                 kind = "kill"
+            if kind not in self.s.fault_kinds:
+                continue
             if kind == "kill":
                 faults.append(Fault("kill", t, self.rng.choice(killable)))
             elif kind == "terminate":
@@ -187,7 +198,9 @@ class Soak(Chaos):
         rows = conn.execute(Q_TABLES).fetchall()
         counts = conn.execute("SELECT (SELECT count(*) FROM dq_messages), (SELECT count(*) FROM dq_archive)").fetchone()
         assert counts is not None
+        indexes = conn.execute(Q_INDEXES).fetchall()
         self.samples.append({
+            "indexes": {name: {"table": table, "bytes": size} for name, table, size in indexes},
             "t": t,
             "tables": {r[0]: {"n_live_tup": r[1], "n_dead_tup": r[2], "autovacuum_count": r[3],
                               "last_autovacuum": r[4], "table_bytes": r[5], "index_bytes": r[6],
@@ -265,6 +278,14 @@ class Soak(Chaos):
                 elif not row["stable"]:
                     failures.append(f"soak: {name} grew: {row['criterion']} does not hold")
             judged[name] = row
+        index_names = sorted({name for x in steady for name in x["indexes"]})
+        indexes: dict[str, Any] = {}
+        for name in index_names:
+            seen = [x for x in steady if name in x["indexes"]]
+            im = thirds([(x["t"], x["indexes"][name]["bytes"]) for x in seen])
+            indexes[name] = {"table": seen[0]["indexes"][name]["table"],
+                             "bytes_median_first_third": im[0] if im else None,
+                             "bytes_median_last_third": im[1] if im else None}
         rows_series = {k: [(round(x["t"] - t0, 1), x["rows"][k]) for x in self.samples]
                        for k in ("dq_messages", "dq_archive")}
         # Workers' memory.
@@ -316,6 +337,7 @@ class Soak(Chaos):
             "sizes_over_time": {name: [(round(x["t"] - t0, 1), x["tables"][name]["total_bytes"],
                                         x["tables"][name]["n_dead_tup"]) for x in self.samples if name in x["tables"]]
                                 for name in names},
+            "indexes": indexes,
             "worker_memory": memory,
             "rss_over_time_mib": {f"{rec['name']} g{rec['gen']}": [(round(t - t0, 1), round(v / MIB, 1))
                                                                     for t, v in rec["rss"]]
@@ -355,6 +377,13 @@ def soak_tables(report: dict[str, Any]) -> list[Table]:
                       row.get("criterion", "reported, not judged"), verdict)
     sizes.caption = ("rows: pg_stat_user_tables.n_live_tup (reset by each crash restart); autovacuums: distinct "
                      "last_autovacuum times seen")
+    idx = Table(title="Indexes of the queue tables (median size of the first and last third, MiB)")
+    for col in ("index", "table", "first third", "last third"):
+        idx.add_column(col, justify="left" if col in ("index", "table") else "right")
+    for name, e in soak["indexes"].items():
+        if e["bytes_median_first_third"] is not None:
+            idx.add_row(name, e["table"], f"{e['bytes_median_first_third'] / MIB:.2f}",
+                        f"{e['bytes_median_last_third'] / MIB:.2f}")
     memory = Table(title="Consumer processes' memory (RSS, median of the first and last third)")
     for col in ("process", "samples", "whole run", "first third MiB", "last third MiB", "verdict"):
         memory.add_column(col, justify="left" if col == "process" else "right")
@@ -366,7 +395,7 @@ def soak_tables(report: dict[str, Any]) -> list[Table]:
                        str(e.get("rss_mib_first_third", "-")), str(e.get("rss_mib_last_third", "-")), verdict)
     memory.caption = (f"CPU seconds by process kind: {soak['cpu_seconds_by_process_kind']}; machine CPU busy "
                       f"(median): {soak['machine_cpu_busy_percent_median']} %")
-    return [sizes, memory]
+    return [sizes, idx, memory]
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -402,6 +431,11 @@ def markdown(report: dict[str, Any]) -> str:
             continue
         lines.append(f"| {name} | {size_text(r)} | {r['max_dead_tuples']} | {r['autovacuums_seen']} | "
                      f"{ {True: 'stable', False: 'GREW'}.get(r.get('stable'), 'not judged (short run)') } |")
+    lines += ["", "| index of dq_messages | size, first → last third (MiB) |", "|---|---:|"]
+    for name, e in soak["indexes"].items():
+        if e["table"] == "dq_messages" and e["bytes_median_first_third"] is not None:
+            lines.append(f"| {name} | {e['bytes_median_first_third'] / MIB:.2f} → "
+                         f"{e['bytes_median_last_third'] / MIB:.2f} |")
     lines += ["", "| worker (ran through the run) | RSS first → last third (MiB) | verdict |", "|---|---:|---|"]
     for name, e in soak["worker_memory"].items():
         if "stable" in e:
@@ -419,6 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.set_defaults(rate=300.0)
     parser.add_argument("--fault-every", type=float, default=30.0,
                         help="seconds between faults (default 30; shorter runs: a sixth of the fault window)")
+    parser.add_argument("--fault-kinds", default="pin,kill,terminate,restart",
+                        help="comma-separated kinds of fault to inject (default all: pin,kill,terminate,restart)")
     parser.add_argument("--sample-every", type=float, default=None,
                         help="seconds between samples of tables and processes (default: the run / 60, 1 to 10 s)")
     args = parser.parse_args(argv)
@@ -428,8 +464,11 @@ def main(argv: list[str] | None = None) -> int:
     window = args.duration - 2 * min(60.0, 0.1 * args.duration)
     every = min(args.fault_every, window / len(ROTATION))
     sample = args.sample_every if args.sample_every is not None else min(max(args.duration / 60, 1.0), 10.0)
+    kinds = tuple(k.strip() for k in args.fault_kinds.split(",") if k.strip())
+    if not kinds or set(kinds) - set(ROTATION):
+        raise SystemExit(f"bench.soak: --fault-kinds {args.fault_kinds!r}: give some of pin,kill,terminate,restart")
     s = SoakSettings(**{**asdict(base), "pin_s": min(PIN_S, 2.5 * every), "fault_every": round(every, 2),
-                        "sample_every": sample})
+                        "sample_every": sample, "fault_kinds": kinds})
     try:
         report = execute(Soak, s)
     except KeyboardInterrupt:
