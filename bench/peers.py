@@ -733,15 +733,40 @@ def latency_part(admins: dict[str, psycopg.Connection[Any]], dsns: dict[str, str
 # --------------------------------------------------------------------------- verdicts
 
 
+#: Processing targets against the plain-SQL baseline at the same process count: one --async worker
+#: process ≥ 70% of one baseline client, more processes ≥ 90%; the sync worker ≥ 80% of the async one.
+BASELINE_TARGET_ONE = 0.70
+BASELINE_TARGET_MANY = 0.90
+SYNC_VS_ASYNC_TARGET = 0.80
+
+
 def targets(result: dict[str, Any]) -> dict[str, Any]:
-    """The issue's targets: processed throughput ≥ 2× the best peer (ours: the faster of our
-    configurations, per worker count), batched enqueue ≥ 70% of the baseline."""
+    """The targets: processed throughput ≥ 2× the best peer (ours: the faster of our
+    configurations, per worker count) and against the baseline (BASELINE_TARGET_ONE / _MANY, the
+    --async worker at 1 process, the faster of ours beyond), the sync worker against the async one
+    (SYNC_VS_ASYNC_TARGET), batched enqueue ≥ 70% of the baseline."""
     by_key = {c["key"]: c for c in result["contenders"]}
-    out: dict[str, Any] = {"throughput": [], "enqueue": None}
+    out: dict[str, Any] = {"throughput": [], "baseline": [], "sync": [], "enqueue": None}
     for n in sorted({cell["workers"] for cell in result["throughput"]}):
         cells = [cell for cell in result["throughput"] if cell["workers"] == n]
+        by_contender = {x["contender"]: x for x in cells}
+        base = next((x for x in cells if by_key[x["contender"]]["library"] == "baseline"), None)
+        sync, aio = by_contender.get("dq-sync"), by_contender.get("dq-async")
         ours = max((x for x in cells if by_key[x["contender"]]["library"] == "pgdelayq"),
                    key=lambda x: x["rows_per_s"], default=None)
+        if base is not None and ours is not None:
+            measured = aio if n == 1 and aio is not None else ours
+            target = BASELINE_TARGET_ONE if n == 1 else BASELINE_TARGET_MANY
+            ratio = measured["rows_per_s"] / base["rows_per_s"]
+            out["baseline"].append({"workers": n, "ours": measured["contender"],
+                                    "ours_rows_per_s": measured["rows_per_s"],
+                                    "baseline_rows_per_s": base["rows_per_s"],
+                                    "ratio": ratio, "target": target, "pass": ratio >= target})
+        if sync is not None and aio is not None:
+            ratio = sync["rows_per_s"] / aio["rows_per_s"]
+            out["sync"].append({"workers": n, "sync_rows_per_s": sync["rows_per_s"],
+                                "async_rows_per_s": aio["rows_per_s"], "ratio": ratio,
+                                "target": SYNC_VS_ASYNC_TARGET, "pass": ratio >= SYNC_VS_ASYNC_TARGET})
         peers = [x for x in cells if by_key[x["contender"]]["library"] in ("procrastinate", "pgqueuer")]
         best = max(peers, key=lambda x: x["rows_per_s"], default=None)
         if ours is None or best is None:
@@ -850,6 +875,14 @@ def target_rows(result: dict[str, Any]) -> list[list[str]]:
         rows.append([f"processing, {x['workers']} worker{'s' * (x['workers'] > 1)}: ours ≥ 2× the best peer",
                      f"{labels[x['ours']]} {x['ours_rows_per_s']:,.0f} / {labels[x['best_peer']]} "
                      f"{x['best_peer_rows_per_s']:,.0f} = {x['ratio']:.2f}×", "PASS" if x["pass"] else "MISS"])
+    for x in t.get("baseline", []):
+        rows.append([f"processing, {x['workers']} worker{'s' * (x['workers'] > 1)}: ours ≥ {x['target']:.0%} of the "
+                     "baseline", f"{labels[x['ours']]} {x['ours_rows_per_s']:,.0f} / baseline "
+                     f"{x['baseline_rows_per_s']:,.0f} = {x['ratio']:.0%}", "PASS" if x["pass"] else "MISS"])
+    for x in t.get("sync", []):
+        rows.append([f"processing, {x['workers']} worker{'s' * (x['workers'] > 1)}: sync ≥ {x['target']:.0%} of async",
+                     f"{x['sync_rows_per_s']:,.0f} / {x['async_rows_per_s']:,.0f} = {x['ratio']:.0%}",
+                     "PASS" if x["pass"] else "MISS"])
     if t["enqueue"]:
         e = t["enqueue"]
         rows.append(["batched enqueue ≥ 70% of the baseline", f"{e['ratio']:.0%}", "PASS" if e["pass"] else "MISS"])

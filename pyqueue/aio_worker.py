@@ -18,7 +18,7 @@ import psycopg
 
 from ._async import resolve
 from .aio import AsyncDelayedQueue, AsyncMessage
-from .delivery import Delivery, Op, Stepper, Steps, WorkerCore, stop_signals
+from .delivery import Delivery, Op, Runners, Stepper, Steps, WorkerCore, stop_signals
 from .errors import PyQueueError
 
 __all__ = ["AsyncWorker", "AsyncHandler"]
@@ -49,12 +49,15 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
         self._stop_event: asyncio.Event | None = None
         self._stopped: asyncio.Task[Any] | None = None  # ends at the stop: what idle waits race against
         self._heartbeat: asyncio.Task[Any] | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._runners = Runners(self.concurrency)  # the handler slots: deliveries and their runners
+        self._tasks: set[asyncio.Task[Any]] = set()  # the runners' tasks
+        self._ended = asyncio.Event()  # a handler ended since the run loop last counted (or a stop)
+        self._spawned: set[asyncio.Task[Any]] = set()  # steps driven beside the run loop (acknowledgements)
         self._io: dict[Op, Callable[..., Awaitable[Any]]] = {
             Op.RUNNING: self._running, Op.WAIT: self._wait_handlers, Op.POLL: self._poll, Op.START: self._start,
             Op.SLEEP: self._sleep, Op.ACK: self.queue.ack_many, Op.DRAIN: self._drain, Op.FINISHED: self._finish,
             Op.BLOCKING: asyncio.to_thread, Op.NACK: _nack, Op.EXTEND: _extend,
-            Op.PAUSE: _pause,
+            Op.PAUSE: _pause, Op.SPAWN: self._spawn, Op.JOIN: self._join,
         }
 
     def stop(self) -> None:
@@ -64,6 +67,7 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
         self._request_stop()
         if self._loop is not None and self._stop_event is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._stop_event.set)
+            self._loop.call_soon_threadsafe(self._ended.set)
 
     async def run(self, *, install_signal_handlers: bool = True) -> None:
         """Run until :meth:`stop` (or a signal, see the class)."""
@@ -96,15 +100,40 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
         return stepper.value
 
     async def _running(self) -> int:
-        self._tasks = {t for t in self._tasks if not t.done()}
-        return len(self._tasks)
+        self._ended.clear()  # a handler ending from now on ends the next WAIT at once
+        return self._runners.held
 
     async def _wait_handlers(self, timeout: float) -> None:
-        assert self._stopped is not None
-        await asyncio.wait({*self._tasks, self._stopped}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait_for(self._ended.wait(), timeout)
+        except TimeoutError:
+            pass
 
     async def _start(self, delivery: Delivery) -> None:
-        self._tasks.add(asyncio.create_task(self._handle(delivery)))
+        if self._runners.add(delivery):
+            self._start_runner()
+
+    def _start_runner(self) -> None:
+        task = asyncio.create_task(self._run_waiting())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_waiting(self) -> None:
+        """A runner task: see :class:`pyqueue.delivery.Runners`. Coroutine handlers that do not
+        suspend run one after the other in it, without a task of their own."""
+        runners = self._runners
+        runners.started()
+        while True:
+            delivery, one_more = runners.take()
+            if delivery is None:
+                return
+            if one_more:
+                self._start_runner()
+            try:
+                await self._handle(delivery)
+            finally:
+                runners.ended()
+                self._ended.set()
 
     async def _handle(self, delivery: Delivery) -> None:
         try:
@@ -113,17 +142,29 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
             return await self._drive(self.failed_steps(delivery, exc))  # type: ignore[no-any-return]
         self.handler_returned(delivery)
 
+    async def _spawn(self, steps: Steps) -> None:
+        task = asyncio.create_task(self._drive(steps))
+        self._spawned.add(task)
+        task.add_done_callback(self._spawned.discard)
+
+    async def _join(self) -> None:
+        while self._spawned:
+            for task in list(self._spawned):
+                await task
+
     async def _sleep(self, seconds: float) -> None:
         assert self._stopped is not None
         await asyncio.wait({self._stopped}, timeout=seconds)
 
     async def _drain(self, grace: float) -> int:
-        if not self._tasks:
-            return 0
-        _, pending = await asyncio.wait(self._tasks, timeout=grace)
-        for task in pending:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while self._runners.held and (left := deadline - loop.time()) > 0:
+            self._ended.clear()
+            await self._wait_handlers(left)
+        for task in list(self._tasks):
             task.cancel()
-        return len(pending)
+        return self._runners.held
 
     async def _finish(self) -> None:
         for task in (self._heartbeat, self._stopped):

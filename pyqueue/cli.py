@@ -99,6 +99,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     settings: dict[str, Any] = {
         "concurrency": args.concurrency,
         "batch_size": args.batch_size,
+        "prefetch": args.prefetch,
         "lock_timeout": timedelta(seconds=args.lock_timeout),
         "idle_check": timedelta(seconds=args.idle_check),
         "shutdown_grace": timedelta(seconds=args.shutdown_grace),
@@ -108,7 +109,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         from .aio import AsyncDelayedQueue, AsyncWorker
 
         async def main() -> None:
-            pool_size = args.concurrency + 2
+            pool_size = args.concurrency + 3
             async with AsyncDelayedQueue(_dsn(args), args.queue, pool_size=pool_size, schema=args.schema) as q:
                 worker = AsyncWorker(q, handler, **settings)
                 with stop_signals(_first_stops_second_exits(worker)):
@@ -116,7 +117,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
         asyncio.run(main())
         return 0
-    with DelayedQueue(_dsn(args), args.queue, pool_size=args.concurrency + 2, schema=args.schema) as q:
+    with DelayedQueue(_dsn(args), args.queue, pool_size=args.concurrency + 3, schema=args.schema) as q:
         worker = Worker(q, handler, **settings)
         with stop_signals(_first_stops_second_exits(worker)):
             worker.run(install_signal_handlers=False)
@@ -304,6 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queue", required=True)
     p.add_argument("--concurrency", type=int, default=4, help="handler threads (default 4)")
     p.add_argument("--batch-size", type=int, default=None, help="max messages per poll (default: concurrency)")
+    p.add_argument("--prefetch", type=int, default=None,
+                   help="messages polled ahead while every handler is busy (default: batch size; 0: none)")
     p.add_argument("--lock-timeout", type=float, default=30.0, help="seconds (default 30); extended while running")
     p.add_argument("--idle-check", type=float, default=5.0, help="seconds between checks while idle (default 5)")
     p.add_argument("--shutdown-grace", type=float, default=30.0, help="seconds handlers get on stop (default 30)")

@@ -21,6 +21,7 @@ import random
 import signal
 import threading
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from .errors import InvalidArgument, PyQueueError
 from .limits import POLL_MAX_COUNT
 
 __all__ = [
-    "Backoff", "Delivery", "DeliveryStateError", "Deliveries", "Op", "State", "WorkerCore", "WorkerStats",
+    "Backoff", "Delivery", "DeliveryStateError", "Deliveries", "Op", "Runners", "State", "WorkerCore", "WorkerStats",
     "stop_signals",
 ]
 
@@ -247,6 +248,11 @@ class Deliveries:
             self.stats.lock_lost += 1
         return True
 
+    def acks_pending(self) -> bool:
+        """Whether some DONE delivery waits for its acknowledgement (read without the lock: a list's
+        length is read atomically, and a token recorded just after is sent with the next one)."""
+        return bool(self._to_ack)
+
     def take_acks(self) -> list[UUID]:
         """The lock tokens of the DONE deliveries, removed from the book: send them in one dq_ack."""
         with self._lock:
@@ -260,23 +266,90 @@ class Deliveries:
             self.stats.lock_lost += len(tokens) - acknowledged
 
 
+class Runners:
+    """The handler slots of a worker: deliveries wait here for a *runner* (a pool job or a task that
+    runs handlers one after the other until none waits), at most ``concurrency`` runners at once.
+    A batch of fast handlers then costs one runner rather than one job or task per message, and
+    slow ones ramp up to ``concurrency`` runners: a runner adds one more as it starts a handler
+    while deliveries still wait and no other runner is starting. Thread-safe (one lock), no I/O.
+
+    Invariant: while a delivery waits, a runner is starting, or ``concurrency`` runners run (each
+    takes the next delivery when its handler ends), or one running runner has yet to look again.
+    """
+
+    def __init__(self, concurrency: int) -> None:
+        self.concurrency = concurrency
+        self._lock = threading.Lock()
+        self._waiting: deque[Delivery] = deque()
+        self._held = 0  # deliveries added whose handlers have not ended
+        self._runners = 0  # runners counted, started or starting
+        self._starting = 0  # runners counted but not started
+
+    @property
+    def held(self) -> int:
+        """Deliveries added whose handlers have not ended (running or waiting)."""
+        return self._held
+
+    def _one_more(self) -> bool:
+        if self._starting or self._runners >= self.concurrency:
+            return False
+        self._starting += 1
+        self._runners += 1
+        return True
+
+    def add(self, delivery: Delivery) -> bool:
+        """``delivery`` waits for a runner; True: start one (counted from now)."""
+        with self._lock:
+            self._waiting.append(delivery)
+            self._held += 1
+            return self._one_more()
+
+    def started(self) -> None:
+        """A runner counted by :meth:`add` or :meth:`take` began."""
+        with self._lock:
+            self._starting -= 1
+
+    def not_started(self) -> None:
+        """A runner counted by :meth:`add` or :meth:`take` could not be started (the worker ended)."""
+        with self._lock:
+            self._starting -= 1
+            self._runners -= 1
+
+    def take(self) -> tuple[Delivery | None, bool]:
+        """For a runner: the next delivery (None: none waits, the runner ends now, uncounted) and
+        whether to start one more runner (counted from now)."""
+        with self._lock:
+            if not self._waiting:
+                self._runners -= 1
+                return None, False
+            delivery = self._waiting.popleft()
+            return delivery, bool(self._waiting) and self._one_more()
+
+    def ended(self) -> None:
+        """The handler of a taken delivery ended."""
+        with self._lock:
+            self._held -= 1
+
+
 class Op(enum.Enum):
     """The I/O a step generator asks its driver for; a step yields ``(Op.X, *arguments)`` and is
     sent the result (or thrown the exception) noted here."""
 
-    RUNNING = "running"  #: () → int: handlers still running (finished ones forgotten)
+    RUNNING = "running"  #: () → int: deliveries held whose handlers have not ended (running, or waiting for a slot)
     WAIT = "wait"  #: (seconds) → None: until a handler finishes, or the time passes
     POLL = "poll"  #: (max_count, idle: bool) → messages; idle: wait for them up to idle_check, end at a stop
     START = "start"  #: (Delivery) → None: run its handler (then :meth:`WorkerCore.handler_returned` or
     #: the steps of :meth:`WorkerCore.failed_steps`)
     SLEEP = "sleep"  #: (seconds) → None: ended early by a stop
     ACK = "ack"  #: (tokens) → int acknowledged: ``queue.ack_many``
-    DRAIN = "drain"  #: (seconds) → int: wait that long for running handlers; how many still run
+    DRAIN = "drain"  #: (seconds) → int: wait that long for the held deliveries' handlers; how many are still held
     FINISHED = "finished"  #: () → None: no handler runs any more: end the heartbeat
     BLOCKING = "blocking"  #: (function, *arguments) → its result: a blocking call (in a thread if async)
     NACK = "nack"  #: (message, delay, error) → bool: ``message.nack``
     EXTEND = "extend"  #: (message, timeout) → datetime | None: ``message.extend``
     PAUSE = "pause"  #: (seconds) → bool: True once the heartbeat must end
+    SPAWN = "spawn"  #: (steps) → None: drive these steps beside the run loop (a task, or a thread)
+    JOIN = "join"  #: () → None: until every spawned step generator has ended
 
 
 Step = tuple[Any, ...]
@@ -322,6 +395,7 @@ class WorkerCore(Generic[Q, H]):
         *,
         concurrency: int = 4,
         batch_size: int | None = None,
+        prefetch: int | None = None,
         lock_timeout: Seconds = timedelta(seconds=30),
         idle_check: Seconds = timedelta(seconds=5),
         backoff: Backoff | None = None,
@@ -336,6 +410,9 @@ class WorkerCore(Generic[Q, H]):
         self.handler = handler
         self.concurrency = concurrency
         self.batch_size = batch_size or concurrency
+        if prefetch is not None and not 0 <= prefetch <= POLL_MAX_COUNT:
+            raise InvalidArgument(f"prefetch is {prefetch}, it must be between 0 and {POLL_MAX_COUNT}")
+        self.prefetch = self.batch_size if prefetch is None else prefetch
         self.lock_timeout = as_timedelta(lock_timeout, "lock_timeout")
         self.idle_check = as_timedelta(idle_check, "idle_check")
         self.backoff = backoff or Backoff()
@@ -347,6 +424,7 @@ class WorkerCore(Generic[Q, H]):
         self._signals = 0
         self._poll_failures = 0
         self._backlog = False  # the last poll came back full: more is probably due
+        self._acking = False  # an acknowledgement runs beside the run loop (its steps: _ack_steps)
         self._setup()
 
     def _setup(self) -> None:
@@ -393,32 +471,64 @@ class WorkerCore(Generic[Q, H]):
             while not self._stopping:
                 # Prune first: a handler records its token before it counts as finished, so every
                 # pruned handler's acknowledgement goes out now, not after the next (idle) wait.
-                running = yield (Op.RUNNING,)
-                yield from self._flush_steps()
-                free = self.concurrency - running
-                if free == 0:
+                held = yield (Op.RUNNING,)
+                if not self._acking and self._deliveries.acks_pending():
+                    # Acknowledge beside the run loop: the next poll does not wait for it. One
+                    # acknowledgement at a time; tokens of handlers finishing meanwhile go with the next.
+                    self._acking = True
+                    yield (Op.SPAWN, self._ack_steps())
+                want = self._poll_size(held)
+                if want == 0:
                     yield (Op.WAIT, HANDLER_WAIT_S)
                     continue
-                want = min(free, self.batch_size)
-                # Wait (dq_poll_or_wait, registering as a waiter) only when nothing runs and the last
-                # poll did not come back full: while draining a backlog, polls stay plain.
-                messages = yield from self._poll_steps(want, idle=running == 0 and not self._backlog)
+                # Wait (dq_poll_or_wait, registering as a waiter) only when nothing is held and the
+                # last poll did not come back full: while draining a backlog, polls stay plain. The
+                # acknowledgements go out before such a wait, which may last idle_check.
+                idle = held == 0 and not self._backlog
+                if idle:
+                    yield from self._acknowledged_steps()
+                messages = yield from self._poll_steps(want, idle=idle)
                 self._backlog = len(messages) == want
                 for message in messages:
                     yield (Op.START, self._received(message))
-                if not messages and running:
+                if not messages and held:
                     yield (Op.WAIT, HANDLER_WAIT_S)
         finally:
             self._stopping = True
             still_running = yield (Op.DRAIN, self.shutdown_grace)
             if still_running:
-                self._log.warning("%d handlers still running after the grace period; their messages will be "
-                                  "redelivered when their locks expire", still_running)
+                self._log.warning("%d messages still held after the grace period (handlers running, or waiting "
+                                  "for a slot); they will be redelivered when their locks expire", still_running)
             yield (Op.FINISHED,)
-            yield from self._flush_steps()
+            yield from self._acknowledged_steps()
             if ticker is not None:
                 yield (Op.BLOCKING, ticker.stop, 10)
             self._log.info("worker stopped: %s", self.stats.snapshot())
+
+    def _poll_size(self, held: int) -> int:
+        """How many messages to poll for now, with ``held`` deliveries whose handlers have not ended
+        (running, or waiting for a handler slot): while handler slots are free, as many as fit
+        (at most ``batch_size``); while every slot is busy, a whole batch ahead (at most
+        ``prefetch`` messages waiting), else none."""
+        room = min(self.batch_size, self.concurrency + self.prefetch - held)
+        if held < self.concurrency:
+            return max(room, 0)
+        return room if room > 0 and room >= min(self.batch_size, self.prefetch) else 0
+
+    def _ack_steps(self) -> Steps:
+        """Spawned by the run loop: acknowledge the DONE deliveries until none is left."""
+        try:
+            while self._deliveries.acks_pending():
+                yield from self._flush_steps()
+        finally:
+            self._acking = False
+
+    def _acknowledged_steps(self) -> Steps:
+        """Until every finished handler's message is acknowledged: the spawned acknowledgement
+        ended, and the tokens recorded since sent."""
+        if self._acking:
+            yield (Op.JOIN,)
+        yield from self._flush_steps()
 
     def _poll_steps(self, want: int, *, idle: bool) -> Steps:
         try:

@@ -17,11 +17,17 @@ twice (retry, speculation) or a job run again offers the same keys again, which 
 message. Each task offers its partition in batches of ``batchSize`` rows, one ``dq_offer_many``
 call and one transaction per batch, in one of two ways (option ``writeMethod``):
 
-* ``arrays`` (default): each Arrow batch Spark hands over is checked, then its rows are sent as
-  arrays, while Spark produces the next rows. Measured fastest (docs/spark.md).
+* ``arrays`` (default): each Arrow batch Spark hands over is checked, then its rows are cut into
+  batches, de-duplicated and encoded as PostgreSQL binary arrays by pyarrow's compute functions
+  (no Python code per row); a second thread of the task runs each batch's ``dq_offer_many`` while
+  the task reads and encodes the next one. Measured fastest (docs/spark.md).
 * ``copy``: the whole partition is first staged in a temporary table with ``COPY`` and checked,
   then offered from the stage by set-based calls; a bad row stops the task before it offers
   anything, at the cost of not overlapping Spark's work with the database's.
+
+The same writer is a Structured Streaming sink (``stream.writeStream.format("delayedqueue")``):
+each micro-batch is offered as above; a micro-batch that Spark runs again after a failure or a
+restart offers its keys again, and those already offered are ``ignored``.
 
 Reading goes through the export functions (``dq_export_messages``, which ``dq_consumer`` may
 call, and ``dq_export_archive``, for ``dq_admin``; no role reads the tables directly): the id range
@@ -32,12 +38,16 @@ reads, and comparisons on the queue, the keys and the times are passed to the fu
 
 from __future__ import annotations
 
+import array
 import base64
 import datetime as dt
 import json
 import logging
+import struct
+import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -48,6 +58,8 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamWriter,
     DataSourceWriter,
     EqualTo,
     Filter,
@@ -82,6 +94,7 @@ if TYPE_CHECKING:
 __all__ = [
     "NAME",
     "DelayedQueueDataSource",
+    "DelayedQueueStreamWriter",
     "OfferCommitMessage",
     "OfferSummary",
     "register",
@@ -168,7 +181,8 @@ def _queue_option(options: Options) -> str:
 class DelayedQueueDataSource(DataSource):
     """The ``delayedqueue`` data source (docs/spark.md).
 
-    Write options: ``dsn`` (required), ``queue`` (required), ``canUpdate`` (default ``true``),
+    Write options (``df.write`` and ``stream.writeStream``): ``dsn`` (required), ``queue``
+    (required), ``canUpdate`` (default ``true``),
     ``batchSize`` (rows per ``dq_offer_many`` call and transaction, default 1000, at most 100000),
     ``writeMethod`` (``arrays``, the default, or ``copy``).
 
@@ -190,6 +204,9 @@ class DelayedQueueDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return DelayedQueueWriter(Options(self.options), schema, overwrite)
 
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return DelayedQueueStreamWriter(Options(self.options), schema, overwrite)
+
 
 # --------------------------------------------------------------------------- writing
 
@@ -202,10 +219,9 @@ CREATE TEMPORARY TABLE dq_spark_stage (
     key           text    NOT NULL,
     payload       bytea   NOT NULL,
     payload_type  text    NOT NULL,
-    at_us         bigint  NOT NULL
+    at            timestamptz NOT NULL
 )"""
-Q_STAGE_COPY = "COPY dq_spark_stage (seq, batch, key, payload, payload_type, at_us) FROM STDIN (FORMAT binary)"
-STAGE_TYPES = ("int8", "int4", "text", "bytea", "text", "int8")
+Q_STAGE_COPY = "COPY dq_spark_stage (seq, batch, key, payload, payload_type, at) FROM STDIN (FORMAT binary)"
 Q_STAGE_INDEX = "CREATE INDEX ON dq_spark_stage (batch)"
 Q_STAGE_ANALYZE = "ANALYZE dq_spark_stage"
 Q_STAGE_DROP = "DROP TABLE IF EXISTS dq_spark_stage"
@@ -217,9 +233,9 @@ Q_STAGE_DROP = "DROP TABLE IF EXISTS dq_spark_stage"
 _Q_OFFER_STAGED = """
 SELECT o.outcome, count(*)::bigint
   FROM (SELECT array_agg(s.key) AS keys, array_agg(s.payload) AS payloads,
-               array_agg(timestamptz 'epoch' + s.at_us * interval '1 microsecond') AS ats,
+               array_agg(s.at) AS ats,
                array_agg(s.payload_type) AS types
-          FROM (SELECT DISTINCT ON (t.key) t.key, t.payload, t.payload_type, t.at_us
+          FROM (SELECT DISTINCT ON (t.key) t.key, t.payload, t.payload_type, t.at
                   FROM dq_spark_stage t
                  WHERE t.batch = %(batch)s
                  ORDER BY t.key, t.seq {order}) AS s) AS a
@@ -228,13 +244,10 @@ SELECT o.outcome, count(*)::bigint
 Q_OFFER_STAGED_LAST = _Q_OFFER_STAGED.format(order="DESC")
 Q_OFFER_STAGED_FIRST = _Q_OFFER_STAGED.format(order="ASC")
 
-# The "arrays" method: one batch sent as arrays (already de-duplicated in Python), in binary
-# format (%b: no hex encoding of the payloads).
+# The "arrays" method: one batch sent as binary arrays (already de-duplicated, see Batching).
 Q_OFFER_ARRAYS = """
 SELECT o.outcome, count(*)::bigint
-  FROM dq_offer_many(%(queue)s, %(keys)b::text[], %(payloads)b::bytea[],
-                     (SELECT array_agg(timestamptz 'epoch' + u.us * interval '1 microsecond' ORDER BY u.i)
-                        FROM unnest(%(ats)b::int8[]) WITH ORDINALITY AS u(us, i)),
+  FROM dq_offer_many(%(queue)s, %(keys)b::text[], %(payloads)b::bytea[], %(ats)b::timestamptz[],
                      %(can_update)s, %(types)b::text[]) AS o
  GROUP BY o.outcome"""
 
@@ -245,6 +258,7 @@ Q_WRITER_CHECK = (
 )
 
 WRITE_METHODS = ("copy", "arrays")
+DEFAULT_BATCH_SIZE = 1000
 KEY_LIMIT = 200
 PAYLOAD_TYPE_LIMIT = 100
 OUTCOMES = ("created", "updated", "ignored")
@@ -267,8 +281,14 @@ class OfferCommitMessage(WriterCommitMessage):
     updated: int = 0
     ignored: int = 0
     superseded: int = 0
-    read_s: float = 0.0  # reading and checking the partition (and staging it, for the copy method)
-    offer_s: float = 0.0  # the dq_offer_many calls (for the arrays method: included in read_s too)
+    # Task time, in seconds. read_s: waiting for Spark's next Arrow batch; encode_s: checking,
+    # cutting and encoding the rows (and, for writeMethod=copy, copying them into the stage);
+    # offer_s: the dq_offer_many calls (for writeMethod=arrays in a second thread, overlapping the
+    # other two); wait_s: the task waiting for that thread to finish the previous batch.
+    read_s: float = 0.0
+    encode_s: float = 0.0
+    offer_s: float = 0.0
+    wait_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -285,7 +305,9 @@ class OfferSummary:
     ignored: int
     superseded: int
     read_s: float
+    encode_s: float
     offer_s: float
+    wait_s: float
 
     @classmethod
     def of(cls, queue: str, messages: Sequence[WriterCommitMessage | None]) -> OfferSummary:
@@ -301,7 +323,9 @@ class OfferSummary:
             ignored=sum(m.ignored for m in ours),
             superseded=sum(m.superseded for m in ours),
             read_s=sum(m.read_s for m in ours),
+            encode_s=sum(m.encode_s for m in ours),
             offer_s=sum(m.offer_s for m in ours),
+            wait_s=sum(m.wait_s for m in ours),
         )
 
     def __str__(self) -> str:
@@ -309,8 +333,9 @@ class OfferSummary:
             f"{NAME}: queue {self.queue!r}: {self.rows} rows from {self.tasks} tasks ({self.retried} retried)"
             f" in {self.batches} batches:"
             f" created {self.created}, updated {self.updated}, ignored {self.ignored},"
-            f" superseded {self.superseded}; task time: reading/staging {self.read_s:.1f} s,"
-            f" offering {self.offer_s:.1f} s"
+            f" superseded {self.superseded}; task time: reading from Spark {self.read_s:.1f} s,"
+            f" checking/encoding {self.encode_s:.1f} s, offering {self.offer_s:.1f} s,"
+            f" waiting for the offers {self.wait_s:.1f} s"
         )
 
 
@@ -325,7 +350,7 @@ def _payload_kind(data_type: DataType) -> str | None:
     return None
 
 
-def _check_write_schema(schema: StructType) -> str:
+def check_write_schema(schema: StructType) -> str:
     """Check the DataFrame's columns; return the default payload_type. Raises ValueError naming the column."""
     fields = {f.name: f for f in schema.fields}
     allowed = ("key", "payload", "scheduled_at", "payload_type")
@@ -362,6 +387,266 @@ def _check_write_schema(schema: StructType) -> str:
     return kind
 
 
+# --------------------------------------------------------------------------- PostgreSQL binary formats
+
+# The batches travel in PostgreSQL's binary formats, built from the Arrow columns by pyarrow's
+# compute kernels, with no Python code per row: a binary array parameter (what ``array_recv``
+# reads) for dq_offer_many, binary COPY rows (PostgreSQL manual, COPY, "Binary Format") for the
+# stage of writeMethod=copy. In both, a value is its length as a 4-byte big-endian integer
+# followed by its bytes; a timestamptz is a big-endian int8 of microseconds since
+# 2000-01-01 00:00 UTC.
+PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 00:00 UTC in microseconds since 1970-01-01
+ELEMENT_OIDS = {"text": 25, "bytea": 17, "timestamptz": 1184, "int8": 20, "int4": 23}
+ARRAY_OIDS = {"text": 1009, "bytea": 1001, "timestamptz": 1185, "int8": 1016, "int4": 1007}
+COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
+COPY_TRAILER = struct.pack("!h", -1)
+
+
+def _big_endian(values: Any, code: str, width: int) -> Any:
+    """A primitive Arrow array without nulls (int32: ``code`` "i", width 4; int64: "q", 8) as a
+    ``fixed_size_binary`` array of its big-endian values, cast to ``binary``."""
+    import pyarrow as pa
+
+    n = len(values)
+    data = memoryview(values.buffers()[1])[values.offset * width : (values.offset + n) * width]
+    swapped = array.array(code)
+    swapped.frombytes(data)
+    if sys.byteorder == "little":
+        swapped.byteswap()
+    return pa.Array.from_buffers(pa.binary(width), n, [None, pa.py_buffer(swapped.tobytes())]).cast(pa.binary())
+
+
+def _fields(values: Any) -> Any:
+    """A ``binary`` array without nulls, each value preceded by its length (4 bytes, big-endian)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lengths = pc.binary_length(values).cast(pa.int32())
+    return pc.binary_join_element_wise(_big_endian(lengths, "i", 4), values, pa.scalar(b"", pa.binary()))
+
+
+def _concatenated(values: Any) -> bytes:
+    """The bytes of a ``binary`` array's values, one after the other."""
+    import pyarrow as pa
+
+    offsets = pa.Array.from_buffers(pa.int32(), len(values) + 1, [None, values.buffers()[1]], offset=values.offset)
+    start, end = offsets[0].as_py(), offsets[len(values)].as_py()
+    return bytes(memoryview(values.buffers()[2])[start:end])
+
+
+def _as_binary(values: Any, element: str) -> Any:
+    """A column as ``binary`` values in the binary format of ``element`` (text, bytea: their bytes;
+    int8, int4: integers; timestamptz: from int64 microseconds since 1970)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if element == "int8":
+        return _big_endian(values.cast(pa.int64()), "q", 8)
+    if element == "int4":
+        return _big_endian(values.cast(pa.int32()), "i", 4)
+    if element == "timestamptz":
+        return _big_endian(pc.subtract(values, pa.scalar(PG_EPOCH_US, pa.int64())), "q", 8)
+    return values.cast(pa.binary())
+
+
+class PgArray:
+    """A one-dimensional PostgreSQL array in binary format, passed as a query parameter (see
+    :class:`_PgArrayDumper`). ``element`` is text, bytea, int8, int4 or timestamptz; ``values`` an Arrow array
+    without nulls (timestamptz: int64 microseconds since 1970-01-01 UTC)."""
+
+    __slots__ = ("data", "element")
+
+    def __init__(self, values: Any, element: str) -> None:
+        header = struct.pack("!iiiii", 1, 0, ELEMENT_OIDS[element], len(values), 1)
+        self.element = element
+        self.data = header + _concatenated(_fields(_as_binary(values, element)))
+
+
+class PgArrayDumper(psycopg.adapt.Dumper):
+    """Dumps a :class:`PgArray` as it is, with the oid of its array type (register it on the
+    connection: ``conn.adapters.register_dumper(PgArray, PgArrayDumper)``)."""
+
+    format = psycopg.pq.Format.BINARY
+
+    def dump(self, obj: Any) -> bytes:
+        return obj.data  # type: ignore[no-any-return]
+
+    def get_key(self, obj: Any, format: psycopg.adapt.PyFormat) -> Any:
+        return (self.cls, obj.element)
+
+    def upgrade(self, obj: Any, format: psycopg.adapt.PyFormat) -> psycopg.adapt.Dumper:
+        dumper = PgArrayDumper(self.cls, self.connection)
+        dumper.oid = ARRAY_OIDS[obj.element]
+        return dumper
+
+
+def copy_rows(columns: Sequence[tuple[Any, str]]) -> bytes:
+    """Binary COPY rows (without the signature and trailer) of Arrow arrays without nulls of equal
+    length, each with its type (text, bytea, int8, int4, timestamptz)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    count = pa.scalar(struct.pack("!h", len(columns)), pa.binary())
+    fields = [_fields(_as_binary(values, element)) for values, element in columns]
+    return _concatenated(pc.binary_join_element_wise(count, *fields, pa.scalar(b"", pa.binary())))
+
+
+# --------------------------------------------------------------------------- a task's batches
+
+
+class TimedIterator:
+    """An iterator that adds up the time spent waiting for its items (``seconds``)."""
+
+    def __init__(self, items: Iterator[Any]) -> None:
+        self.items = items
+        self.seconds = 0.0
+
+    def __iter__(self) -> TimedIterator:
+        return self
+
+    def __next__(self) -> Any:
+        t = time.perf_counter()
+        try:
+            return next(self.items)
+        finally:
+            self.seconds += time.perf_counter() - t
+
+
+class BadRow(ValueError):
+    """A row that cannot be offered: ``column`` ``what`` (e.g. "is NULL") in row ``row`` of the
+    partition (counted from 0). The writer turns it into the task's error."""
+
+    def __init__(self, column: str, what: str, row: int) -> None:
+        super().__init__(f"column {column!r} {what} in row {row}")
+        self.column, self.what, self.row = column, what, row
+
+
+@dataclass(frozen=True)
+class OfferBatch:
+    """One ``dq_offer_many`` call's worth of a partition: ``rows`` consecutive rows, of which
+    ``len(keys)`` distinct keys are offered (the others are superseded), as Arrow arrays without
+    nulls (``ats``: int64 microseconds since 1970-01-01 UTC)."""
+
+    rows: int
+    keys: Any
+    payloads: Any
+    types: Any
+    ats: Any
+
+    @property
+    def offered(self) -> int:
+        return len(self.keys)
+
+    def params(self, queue: str, can_update: bool) -> dict[str, Any]:
+        """The parameters of :data:`Q_OFFER_ARRAYS` (binary arrays, see :class:`PgArray`)."""
+        return {
+            "queue": queue,
+            "keys": PgArray(self.keys, "text"),
+            "payloads": PgArray(self.payloads, "bytea"),
+            "types": PgArray(self.types, "text"),
+            "ats": PgArray(self.ats, "timestamptz"),
+            "can_update": can_update,
+        }
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How a task turns the Arrow batches Spark hands it into offer batches: checks every row,
+    converts the columns, cuts ``batch_size`` rows at a time and de-duplicates each cut (the rule
+    of docs/spark.md: with ``can_update`` the last row of a key wins, otherwise the first). Arrow
+    compute throughout, no Python code per row (but for struct/map/array payloads, written as
+    JSON). Plain data: Spark pickles it to the executors."""
+
+    columns: tuple[str, ...]
+    batch_size: int
+    can_update: bool
+    default_type: str  # payload_type of rows without one
+    default_at_us: int  # scheduled_at of rows without one, microseconds since 1970-01-01 UTC
+
+    def checked(self, batch: Any, seq0: int) -> Any:
+        """One Arrow batch, checked and converted: a table of key (string), payload (binary),
+        payload_type (string) and at (int64 µs), without nulls. ``seq0`` is the position of its
+        first row in the partition. Raises :class:`BadRow` for the first bad row."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        cols = dict(zip(self.columns, batch.columns, strict=True))
+        n = batch.num_rows
+
+        def fail(column: str, mask: Any, what: str) -> None:
+            index = pc.index(mask, pa.scalar(True)).as_py()
+            if index is not None and index >= 0:
+                raise BadRow(column, what, seq0 + index)
+
+        keys = cols["key"]
+        fail("key", pc.is_null(keys), "is NULL")
+        length = pc.utf8_length(keys)
+        fail("key", pc.equal(length, 0), "is empty")
+        fail("key", pc.greater(length, KEY_LIMIT), f"is longer than {KEY_LIMIT} characters")
+        payload = cols["payload"]
+        fail("payload", pc.is_null(payload), "is NULL")
+        if self.default_type == "json":
+            payloads = pa.array([_json_bytes(v, payload.type) for v in payload.to_pylist()], pa.binary())
+        else:
+            payloads = payload.cast(pa.binary())
+        if "payload_type" in cols:
+            ptype = cols["payload_type"]
+            plen = pc.utf8_length(ptype)
+            fail("payload_type", pc.equal(plen, 0), "is empty")
+            too_long = f"is longer than {PAYLOAD_TYPE_LIMIT} characters"
+            fail("payload_type", pc.greater(plen, PAYLOAD_TYPE_LIMIT), too_long)
+            types = pc.fill_null(ptype, self.default_type)
+        else:
+            types = pc.fill_null(pa.nulls(n, pa.string()), self.default_type)
+        if "scheduled_at" in cols:
+            at_us = cols["scheduled_at"].cast(pa.timestamp("us", "UTC")).cast(pa.int64())
+            ats = pc.fill_null(at_us, self.default_at_us)
+        else:
+            ats = pc.fill_null(pa.nulls(n, pa.int64()), self.default_at_us)
+        return pa.table({"key": keys.cast(pa.string()), "payload": payloads, "payload_type": types, "at": ats})
+
+    def cut(self, rows: Any) -> OfferBatch:
+        """``rows`` (a table from :meth:`checked`) as one offer batch, de-duplicated."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        rows = rows.combine_chunks()
+        n = rows.num_rows
+        if pc.count_distinct(rows["key"]).as_py() != n:
+            # the last (canUpdate) or first row of each key, in the order of the rows
+            numbered = pa.table({"key": rows["key"], "i": pa.array(range(n), pa.int64())})
+            pick = "max" if self.can_update else "min"
+            kept = numbered.group_by("key", use_threads=False).aggregate([("i", pick)])[f"i_{pick}"]
+            rows = rows.take(pc.take(kept, pc.array_sort_indices(kept)))
+        return OfferBatch(
+            rows=n,
+            keys=rows["key"].combine_chunks(),
+            payloads=rows["payload"].combine_chunks(),
+            types=rows["payload_type"].combine_chunks(),
+            ats=rows["at"].combine_chunks(),
+        )
+
+    def batches(self, iterator: Iterator[Any]) -> Iterator[OfferBatch]:
+        """The offer batches of a partition, in order: ``batch_size`` rows each, the last one
+        shorter. Each Arrow batch is checked whole before any of its rows is in a yielded batch;
+        raises :class:`BadRow` (nothing of that Arrow batch yielded)."""
+        import pyarrow as pa
+
+        seq = 0
+        pending: Any = None
+        for batch in iterator:
+            if batch.num_rows == 0:
+                continue
+            rows = self.checked(batch, seq)
+            seq += batch.num_rows
+            pending = rows if pending is None else pa.concat_tables([pending, rows])
+            while pending.num_rows >= self.batch_size:
+                yield self.cut(pending.slice(0, self.batch_size))
+                pending = pending.slice(self.batch_size)
+        if pending is not None and pending.num_rows:
+            yield self.cut(pending)
+
+
 class DelayedQueueWriter(DataSourceArrowWriter):
     """Offers each partition's rows through ``dq_offer_many`` (see the module docstring and
     docs/spark.md for the duplicate-key rule and what is guaranteed when a row is bad).
@@ -376,13 +661,12 @@ class DelayedQueueWriter(DataSourceArrowWriter):
             raise ValueError(f"{NAME}: mode('overwrite') is not supported; offers add or replace by key: use append")
         self.dsn = _required(options, "dsn")
         self.queue = _queue_option(options)
-        self.can_update = _bool_option(options, "canUpdate", True)
-        self.batch_size = _int_option(options, "batchSize", 1000, 1, 100_000)
+        can_update = _bool_option(options, "canUpdate", True)
+        batch_size = _int_option(options, "batchSize", DEFAULT_BATCH_SIZE, 1, 100_000)
         self.method = (options.get("writeMethod") or "arrays").lower()
         if self.method not in WRITE_METHODS:
             raise ValueError(f"{NAME}: option 'writeMethod' is {self.method!r}, it must be one of {WRITE_METHODS}")
-        self.default_type = _check_write_schema(schema)
-        self.columns = [f.name for f in schema.fields]
+        default_type = check_write_schema(schema)
         # Testing only (tests/test_spark.py): the first attempt of this partition raises after
         # this many of its batches were committed, to exercise Spark's task retry.
         fail = options.get("testFailFirstAttempt")  # "partition:batches"
@@ -395,7 +679,13 @@ class DelayedQueueWriter(DataSourceArrowWriter):
         assert row is not None
         if not row[1]:
             raise ValueError(f"{NAME}: the database of 'dsn' has no dq_offer_many; install the queue (pyqueue migrate)")
-        self.default_at_us: int = int(row[0])
+        self.batching = Batching(
+            columns=tuple(f.name for f in schema.fields),
+            batch_size=batch_size,
+            can_update=can_update,
+            default_type=default_type,
+            default_at_us=int(row[0]),
+        )
 
     # ----------------------------------------------------------------- on the executors
 
@@ -408,62 +698,23 @@ class DelayedQueueWriter(DataSourceArrowWriter):
         with psycopg.connect(
             self.dsn, autocommit=True, application_name=f"pyqueue.spark write {partition}.{attempt}"
         ) as conn:
+            conn.adapters.register_dumper(PgArray, PgArrayDumper)
             if self.method == "copy":
                 counts = self._write_staged(conn, iterator, partition, attempt)
             else:
                 counts = self._write_arrays(conn, iterator, partition, attempt)
         return OfferCommitMessage(partition=partition, attempt=attempt, **counts)
 
-    def _columns(
-        self, batch: Any, seq0: int, partition: int, offered: int = 0
-    ) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
-        """Check one Arrow batch and convert it: keys, payloads (bytes), payload types, times (µs).
-
-        ``seq0`` is the position of the batch's first row in the partition; ``offered`` how many
-        rows of the partition this task has offered (committed) so far, for the error message."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        cols = dict(zip(self.columns, batch.columns, strict=True))
-
-        def fail(column: str, mask: Any, what: str) -> None:
-            index = pc.index(mask, pa.scalar(True)).as_py()
-            if index is not None and index >= 0:
-                done = (
-                    "this task offered nothing"
-                    if offered == 0
-                    else f"this task had offered its first {offered} rows (writeMethod=arrays)"
-                )
-                raise ValueError(
-                    f"{NAME}: column {column!r} {what} in row {seq0 + index} of partition {partition} "
-                    f"(rows counted from 0); {done}"
-                )
-
-        keys = cols["key"]
-        fail("key", pc.is_null(keys), "is NULL")
-        length = pc.utf8_length(keys)
-        fail("key", pc.equal(length, 0), "is empty")
-        fail("key", pc.greater(length, KEY_LIMIT), f"is longer than {KEY_LIMIT} characters")
-        payload = cols["payload"]
-        fail("payload", pc.is_null(payload), "is NULL")
-        if self.default_type == "json":
-            payloads = [_json_bytes(v, payload.type) for v in payload.to_pylist()]
-        else:
-            payloads = payload.cast(pa.binary()).to_pylist()
-        if "payload_type" in cols:
-            ptype = cols["payload_type"]
-            plen = pc.utf8_length(ptype)
-            fail("payload_type", pc.equal(plen, 0), "is empty")
-            too_long = f"is longer than {PAYLOAD_TYPE_LIMIT} characters"
-            fail("payload_type", pc.greater(plen, PAYLOAD_TYPE_LIMIT), too_long)
-            types = pc.fill_null(ptype, self.default_type).to_pylist()
-        else:
-            types = [self.default_type] * batch.num_rows
-        if "scheduled_at" in cols:
-            ats = pc.fill_null(cols["scheduled_at"].cast(pa.int64()), self.default_at_us).to_pylist()
-        else:
-            ats = [self.default_at_us] * batch.num_rows
-        return keys.to_pylist(), payloads, types, ats
+    def _bad_row(self, bad: BadRow, partition: int, offered: int, method: str) -> ValueError:
+        done = (
+            "this task offered nothing"
+            if offered == 0
+            else f"this task had offered its first {offered} rows (writeMethod={method})"
+        )
+        return ValueError(
+            f"{NAME}: column {bad.column!r} {bad.what} in row {bad.row} of partition {partition} "
+            f"(rows counted from 0); {done}"
+        )
 
     def _maybe_fail(self, partition: int, attempt: int, batches_done: int) -> None:
         if (
@@ -480,21 +731,39 @@ class DelayedQueueWriter(DataSourceArrowWriter):
         self, conn: psycopg.Connection[Any], iterator: Iterator[Any], partition: int, attempt: int
     ) -> dict[str, Any]:
         """Stage the partition with COPY, then offer it batch by batch from the stage."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         started = time.perf_counter()
-        size = self.batch_size
+        iterator = timed = TimedIterator(iterator)
+        size = self.batching.batch_size
         conn.execute(Q_STAGE_DROP)
         conn.execute(Q_STAGE_CREATE)
         seq = 0
         with conn.cursor() as cur, cur.copy(Q_STAGE_COPY) as copy:
-            copy.set_types(STAGE_TYPES)
+            copy.write(COPY_SIGNATURE)
             for batch in iterator:
                 if batch.num_rows == 0:
                     continue
-                keys, payloads, types, ats = self._columns(batch, seq, partition)
-                for i in range(batch.num_rows):
-                    b = (seq + i) // size
-                    copy.write_row((seq + i, b, keys[i], payloads[i], types[i], ats[i]))
+                try:
+                    rows = self.batching.checked(batch, seq)
+                except BadRow as bad:
+                    raise self._bad_row(bad, partition, 0, self.method) from None
+                seqs = pa.array(range(seq, seq + batch.num_rows), pa.int64())
+                copy.write(
+                    copy_rows(
+                        [
+                            (seqs, "int8"),
+                            (pc.divide(seqs, size), "int4"),
+                            (rows["key"].combine_chunks(), "text"),
+                            (rows["payload"].combine_chunks(), "bytea"),
+                            (rows["payload_type"].combine_chunks(), "text"),
+                            (rows["at"].combine_chunks(), "timestamptz"),
+                        ]
+                    )
+                )
                 seq += batch.num_rows
+            copy.write(COPY_TRAILER)
         if seq == 0:
             conn.execute(Q_STAGE_DROP)
             return {"rows": 0, "batches": 0}
@@ -503,11 +772,11 @@ class DelayedQueueWriter(DataSourceArrowWriter):
         staged = time.perf_counter()
         counts = dict.fromkeys(OUTCOMES, 0)
         batches = (seq + size - 1) // size
-        query = Q_OFFER_STAGED_LAST if self.can_update else Q_OFFER_STAGED_FIRST
+        query = Q_OFFER_STAGED_LAST if self.batching.can_update else Q_OFFER_STAGED_FIRST
         for b in range(batches):
             self._maybe_fail(partition, attempt, b)
             rows = conn.execute(
-                query, {"batch": b, "queue": self.queue, "can_update": self.can_update}
+                query, {"batch": b, "queue": self.queue, "can_update": self.batching.can_update}
             ).fetchall()  # autocommit: this statement is the batch's transaction
             for outcome, n in rows:
                 counts[outcome] += int(n)
@@ -518,65 +787,57 @@ class DelayedQueueWriter(DataSourceArrowWriter):
             "batches": batches,
             **counts,
             "superseded": seq - offered,
-            "read_s": staged - started,
+            "read_s": timed.seconds,
+            "encode_s": staged - started - timed.seconds,
             "offer_s": time.perf_counter() - staged,
         }
 
     def _write_arrays(
         self, conn: psycopg.Connection[Any], iterator: Iterator[Any], partition: int, attempt: int
     ) -> dict[str, Any]:
-        """Offer each batch as arrays (checks each Arrow batch before offering its rows)."""
-        started = time.perf_counter()
-        offer_s = 0.0
-        size = self.batch_size
+        """Offer each batch as binary arrays; the next batch is read from Spark, checked and
+        encoded (in this thread) while the database runs the current one (in another thread)."""
         counts = dict.fromkeys(OUTCOMES, 0)
-        seq = batches = superseded = offered_rows = 0
-        pending: dict[str, tuple[bytes, str, int]] = {}
-        pending_rows = 0
+        done = {"rows": 0, "batches": 0, "superseded": 0, "offer_s": 0.0}
 
-        def flush() -> None:
-            nonlocal batches, pending_rows, superseded, offer_s, offered_rows
-            if not pending_rows:
-                return
+        def offer(batch: OfferBatch, params: dict[str, Any]) -> None:  # in the offering thread
             t = time.perf_counter()
-            self._maybe_fail(partition, attempt, batches)
-            params = {
-                "queue": self.queue,
-                "keys": list(pending),
-                "payloads": [v[0] for v in pending.values()],
-                "types": [v[1] for v in pending.values()],
-                "ats": [v[2] for v in pending.values()],
-                "can_update": self.can_update,
-            }
-            for outcome, n in conn.execute(Q_OFFER_ARRAYS, params).fetchall():
+            for outcome, n in conn.execute(Q_OFFER_ARRAYS, params).fetchall():  # autocommit: one transaction
                 counts[outcome] += int(n)
-            superseded += pending_rows - len(pending)
-            offered_rows += pending_rows
-            batches += 1
-            pending.clear()
-            pending_rows = 0
-            offer_s += time.perf_counter() - t
+            done["rows"] += batch.rows
+            done["batches"] += 1
+            done["superseded"] += batch.rows - batch.offered
+            done["offer_s"] += time.perf_counter() - t
 
-        for batch in iterator:
-            if batch.num_rows == 0:
-                continue
-            keys, payloads, types, ats = self._columns(batch, seq, partition, offered_rows)
-            for i in range(batch.num_rows):
-                k = keys[i]
-                if k not in pending or self.can_update:
-                    pending[k] = (payloads[i], types[i], ats[i])
-                pending_rows += 1
-                if pending_rows == size:
-                    flush()
-            seq += batch.num_rows
-        flush()
+        timed = TimedIterator(iterator)
+        batches = self.batching.batches(timed)
+        encode_s = wait_s = 0.0
+        with ThreadPoolExecutor(1, thread_name_prefix="pyqueue.spark offer") as pool:
+            running: Future[None] | None = None
+            while True:
+                t = time.perf_counter()
+                try:
+                    batch = next(batches, None)
+                    params = None if batch is None else batch.params(self.queue, self.batching.can_update)
+                except BadRow as bad:
+                    if running is not None:
+                        running.result()
+                    raise self._bad_row(bad, partition, int(done["rows"]), self.method) from None
+                t2 = time.perf_counter()
+                encode_s += t2 - t
+                if running is not None:
+                    running.result()
+                    wait_s += time.perf_counter() - t2
+                if batch is None or params is None:
+                    break
+                self._maybe_fail(partition, attempt, int(done["batches"]))
+                running = pool.submit(offer, batch, params)
         return {
-            "rows": seq,
-            "batches": batches,
+            **done,
             **counts,
-            "superseded": superseded,
-            "read_s": time.perf_counter() - started - offer_s,
-            "offer_s": offer_s,
+            "read_s": timed.seconds,
+            "encode_s": encode_s - timed.seconds,
+            "wait_s": wait_s,
         }
 
     # ----------------------------------------------------------------- on the driver
@@ -593,6 +854,44 @@ class DelayedQueueWriter(DataSourceArrowWriter):
             NAME,
             self.queue,
             summary,
+        )
+
+
+class DelayedQueueStreamWriter(DataSourceStreamArrowWriter):
+    """The Structured Streaming sink: every micro-batch is offered by the tasks exactly as a
+    ``df.write`` job would (:class:`DelayedQueueWriter`: same options, checks, batches and
+    outcomes). Spark runs a micro-batch again after a failure or a restart from its checkpoint
+    when the batch was not committed; its keys make the rows already offered ``ignored``, so the
+    queue holds each key once (docs/spark.md, "Structured Streaming").
+
+    Created once per start of the query: the default time of rows without ``scheduled_at`` is
+    ``now()`` at that start. Output mode ``complete`` is refused (offers cannot replace a queue).
+    """
+
+    def __init__(self, options: Options, schema: StructType, overwrite: bool) -> None:
+        if overwrite:
+            raise ValueError(
+                f"{NAME}: outputMode('complete') is not supported; offers add or replace by key: use append or update"
+            )
+        self.offers = DelayedQueueWriter(options, schema, overwrite=False)
+
+    def write(self, iterator: Iterator[Any]) -> OfferCommitMessage:
+        return self.offers.write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        summary = OfferSummary.of(self.offers.queue, messages)
+        _driver_logger().info(
+            "%s (micro-batch %d)", summary, batchId, extra={"offer_summary": summary.__dict__, "batch_id": batchId}
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _driver_logger().warning(
+            "%s: micro-batch %d to queue %r failed; Spark runs it again (the keys make the rows already offered"
+            " ignored). Finished tasks: %s",
+            NAME,
+            batchId,
+            self.offers.queue,
+            OfferSummary.of(self.offers.queue, messages),
         )
 
 

@@ -2,8 +2,10 @@
 
 The worker sleeps on LISTEN/NOTIFY while the queue is idle (``DelayedQueue.poll(wait=…)``: at
 most one query per ``idle_check`` besides wake-ups), polls in batches of at most the free
-handler slots (so it never holds more messages than it is running), runs the handler in a
-thread pool, acknowledges finished messages together with one ``dq_ack(uuid[])``, extends the
+handler slots plus ``prefetch`` messages polled ahead while every slot is busy (so the next batch
+is fetched while the current one runs), runs the handler in a thread pool, acknowledges finished
+messages together with one ``dq_ack(uuid[])`` sent beside the polls (the next poll does not wait
+for it), extends the
 locks of running handlers every ``lock_timeout / 3`` (a heartbeat, as SQS's
 ChangeMessageVisibility), and negatively acknowledges a message whose handler raised with an
 exponential backoff with jitter. Its decisions are those of :mod:`pyqueue.delivery`, shared with
@@ -19,15 +21,16 @@ import logging
 import select
 import socket
 import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from datetime import timedelta
 from typing import Any
 
 from ._sync import resolve
 from .client import DelayedQueue, Message
-from .delivery import Backoff, Delivery, Op, Stepper, Steps, WorkerCore, WorkerStats, stop_signals
+from .delivery import Backoff, Delivery, Op, Runners, Stepper, Steps, WorkerCore, WorkerStats, stop_signals
 from .errors import PyQueueError
 
 __all__ = ["Worker", "Backoff", "WorkerStats"]
@@ -70,15 +73,20 @@ class _Waker:
 class Worker(WorkerCore[DelayedQueue, Handler]):
     """Consume ``queue`` with ``handler`` until stopped.
 
-    :param queue: the :class:`DelayedQueue` to consume (its pool should allow ``concurrency + 2``
-        connections; the worker's own heartbeat and acknowledgements use it).
+    :param queue: the :class:`DelayedQueue` to consume (its pool should allow ``concurrency + 3``
+        connections; the worker's own polls, heartbeat and acknowledgements use it).
     :param handler: called with each :class:`Message` in a thread of the worker's pool; returning
         acknowledges it, raising (an :class:`Exception`) negatively acknowledges it with ``backoff``.
         A handler may settle the message itself, e.g. ``message.ack(conn=conn)`` inside the
         transaction that holds its own writes (exactly-once effects; docs/api.md); the worker then
         sends nothing more for it and counts it acknowledged.
-    :param concurrency: handler threads (≥ 1); also the most messages held at once.
+    :param concurrency: handler threads (≥ 1): the most handlers running at once.
     :param batch_size: most messages per poll, 1–10,000 (default: ``concurrency``).
+    :param prefetch: most messages held beyond the handler slots, 0–10,000 (default:
+        ``batch_size``): while every slot is busy the worker polls one batch ahead (up to this
+        many), whose messages wait in the worker for a free slot, their locks extended like those
+        of running handlers. 0: poll only for free slots (a message is never held while another
+        worker could run it now; slower with short handlers).
     :param lock_timeout: visibility timeout of each delivery (timedelta or seconds, > 0; default
         30 s); the worker extends it every third of it while the handler runs. A handler that
         blocks the heartbeat longer than this (or a paused process) means a second delivery.
@@ -103,14 +111,17 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
     def _setup(self) -> None:
         self._waker: _Waker | None = None  # while run() runs
         self._finished = threading.Event()  # set once no handler runs any more: ends the heartbeat
-        self._handlers: set[Future[Any]] = set()
         self._pool: ThreadPoolExecutor | None = None
+        self._runners = Runners(self.concurrency)  # the handler slots: deliveries and their runners
+        self._ended = threading.Event()  # a handler ended since the run loop last counted
         self._io: dict[Op, Callable[..., Any]] = {
             Op.RUNNING: self._running, Op.WAIT: self._wait_handlers, Op.POLL: self._poll, Op.START: self._start,
             Op.SLEEP: self._sleep, Op.ACK: self.queue.ack_many, Op.DRAIN: self._drain, Op.FINISHED: self._finished.set,
             Op.BLOCKING: _call, Op.NACK: _nack, Op.EXTEND: _extend,
-            Op.PAUSE: self._finished.wait,
+            Op.PAUSE: self._finished.wait, Op.SPAWN: self._spawn, Op.JOIN: self._join,
         }
+        self._spawned: set[Future[Any]] = set()  # steps driven beside the run loop (acknowledgements)
+        self._beside: ThreadPoolExecutor | None = None  # their thread
 
     # -- control -------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -126,6 +137,7 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
         and SIGINT call :meth:`stop` meanwhile (every one of them: the process is never exited here;
         ``pyqueue worker`` exits at once on a second signal)."""
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="pyqueue-handler")
+        self._beside = ThreadPoolExecutor(1, thread_name_prefix="pyqueue-ack")
         self._waker = waker = _Waker()
         heartbeat = threading.Thread(target=self._drive, args=(self.heartbeat_steps(),), name="pyqueue-heartbeat",
                                      daemon=True)
@@ -137,6 +149,7 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
         finally:
             self._finished.set()
             self._pool.shutdown(wait=False, cancel_futures=True)
+            self._beside.shutdown(wait=True)
             waker.close()
 
     # -- the driver ----------------------------------------------------------------------------
@@ -154,15 +167,38 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
         return stepper.value
 
     def _running(self) -> int:
-        self._handlers = {f for f in self._handlers if not f.done()}
-        return len(self._handlers)
+        self._ended.clear()  # a handler ending from now on ends the next WAIT at once
+        return self._runners.held
 
     def _wait_handlers(self, timeout: float) -> None:
-        wait(self._handlers, timeout=timeout, return_when=FIRST_COMPLETED)
+        self._ended.wait(timeout)
 
     def _start(self, delivery: Delivery) -> None:
+        if self._runners.add(delivery):
+            self._submit_runner()
+
+    def _submit_runner(self) -> None:
         assert self._pool is not None
-        self._handlers.add(self._pool.submit(self._handle, delivery))
+        try:
+            self._pool.submit(self._run_waiting)
+        except RuntimeError:  # the pool is shut down (the worker ended): nothing runs any more
+            self._runners.not_started()
+
+    def _run_waiting(self) -> None:
+        """A runner (a job of the handler pool): see :class:`pyqueue.delivery.Runners`."""
+        runners = self._runners
+        runners.started()
+        while True:
+            delivery, one_more = runners.take()
+            if delivery is None:
+                return
+            if one_more:
+                self._submit_runner()
+            try:
+                self._handle(delivery)
+            finally:
+                runners.ended()
+                self._ended.set()
 
     def _handle(self, delivery: Delivery) -> None:
         try:
@@ -171,13 +207,27 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
             return self._drive(self.failed_steps(delivery, exc))  # type: ignore[no-any-return]
         self.handler_returned(delivery)
 
+    def _spawn(self, steps: Steps) -> None:
+        assert self._beside is not None
+        future = self._beside.submit(self._drive, steps)
+        self._spawned.add(future)
+        future.add_done_callback(self._spawned.discard)
+
+    def _join(self) -> None:
+        for future in list(self._spawned):
+            future.result()
+
     def _sleep(self, seconds: float) -> None:
         assert self._waker is not None
         self._waker.wait(seconds, lambda: self._stopping)
 
     def _drain(self, grace: float) -> int:
-        _, pending = wait(self._handlers, timeout=grace)
-        return len(pending)
+        deadline = time.monotonic() + grace
+        while self._runners.held and (left := deadline - time.monotonic()) > 0:
+            self._ended.clear()
+            if self._runners.held:
+                self._ended.wait(left)
+        return self._runners.held
 
     def _poll(self, max_count: int, idle: bool) -> list[Message]:
         if not idle:

@@ -66,6 +66,18 @@ def test_targets_compare_our_faster_configuration_with_the_best_peer() -> None:
     assert result["faster_ours"] == "dq-async"
 
 
+def test_targets_against_the_baseline_and_of_the_sync_worker() -> None:
+    t = synthetic_result()["targets"]
+    # 1 process: the --async worker ≥ 70% of one baseline client (5000 / 9000); 4: ≥ 90% (7000 / 12000).
+    assert [(x["workers"], x["ours"], round(x["ratio"], 3), x["target"], x["pass"]) for x in t["baseline"]] == [
+        (1, "dq-async", 0.556, 0.70, False), (4, "dq-async", 0.583, 0.90, False)]
+    assert [(x["workers"], round(x["ratio"], 3), x["pass"]) for x in t["sync"]] == [(1, 0.4, False), (4, 0.429, False)]
+    rows = peers.target_rows(synthetic_result())
+    assert ["processing, 1 worker: ours ≥ 70% of the baseline",
+            "pgdelayq (--async worker) 5,000 / baseline 9,000 = 56%", "MISS"] in rows
+    assert ["processing, 4 workers: sync ≥ 80% of async", "3,000 / 7,000 = 43%", "MISS"] in rows
+
+
 def test_markdown_report_has_a_table_per_workload_and_keeps_the_notes() -> None:
     result = synthetic_result()
     first = peers.markdown_report(result, "peers.json")

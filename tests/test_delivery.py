@@ -24,6 +24,7 @@ from pyqueue.delivery import (
     Delivery,
     DeliveryStateError,
     Op,
+    Runners,
     State,
     Stepper,
     WorkerCore,
@@ -173,13 +174,13 @@ def test_settings_are_checked_as_durations() -> None:
     c = core(lock_timeout=1.5, idle_check=timedelta(seconds=2), shutdown_grace=3)
     assert (c.lock_timeout, c.idle_check, c.shutdown_grace) == (timedelta(seconds=1.5), timedelta(seconds=2), 3.0)
     for bad in ({"lock_timeout": 0}, {"idle_check": -1}, {"shutdown_grace": timedelta(0)}, {"cron_tick": 0},
-                {"concurrency": 0}, {"batch_size": 10001}):
+                {"concurrency": 0}, {"batch_size": 10001}, {"prefetch": -1}, {"prefetch": 10001}):
         with pytest.raises(InvalidArgument):
             core(**bad)
 
 
-def test_run_loop_polls_free_slots_waits_idle_only_when_nothing_runs_and_flushes_acks() -> None:
-    c = core(concurrency=2)
+def test_run_loop_polls_free_slots_waits_idle_only_when_nothing_runs_and_acks_beside() -> None:
+    c = core(concurrency=2, prefetch=0)
     steps = Stepper(c.run_steps("jobs", None))
     assert steps.step(None) == (Op.RUNNING,)
     assert steps.step(0) == (Op.POLL, 2, True)  # nothing runs: an idle wait for 2
@@ -189,20 +190,66 @@ def test_run_loop_polls_free_slots_waits_idle_only_when_nothing_runs_and_flushes
     op = steps.step(None)
     assert op is not None and op[0] is Op.START and op[1].message is b
     assert steps.step(None) == (Op.RUNNING,)
-    assert steps.step(2) == (Op.WAIT, HANDLER_WAIT_S)  # every slot busy
+    assert steps.step(2) == (Op.WAIT, HANDLER_WAIT_S)  # every slot busy, no prefetch
     c._deliveries.returned(c._deliveries.to_extend()[0])
     assert steps.step(None) == (Op.RUNNING,)
-    assert steps.step(1) == (Op.ACK, [a.lock_token])  # the finished one's ack goes out first
-    # The last poll came back full (2 of 2): the next is a plain poll even though only 1 slot is free.
-    assert steps.step(1) == (Op.POLL, 1, False)
+    op = steps.step(1)
+    assert op is not None and op[0] is Op.SPAWN  # the finished one's ack goes out beside the run loop
+    acking = Stepper(op[1])
+    assert acking.step(None) == (Op.ACK, [a.lock_token])
+    # The last poll came back full (2 of 2): the next is a plain poll even though only 1 slot is free,
+    # and it does not wait for the acknowledgement.
+    assert steps.step(None) == (Op.POLL, 1, False)
     assert steps.step([]) == (Op.WAIT, HANDLER_WAIT_S)  # nothing new while one handler runs
+    assert steps.step(None) == (Op.RUNNING,)
+    assert steps.step(1) == (Op.POLL, 1, False)  # one acknowledgement at a time: none spawned meanwhile
+    assert steps.step([]) == (Op.WAIT, HANDLER_WAIT_S)
     c.stop()
     assert steps.step(None) == (Op.DRAIN, 1.0)  # the grace period
     assert steps.step(0) == (Op.FINISHED,)
+    assert steps.step(None) == (Op.JOIN,)  # the acknowledgement beside the run loop ends first
+    assert acking.step(1) is None
+    assert not c._acking
     assert steps.step(None) is None
     snap = c.stats.snapshot()
     assert snap["delivered"] == 2 and snap["acknowledged"] == 1
     assert snap["lateness_ms"][str(LATENESS_BUCKETS_MS[2])] == 1  # 7 ms: the 10 ms bucket
+
+
+def test_run_loop_prefetches_one_batch_while_every_slot_is_busy() -> None:
+    c = core(concurrency=2, batch_size=2)  # prefetch: one batch (2) by default
+    assert c.prefetch == 2
+    steps = Stepper(c.run_steps("jobs", None))
+    steps.step(None)
+    assert steps.step(0) == (Op.POLL, 2, True)
+    for op in (steps.step([message("a"), message("b")]), steps.step(None)):
+        assert op is not None and op[0] is Op.START
+    assert steps.step(None) == (Op.RUNNING,)
+    assert steps.step(2) == (Op.POLL, 2, False)  # both slots busy: the next batch, to wait for a slot
+    for op in (steps.step([message("c"), message("d")]), steps.step(None)):
+        assert op is not None and op[0] is Op.START
+    assert steps.step(None) == (Op.RUNNING,)
+    assert steps.step(4) == (Op.WAIT, HANDLER_WAIT_S)  # 2 running, 2 waiting: nothing more is polled
+    assert steps.step(None) == (Op.RUNNING,)
+    assert steps.step(3) == (Op.WAIT, HANDLER_WAIT_S)  # room for 1, not for a batch: no poll of 1
+    assert steps.step(None) == (Op.RUNNING,)
+    assert steps.step(1) == (Op.POLL, 2, False)  # a slot is free: poll what fits (at most a batch)
+    c.stop()
+    assert steps.step([]) == (Op.WAIT, HANDLER_WAIT_S)
+    assert steps.step(None) == (Op.DRAIN, 1.0)
+    assert steps.step(0) == (Op.FINISHED,)
+    assert steps.step(None) is None
+
+
+@pytest.mark.parametrize(("concurrency", "batch_size", "prefetch", "held", "want"), [
+    (4, 4, 0, 0, 4), (4, 4, 0, 3, 1), (4, 4, 0, 4, 0),  # no prefetch: the free slots
+    (4, 4, 4, 4, 4), (4, 4, 4, 5, 0), (4, 4, 4, 7, 0),  # a whole batch ahead, or nothing
+    (4, 2, 4, 4, 2), (4, 2, 4, 6, 2), (4, 2, 4, 7, 0),  # batches of 2, up to 4 waiting
+    (4, 4, 1, 4, 1), (4, 4, 1, 5, 0),  # a prefetch smaller than a batch
+    (100, 100, 100, 99, 100), (100, 100, 100, 150, 0),
+])
+def test_poll_size(concurrency: int, batch_size: int, prefetch: int, held: int, want: int) -> None:
+    assert core(concurrency=concurrency, batch_size=batch_size, prefetch=prefetch)._poll_size(held) == want
 
 
 def test_failed_poll_backs_off_and_stop_ends_it() -> None:
@@ -255,3 +302,77 @@ def test_heartbeat_extends_running_ones_and_marks_lost_locks() -> None:
     assert steps.step(None) == (Op.PAUSE, 10.0)
     assert (keep.state, lose.state, own.state) == (State.RUNNING, State.LOST, State.RUNNING)
     assert steps.step(True) is None  # finished
+
+
+# -- the handler slots ------------------------------------------------------------------------------
+
+def test_runners_ramp_up_one_at_a_time_up_to_concurrency() -> None:
+    r = Runners(2)
+    d = [Delivery(message(f"k{i}")) for i in range(4)]
+    assert r.add(d[0]) is True  # a first runner
+    assert r.add(d[1]) is False  # one is starting: it takes what waits
+    r.started()
+    assert r.take() == (d[0], True)  # d1 still waits and none is starting: one more
+    r.started()
+    assert r.take() == (d[1], False)  # nothing else waits
+    assert r.add(d[2]) is False and r.add(d[3]) is False  # 2 runners, the concurrency
+    assert r.held == 4
+    r.ended()
+    assert r.take() == (d[2], False)  # the first runner goes on with the next one
+    r.ended()
+    assert r.take() == (d[3], False)
+    r.ended()
+    r.ended()
+    assert r.take() == (None, False) and r.take() == (None, False)  # both runners end
+    assert r.held == 0
+    assert r.add(Delivery(message("again"))) is True  # and a new one starts for the next delivery
+    r.not_started()
+    assert r.add(Delivery(message("after"))) is True
+
+
+def test_runners_never_strand_a_delivery_nor_exceed_concurrency_under_threads() -> None:
+    """Real threads: a producer adds 5,000 deliveries in bursts while runners (pool jobs, as in the
+    thread worker) take them; every delivery runs exactly once and at most 4 run at once."""
+    import random
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    r = Runners(4)
+    pool = ThreadPoolExecutor(4)
+    ran: list[Delivery] = []
+    lock = threading.Lock()
+    running = peak = 0
+
+    def runner() -> None:
+        nonlocal running, peak
+        r.started()
+        while True:
+            delivery, one_more = r.take()
+            if delivery is None:
+                return
+            if one_more:
+                pool.submit(runner)
+            with lock:
+                running += 1
+                peak = max(peak, running)
+            if random.random() < 0.01:
+                time.sleep(0.001)
+            with lock:
+                running -= 1
+                ran.append(delivery)
+            r.ended()
+
+    added = [Delivery(message(f"k{i}")) for i in range(5000)]
+    for i, delivery in enumerate(added):
+        if r.add(delivery):
+            pool.submit(runner)
+        if i % 100 == 99:
+            time.sleep(0.002)
+    deadline = time.monotonic() + 30
+    while r.held and time.monotonic() < deadline:
+        time.sleep(0.01)
+    pool.shutdown(wait=True)
+    assert r.held == 0
+    assert sorted(map(id, ran)) == sorted(map(id, added))
+    assert 1 <= peak <= 4

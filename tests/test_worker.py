@@ -108,6 +108,35 @@ def test_long_handler_keeps_its_lock_by_heartbeat(dsn: str, db) -> None:
     assert db.execute("SELECT count(*) FROM dq_messages").fetchone()[0] == 0
 
 
+def test_prefetched_messages_wait_for_a_slot_with_their_locks_extended(dsn: str, db) -> None:
+    """concurrency 1, batch 1: while the handler runs, the worker holds one more message polled ahead
+    (prefetch, default one batch); it waits, its lock (1.5 s) extended, and is never delivered twice."""
+    with DelayedQueue(dsn, "jobs") as q:
+        q.offer_many([(f"m{i}", {"sleep": 2}) for i in range(3)])
+    proc = start_worker(dsn, "workerhandlers:slow", "--concurrency", "1", "--batch-size", "1",
+                        "--lock-timeout", "1.5", "--idle-check", "0.5")
+    wait_for(db, "SELECT count(*) FROM dq_messages WHERE lock_token IS NOT NULL", 2)
+    assert db.execute("SELECT count(*) FROM dq_messages WHERE lock_token IS NOT NULL").fetchone()[0] == 2
+    assert db.execute("SELECT count(*) FROM handled WHERE phase = 'started'").fetchone()[0] == 1  # one slot
+    wait_for(db, "SELECT count(*) FROM handled WHERE phase = 'done'", 3, timeout=60)
+    code, out = stop(proc)
+    assert code == 0, out
+    assert db.execute("SELECT count(*), max(delivery_count) FROM handled WHERE phase = 'done'").fetchone() == (3, 1)
+    assert db.execute("SELECT count(*) FROM dq_messages").fetchone()[0] == 0
+
+
+def test_worker_without_prefetch_holds_only_what_it_runs(dsn: str, db) -> None:
+    with DelayedQueue(dsn, "jobs") as q:
+        q.offer_many([(f"m{i}", {"sleep": 1.5}) for i in range(2)])
+    proc = start_worker(dsn, "workerhandlers:slow", "--concurrency", "1", "--prefetch", "0", "--idle-check", "0.5")
+    wait_for(db, "SELECT count(*) FROM handled WHERE phase = 'started'", 1)
+    time.sleep(0.5)
+    assert db.execute("SELECT count(*) FROM dq_messages WHERE lock_token IS NOT NULL").fetchone()[0] == 1
+    wait_for(db, "SELECT count(*) FROM handled WHERE phase = 'done'", 2, timeout=60)
+    code, out = stop(proc)
+    assert code == 0, out
+
+
 def test_sigterm_lets_the_running_handler_finish(dsn: str, db) -> None:
     with DelayedQueue(dsn, "jobs") as q:
         q.offer("graceful", {"sleep": 2})
