@@ -95,7 +95,7 @@ PIN_S = 20.0  # the REPEATABLE READ transaction's length
 RESTART_DELAY_S = 0.5  # a killed consumer is started again this long after the kill
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
-SINGLE_RATE_PER_PROCESS = 100.0  # single offers per second one producer process is asked for, at most
+SINGLE_RATE_PER_PROCESS = 50.0  # single offers per second one producer process is asked for, at most
 EPS_S = 0.05  # slack when comparing times of the database clock, the logs and this harness (one host)
 LOG_TIME = "%Y-%m-%d %H:%M:%S,%f"  # asctime of the workers' log lines
 
