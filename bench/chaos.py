@@ -42,8 +42,8 @@ key found in the queue, the archive or the delivery log. No key is counted lost 
 Lost: a committed key neither acknowledged (the queues archive, so each acknowledgement is a
 ``dq_archive`` row) nor still live nor a dead letter. Recovery: the queues drained by themselves
 after the last fault, no consumer process exited on its own, and every consumer running after the
-last fault handled messages after it. Throughput is given before, during and after the faults, as offered and
-delivered (acknowledged) messages per second.
+last fault handled messages after it. Throughput is given before, during and after the faults, as
+offered and delivered (acknowledged) messages per second.
 
 The result is printed as tables and written as JSON (``bench/results/chaos-<time>.json`` and
 ``--out``); the exit status is non-zero on any loss, unexplained duplicate, ledger row not exactly
