@@ -32,10 +32,12 @@ at least 3 × ``autovacuum_naptime`` (3 minutes by default; autovacuum visits a 
 naptime, so a shorter run says nothing about whether it keeps up: ``--duration 60`` reports the
 sizes without a verdict):
 
-* queue tables (every ``dq_*`` table but the archive): stable when the median total size
-  (table + indexes + TOAST) of the last third is at most ``1.5 ×`` that of the first third plus
-  1 MiB (a few pages of slack for tiny tables). A table that autovacuum does not keep up with
-  grows through the whole run and fails this.
+* queue tables (every ``dq_*`` table but the archive): the heap (``pg_total_relation_size``
+  minus ``pg_indexes_size``: table, TOAST, free space and visibility maps) and the indexes
+  (``pg_indexes_size``) are judged each on its own: stable when the median size of the last third
+  is at most ``1.5 ×`` that of the first third plus 1 MiB (a few pages of slack for tiny tables).
+  A table or index that autovacuum does not keep in check grows through the whole run and fails
+  this; the growth per minute (least squares over the window) is reported beside it.
 * the archive (``dq_archive``, insert-only, kept without retention here so that every
   acknowledgement can be counted): grows by design; stable when the median bytes per archived
   row of the last third are at most ``1.1 ×`` those of the first third (no bloat per row).
@@ -265,9 +267,21 @@ class Soak(Chaos):
                     row["criterion"] = f"bytes per row, last third <= {ARCHIVE_ROW_GROWTH:g} x first third"
                     row["stable"] = pm[1] <= ARCHIVE_ROW_GROWTH * pm[0]
             elif name.startswith("dq_") and m is not None:
-                row["criterion"] = (f"total size, last third <= {QUEUE_TABLE_GROWTH:g} x first third + "
+                # The table (heap, TOAST, free space and visibility maps) and its indexes, each on its own:
+                # a stable heap must not hide growing indexes.
+                parts = {"heap": [(t, v["total_bytes"] - v["index_bytes"]) for t, v in series],
+                         "index": [(t, v["index_bytes"]) for t, v in series]}
+                row["criterion"] = (f"heap and indexes each: last third <= {QUEUE_TABLE_GROWTH:g} x first third + "
                                     f"{QUEUE_TABLE_SLACK // MIB} MiB")
-                row["stable"] = m[1] <= QUEUE_TABLE_GROWTH * m[0] + QUEUE_TABLE_SLACK
+                row["stable"] = True
+                for part, values in parts.items():
+                    pm = thirds(values)
+                    assert pm is not None
+                    row[f"{part}_bytes_median_first_third"], row[f"{part}_bytes_median_last_third"] = pm
+                    row[f"{part}_growth_mib_per_min"] = round(
+                        statistics.linear_regression([t for t, _ in values], [v for _, v in values]).slope * 60 / MIB,
+                        3)
+                    row["stable"] = row["stable"] and pm[1] <= QUEUE_TABLE_GROWTH * pm[0] + QUEUE_TABLE_SLACK
             if not judge_sizes and "stable" in row:
                 row["criterion"] = (f"not judged: window {hi - lo:.0f} s, shorter than {NAPTIMES} x "
                                     f"autovacuum_naptime ({self.naptime_s:g} s)")
@@ -276,7 +290,8 @@ class Soak(Chaos):
                 if "stable" not in row:
                     failures.append(f"soak: too few samples of {name} to judge its size")
                 elif not row["stable"]:
-                    failures.append(f"soak: {name} grew: {row['criterion']} does not hold")
+                    failures.append(f"soak: {name} grew: {row['criterion']} does not hold ("
+                                    f"{size_text(row)})")
             judged[name] = row
         index_names = sorted({name for x in steady for name in x["indexes"]})
         indexes: dict[str, Any] = {}
@@ -321,8 +336,9 @@ class Soak(Chaos):
             "criteria": {
                 "window": "samples from the end of the warm-up to the producers' stop, split in thirds by time; "
                       f"sizes judged only when that window is at least {NAPTIMES} x autovacuum_naptime",
-                "queue_tables": f"median total size (table + indexes + TOAST) of the last third <= "
-                                f"{QUEUE_TABLE_GROWTH:g} x the first third's + {QUEUE_TABLE_SLACK // MIB} MiB",
+                "queue_tables": f"heap (total - indexes) and indexes (pg_indexes_size) each: median size of the "
+                                f"last third <= {QUEUE_TABLE_GROWTH:g} x the first third's + "
+                                f"{QUEUE_TABLE_SLACK // MIB} MiB",
                 "archive": f"median bytes per archived row of the last third <= {ARCHIVE_ROW_GROWTH:g} x the first "
                            "third's (the archive grows by design: no retention, every acknowledgement counted)",
                 "worker_memory": f"each consumer process that ran through the window, >= {MIN_RSS_SAMPLES} samples: "
@@ -334,9 +350,11 @@ class Soak(Chaos):
             "samples": len(self.samples),
             "tables": judged,
             "rows_over_time": rows_series,
-            "sizes_over_time": {name: [(round(x["t"] - t0, 1), x["tables"][name]["total_bytes"],
-                                        x["tables"][name]["n_dead_tup"]) for x in self.samples if name in x["tables"]]
-                                for name in names},
+            "sizes_over_time": {
+                "columns": ["t_s", "total_bytes", "index_bytes", "n_dead_tup"],
+                **{name: [(round(x["t"] - t0, 1), x["tables"][name]["total_bytes"], x["tables"][name]["index_bytes"],
+                           x["tables"][name]["n_dead_tup"]) for x in self.samples if name in x["tables"]]
+                   for name in names}},
             "indexes": indexes,
             "worker_memory": memory,
             "rss_over_time_mib": {f"{rec['name']} g{rec['gen']}": [(round(t - t0, 1), round(v / MIB, 1))
@@ -354,6 +372,11 @@ def size_text(row: dict[str, Any]) -> str:
     """A judged table's size, first → last third: bytes per row (the archive) or MiB."""
     if "bytes_per_row_first_third" in row:
         return f"{row['bytes_per_row_first_third']:.0f} → {row['bytes_per_row_last_third']:.0f} bytes/row"
+    if "heap_bytes_median_first_third" in row:
+        return (f"heap {row['heap_bytes_median_first_third'] / MIB:.2f} → "
+                f"{row['heap_bytes_median_last_third'] / MIB:.2f}, indexes "
+                f"{row['index_bytes_median_first_third'] / MIB:.2f} → "
+                f"{row['index_bytes_median_last_third'] / MIB:.2f} MiB")
     if "total_bytes_median_first_third" in row:
         return (f"{row['total_bytes_median_first_third'] / MIB:.2f} → "
                 f"{row['total_bytes_median_last_third'] / MIB:.2f} MiB")
@@ -424,12 +447,15 @@ def markdown(report: dict[str, Any]) -> str:
             lambda m, ph=phase: f"{m['throughput'][ph]['offered_per_s']:,.0f}, "
                                 f"{m['throughput'][ph]['delivered_per_s']:,.0f}")
     lines += ["", "Faults: " + ", ".join(f"{k} {v}" for k, v in report["faults_injected"].items()) + ".", "",
-              "| table | size, first → last third | dead tuples max | autovacuums | verdict |",
-              "|---|---:|---:|---:|---|"]
+              "| table | size, first → last third | growth MiB/min (heap, indexes) | dead tuples max | autovacuums "
+              "| verdict |",
+              "|---|---:|---:|---:|---:|---|"]
     for name, r in soak["tables"].items():
         if not name.startswith("dq_"):
             continue
-        lines.append(f"| {name} | {size_text(r)} | {r['max_dead_tuples']} | {r['autovacuums_seen']} | "
+        growth = (f"{r['heap_growth_mib_per_min']:+.2f}, {r['index_growth_mib_per_min']:+.2f}"
+                  if "heap_growth_mib_per_min" in r else "-")
+        lines.append(f"| {name} | {size_text(r)} | {growth} | {r['max_dead_tuples']} | {r['autovacuums_seen']} | "
                      f"{ {True: 'stable', False: 'GREW'}.get(r.get('stable'), 'not judged (short run)') } |")
     lines += ["", "| index of dq_messages | size, first → last third (MiB) |", "|---|---:|"]
     for name, e in soak["indexes"].items():
