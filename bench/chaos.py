@@ -1,11 +1,15 @@
 """Fault injection with exact accounting: ``make chaos``.
 
-    python -m bench.chaos [--duration 60] [--mode exactly-once|at-least-once|both] [--out PATH] [--seed N]
+    python -m bench.chaos [--duration 60] [--mode exactly-once|at-least-once|both] [--rate 1000]
+                          [--out PATH] [--seed N] [--port N]
 
 It starts a PRIVATE PostgreSQL server of its own (a new data directory under a temporary folder,
-or ``--pgdata``, on a free loopback port, with ``scripts/localpg.sh``; never the test or demo
-server, because it restarts it), installs the queue, and for ``--duration`` seconds runs producer
-and consumer processes while it injects faults at random moments of the middle of the run:
+or ``--pgdata``, on a free loopback port or ``--port``, with ``scripts/localpg.sh``; never the test
+or demo server, because it restarts it), installs the queue, and for ``--duration`` seconds runs
+producer and consumer processes while it injects faults at random moments of the middle of the
+run. The producers offer ``--rate`` messages per second per mode (default 1,000): most in outbox
+transactions of ``--batch`` keys (``offer_many``), ``--single-share`` of them (default a fifth)
+one ``offer`` per call. The faults:
 
 * SIGKILL of a consumer process (the harness starts a new one in its slot after 0.5 s);
 * ``pg_terminate_backend`` of the consumers' connections (all of them, or one consumer's);
@@ -38,20 +42,25 @@ key found in the queue, the archive or the delivery log. No key is counted lost 
 Lost: a committed key neither acknowledged (the queues archive, so each acknowledgement is a
 ``dq_archive`` row) nor still live nor a dead letter. Recovery: the queues drained by themselves
 after the last fault, no consumer process exited on its own, and every consumer running after the
-last fault handled messages after it. Throughput (acknowledgements/s) is given before, during and
-after the faults.
+last fault handled messages after it. Throughput is given before, during and after the faults, as
+offered and delivered (acknowledged) messages per second.
 
 The result is printed as tables and written as JSON (``bench/results/chaos-<time>.json`` and
 ``--out``); the exit status is non-zero on any loss, unexplained duplicate, ledger row not exactly
 once, a fault kind not injected, or a failed recovery. The server is stopped and its data
 directory removed at the end, also on errors and Ctrl-C/SIGTERM; the processes' logs are kept
-(path printed) when the run failed.
+(path printed) when the run failed. With ``--hand-over PATH`` the run writes the server's DSN (and
+the folder of the producers' records) to PATH before removing it and waits until PATH is removed,
+so that a caller (tests/test_chaos.py) can count from the database itself.
+
+bench.soak reuses this harness (processes, faults, accounting) for a long run with periodic faults.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import shutil
@@ -86,6 +95,7 @@ PIN_S = 20.0  # the REPEATABLE READ transaction's length
 RESTART_DELAY_S = 0.5  # a killed consumer is started again this long after the kill
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
+SINGLE_RATE_PER_PROCESS = 50.0  # single offers per second one producer process is asked for, at most
 EPS_S = 0.05  # slack when comparing times of the database clock, the logs and this harness (one host)
 LOG_TIME = "%Y-%m-%d %H:%M:%S,%f"  # asctime of the workers' log lines
 
@@ -95,15 +105,19 @@ class Settings:
     duration: float = 60.0
     modes: tuple[str, ...] = ("exactly-once", "at-least-once")
     seed: int = 0
-    rate: float = 80.0  # messages offered per second per mode (half outbox batches, half single offers)
+    rate: float = 1000.0  # messages offered per second per mode: outbox batches and single offers
+    single_share: float = 0.2  # the part of the rate offered one message per call
+    batch: int = 50  # keys per outbox transaction (offer_many) and per consume-tx transaction
     lock_timeout: float = 5.0
     idle_check: float = 1.0
-    concurrency: int = 4
-    work_ms: float = 20.0
+    concurrency: int = 16
+    work_ms: float = 2.0
     pin_s: float = PIN_S
     drain_timeout: float = 60.0
     pgdata: str | None = None
+    port: int | None = None  # of the private server; None: a free one
     keep_logs: bool = False
+    hand_over: str | None = None  # before the server is removed: write its DSN here, wait until removed
 
 
 @dataclass
@@ -185,8 +199,8 @@ class PrivateServer:
     and port (as the postgres user when run as root); :meth:`destroy` stops it and removes the
     data directory."""
 
-    def __init__(self, pgdata: str | None, workdir: Path) -> None:
-        self.port = _free_port()
+    def __init__(self, pgdata: str | None, workdir: Path, port: int | None = None) -> None:
+        self.port = port if port is not None else _free_port()
         if pgdata is not None and Path(pgdata).exists() and any(Path(pgdata).iterdir()):
             raise SystemExit(f"bench.chaos: --pgdata {pgdata} is not empty; give a new or empty directory")
         self.workdir = workdir
@@ -305,7 +319,7 @@ class Chaos:
         self.logs = workdir / "logs"
         self.logs.mkdir()
         self.rng = random.Random(s.seed)
-        self.server = PrivateServer(s.pgdata, workdir)
+        self.server = PrivateServer(s.pgdata, workdir, s.port)
         self.dsn = ""
         self.lock = threading.Lock()
         self.consumers: dict[str, Proc] = {}  # slot -> current generation
@@ -316,8 +330,19 @@ class Chaos:
         self.faults: list[Fault] = []
         self.stop = threading.Event()
         self.t0 = 0.0
-        self.timeline = Timeline.plan(s)
+        self.timeline = self.plan_timeline()
         self.drained_at: dict[str, float | None] = {}
+
+    # -- what a subclass (bench.soak) changes ---------------------------------------------------
+    def plan_timeline(self) -> Timeline:
+        return Timeline.plan(self.s)
+
+    def plan(self) -> list[Fault]:
+        """The faults of the run, at planned times (seconds from t0)."""
+        return plan_faults(self.s, self.timeline, [slot for slot, _, _ in self.slots()], self.rng)
+
+    def started(self) -> None:
+        """Called once the producers run (``t0`` is set)."""
 
     # -- setup ---------------------------------------------------------------------------------
     def queue(self, mode: str) -> str:
@@ -347,7 +372,7 @@ class Chaos:
         q = self.queue(mode)
         if kind == "tx":
             return [sys.executable, "-m", "bench.chaos_clients", "consume-tx", "--queue", q,
-                    "--lock-timeout", str(self.s.lock_timeout), "--batch", str(self.s.concurrency)]
+                    "--lock-timeout", str(self.s.lock_timeout), "--batch", str(self.s.batch)]
         handler = {"exactly-once": "ledger", "at-least-once": "record"}[mode] + ("_async" if kind == "worker-async"
                                                                                  else "")
         return [sys.executable, "-m", "pyqueue", "worker", "--dsn", dsn, "--queue", q,
@@ -376,16 +401,26 @@ class Chaos:
                 raise RuntimeError("consumers not ready after 60 s")
             time.sleep(0.1)
 
+    def producers_plan(self) -> list[tuple[str, float]]:
+        """(kind, messages per second) of each producer process of a mode: one outbox producer
+        (batches of ``batch`` by ``offer_many`` in a transaction) and as many single-offer
+        producers as ``SINGLE_RATE_PER_PROCESS`` needs for their share."""
+        single = self.s.rate * self.s.single_share
+        n = max(1, math.ceil(single / SINGLE_RATE_PER_PROCESS)) if single > 0 else 0
+        plan = [("outbox", self.s.rate - single)] if single < self.s.rate else []
+        return plan + [("plain", single / n)] * n
+
     def start_producers(self) -> None:
         until = self.t0 + self.s.duration
         for mode in self.s.modes:
-            for i, kind in enumerate(("outbox", "plain")):
-                prefix = f"{MODES[mode]}-{kind}"
+            for i, (kind, rate) in enumerate(self.producers_plan()):
+                prefix = f"{MODES[mode]}-{kind}{i}"
                 app = f"chaos-producer-{prefix}"
-                p = Proc(f"{MODES[mode]}/producer-{kind}", mode, "producer", 0,
+                p = Proc(f"{MODES[mode]}/producer-{kind}{i}", mode, "producer", 0,
                          [sys.executable, "-m", "bench.chaos_clients", "produce", "--queue", self.queue(mode),
-                          "--kind", kind, "--prefix", prefix, "--rate", str(self.s.rate / 2), "--until", str(until),
-                          "--records", str(self.logs / f"{prefix}.jsonl"), "--seed", str(self.s.seed * 10 + i)],
+                          "--kind", kind, "--prefix", prefix, "--rate", str(rate), "--batch", str(self.s.batch),
+                          "--until", str(until), "--records", str(self.logs / f"{prefix}.jsonl"),
+                          "--seed", str(self.s.seed * 10 + i)],
                          app, self.logs / f"producer-{prefix}.log")
                 p.start(dict(os.environ, **{DSN_ENV: self.app_dsn(app)}))
                 self.producers.append(p)
@@ -476,16 +511,17 @@ class Chaos:
     # -- the run ---------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         s = self.s
-        console().log(f"[bold]bench.chaos[/]: modes {', '.join(s.modes)}, {s.duration:g} s, seed {s.seed}; "
+        console().log(f"[bold]{type(self).__module__}[/]: modes {', '.join(s.modes)}, {s.duration:g} s, seed {s.seed}; "
                       f"starting a private server on port {self.server.port}")
         self.dsn = self.server.up()
         self.install()
         for slot, mode, kind in self.slots():
             self.start_consumer(slot, mode, kind, 0)
         self.wait_ready(list(self.consumers.values()))
-        plan = plan_faults(s, self.timeline, [slot for slot, _, _ in self.slots()], self.rng)
+        plan = self.plan()
         self.t0 = time.time()
         self.start_producers()
+        self.started()
         tl = self.timeline
         console().log(f"producers started: before the faults until {tl.before_end:.1f} s, faults until "
                       f"{tl.window_end:.1f} s, producers stop at {tl.end:.1f} s; {len(plan)} faults planned")
@@ -583,7 +619,7 @@ class Chaos:
             source = source_info(conn)
         counts = {k: sum(1 for f in injected if f.kind == k) for k in ("kill", "terminate", "restart", "pin")}
         for kind, n in counts.items():
-            if n == 0:
+            if n == 0 and any(f.kind == kind for f in plan):
                 failures.append(f"no {kind} fault was injected")
         for p in self.crashed:
             failures.append(f"{p.name} (pid {p.pid}) exited by itself with {p.exit_code}: it did not recover")
@@ -619,9 +655,9 @@ class Chaos:
         # What the producers attempted, and what they were told.
         attempts: dict[str, tuple[str, str, float]] = {}  # key -> (producer kind, status, time)
         statuses: Counter[str] = Counter()
-        for kind in ("outbox", "plain"):
-            path = self.logs / f"{short}-{kind}.jsonl"
-            for line in path.read_text().splitlines() if path.exists() else []:
+        for path in sorted(self.logs.glob(f"{short}-*.jsonl")):
+            kind = "outbox" if path.name.startswith(f"{short}-outbox") else "plain"
+            for line in path.read_text().splitlines():
                 rec = json.loads(line)
                 for k in rec["keys"]:
                     attempts[k] = (kind, rec["status"], rec["t_done"])
@@ -746,11 +782,13 @@ class Chaos:
         def rate(times: list[float], a: float, b: float) -> float:
             return sum(1 for t in times if a <= t < b) / (b - a) if b > a else 0.0
 
+        # Offered: committed offers by the time the producer's call returned; delivered: acknowledged
+        # (archived as acked) messages by the time of the acknowledgement.
         r["throughput"] = {
-            phase: {"seconds": round(b - a, 1), "acked_per_s": round(rate(ack_times, a, b), 1),
-                    "offered_per_s": round(rate(offer_times, a, b), 1)}
+            phase: {"seconds": round(b - a, 1), "offered_per_s": round(rate(offer_times, a, b), 1),
+                    "delivered_per_s": round(rate(ack_times, a, b), 1)}
             for phase, a, b in (("before", t0, first_fault), ("during", first_fault, last_fault_end),
-                                ("after", last_fault_end, t_prod_end))
+                                ("after", last_fault_end, t_prod_end), ("whole run", t0, t_prod_end))
         }
         r["acked_per_second"] = [sum(1 for t in ack_times if t0 + i <= t < t0 + i + 1)
                                  for i in range(int(max(ack_times, default=t0) - t0) + 1)]
@@ -860,9 +898,10 @@ def tables(report: dict[str, Any]) -> list[Table]:
     row("extra handler runs by cause", lambda m: ", ".join(f"{k} {v}" for k, v in
                                                            sorted(m["extra_delivery_causes"].items())) or "-")
     row("ledger exactly once", lambda m: {True: "yes", False: "NO"}.get(m.get("ledger_exactly_once"), "-"))
-    for phase in ("before", "during", "after"):
-        row(f"acked/s {phase} faults", lambda m, ph=phase: f"{m['throughput'][ph]['acked_per_s']:.0f} "
-                                                           f"(offered {m['throughput'][ph]['offered_per_s']:.0f})")
+    for phase in ("before", "during", "after", "whole run"):
+        label = "offered/s, delivered/s " + (f"{phase} faults" if phase != "whole run" else "over the whole run")
+        row(label, lambda m, ph=phase: f"{m['throughput'][ph]['offered_per_s']:,.0f}, "
+                                       f"{m['throughput'][ph]['delivered_per_s']:,.0f}")
     row("first ack after restart / cut of all", lambda m: ", ".join(
         "-" if x["first_ack_s"] is None else f"{x['first_ack_s']:.2f} s" for x in m["first_ack_after_fault_s"]) or "-")
     row("drained after producers stopped", lambda m: "NO" if m["drained_s"] is None else f"{m['drained_s']:.1f} s")
@@ -873,62 +912,113 @@ def tables(report: dict[str, Any]) -> list[Table]:
     return [faults, acc]
 
 
-def run(s: Settings, out: Path | None) -> dict[str, Any]:
-    workdir = Path(tempfile.mkdtemp(prefix="dq-chaos-"))
-    chaos = Chaos(s, workdir)
+def hand_over(path: Path, dsn: str, logs: Path, timeout_s: float = 600.0) -> None:
+    """Write ``{"dsn": …, "logs": …}`` to ``path`` (atomically) and wait until the caller removes it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"dsn": dsn, "logs": str(logs)}) + "\n")
+    tmp.rename(path)
+    console().log(f"private server handed over: {path} holds its DSN; waiting until it is removed")
+    deadline = time.monotonic() + timeout_s
+    while path.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def execute(harness: type[Chaos], s: Settings) -> dict[str, Any]:
+    """Run ``harness`` on its private server and return its report; the processes are stopped and
+    the server removed on the way out, also on errors and Ctrl-C/SIGTERM."""
+    name = harness.__module__
+    workdir = Path(tempfile.mkdtemp(prefix=f"dq-{name.rsplit('.', 1)[-1]}-"))
+    chaos = harness(s, workdir)
     report: dict[str, Any] | None = None
     try:
         with interrupt_on_sigterm():
             report = chaos.run()
     except KeyboardInterrupt:
-        console().log("[red]bench.chaos interrupted: stopping the processes and the private server[/]")
+        console().log(f"[red]{name} interrupted: stopping the processes and the private server[/]")
         raise
     except BaseException:
-        console().log(f"[red]bench.chaos failed:[/] {traceback.format_exc(limit=3)}")
+        console().log(f"[red]{name} failed:[/] {traceback.format_exc(limit=3)}")
         console().log(f"server log tail:\n{chaos.server.log_tail()}")
         raise
     finally:
         chaos.kill_everything()
+        if report is not None and s.hand_over:
+            hand_over(Path(s.hand_over), chaos.dsn, chaos.logs)
         chaos.server.destroy()
-        keep = report is None or not report["passed"] or s.keep_logs
-        if keep:
+        if report is None or not report["passed"] or s.keep_logs:
             shutil.rmtree(workdir / "pgdata", ignore_errors=True)
             console().log(f"process logs kept in {workdir / 'logs'}")
+            if report is not None:
+                report["logs"] = str(workdir / "logs")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    for t in tables(report):
-        console().print(t)
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    return report
+
+
+def write_json(report: dict[str, Any], paths: list[Path]) -> None:
     text = json.dumps(report, indent=2, default=str) + "\n"
-    paths = [RESULTS / f"chaos-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"]
-    if out is not None:
-        paths.append(out)
     for path in paths:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     console().log(f"results written to {', '.join(map(str, paths))}")
+
+
+def run(s: Settings, out: Path | None) -> dict[str, Any]:
+    report = execute(Chaos, s)
+    for t in tables(report):
+        console().print(t)
+    write_json(report, [RESULTS / f"chaos-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json",
+                        *([out] if out is not None else [])])
     return report
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__.split("\n")[0])
-    parser.add_argument("--duration", type=float, default=60.0, help="seconds of traffic (default 60, at least 27)")
+def add_arguments(parser: argparse.ArgumentParser, duration: float) -> None:
+    """The options bench.chaos and bench.soak share."""
+    parser.add_argument("--duration", type=float, default=duration, help=f"seconds of traffic (default {duration:g})")
     parser.add_argument("--mode", choices=["exactly-once", "at-least-once", "both"], default="both",
                         help="both (default): the two modes side by side on two queues under the same faults")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON result here")
     parser.add_argument("--seed", type=int, default=None, help="random seed of the fault schedule (default: random)")
-    parser.add_argument("--rate", type=float, default=Settings.rate, help="messages offered per second per mode")
+    parser.add_argument("--rate", type=float, default=Settings.rate,
+                        help=f"messages offered per second per mode (default {Settings.rate:g})")
+    parser.add_argument("--single-share", type=float, default=Settings.single_share,
+                        help=f"the part of the rate offered one message per call, the rest in outbox batches "
+                             f"(default {Settings.single_share:g})")
+    parser.add_argument("--batch", type=int, default=Settings.batch,
+                        help=f"keys per outbox transaction (offer_many) and at most per transaction of the "
+                             f"DelayedQueue.transaction consumer (default {Settings.batch})")
+    parser.add_argument("--concurrency", type=int, default=Settings.concurrency,
+                        help=f"handler slots per consumer process (default {Settings.concurrency})")
+    parser.add_argument("--work-ms", type=float, default=Settings.work_ms,
+                        help=f"each handler also sleeps up to this long, milliseconds (default {Settings.work_ms:g})")
     parser.add_argument("--lock-timeout", type=float, default=Settings.lock_timeout, help="consumers' lock timeout")
     parser.add_argument("--drain-timeout", type=float, default=Settings.drain_timeout,
                         help="after the producers stop, how long the queues may take to drain")
     parser.add_argument("--pgdata", default=None, help="data directory of the private server (new or empty; "
                                                        "default: under a temporary folder); removed at the end")
+    parser.add_argument("--port", type=int, default=None, help="port of the private server (default: a free one)")
     parser.add_argument("--keep-logs", action="store_true", help="keep the processes' logs also when the run passed")
-    args = parser.parse_args(argv)
+    parser.add_argument("--hand-over", default=None, metavar="PATH",
+                        help="before removing the private server, write its DSN and the folder of the "
+                             "producers' records to PATH (JSON) and wait (at most 10 minutes) until PATH is "
+                             "removed: lets a caller check the database itself")
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
-    s = Settings(duration=args.duration, modes=tuple(MODES) if args.mode == "both" else (args.mode,), seed=seed,
-                 rate=args.rate, lock_timeout=args.lock_timeout, drain_timeout=args.drain_timeout, pgdata=args.pgdata,
-                 keep_logs=args.keep_logs)
+    if args.rate <= 0 or not 0 <= args.single_share <= 1 or args.batch < 1 or args.concurrency < 1:
+        raise SystemExit("bench.chaos: --rate must be > 0, --single-share within 0..1, --batch and --concurrency >= 1")
+    return Settings(duration=args.duration, modes=tuple(MODES) if args.mode == "both" else (args.mode,), seed=seed,
+                    rate=args.rate, single_share=args.single_share, batch=args.batch, concurrency=args.concurrency,
+                    work_ms=args.work_ms, lock_timeout=args.lock_timeout, drain_timeout=args.drain_timeout,
+                    pgdata=args.pgdata, port=args.port, keep_logs=args.keep_logs, hand_over=args.hand_over)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__.split("\n")[0])
+    add_arguments(parser, 60.0)
+    args = parser.parse_args(argv)
+    s = settings_from(args)
     Timeline.plan(s)
     try:
         report = run(s, args.out)

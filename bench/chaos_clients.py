@@ -56,6 +56,15 @@ Q_LOG_DELIVERY = (
     "VALUES (%s, %s, %s, %s, %s, %s)"
 )
 Q_LEDGER = "INSERT INTO chaos_ledger (queue, key, delivery_count, pid) VALUES (%s, %s, %s, %s)"
+# A batch of deliveries (consume-tx): the same rows as Q_LOG_DELIVERY and Q_LEDGER, in one statement each.
+Q_LOG_DELIVERIES = (
+    "INSERT INTO chaos_deliveries (queue, key, delivery_count, pid, lock_token, locked_until) "
+    "SELECT %s, k, n, %s, t, u FROM unnest(%s::text[], %s::int[], %s::uuid[], %s::timestamptz[]) AS x (k, n, t, u)"
+)
+Q_LEDGER_MANY = (
+    "INSERT INTO chaos_ledger (queue, key, delivery_count, pid) "
+    "SELECT %s, k, n, %s FROM unnest(%s::text[], %s::int[]) AS x (k, n)"
+)
 Q_OFFERED = "INSERT INTO chaos_offered (queue, key, producer) SELECT %s, k, %s FROM unnest(%s::text[]) AS k"
 
 SCHEMA = """
@@ -229,8 +238,9 @@ def produce(args: argparse.Namespace) -> int:
 
 def consume_tx(args: argparse.Namespace) -> int:
     """Exactly-once consumer on :meth:`pyqueue.DelayedQueue.transaction`: poll up to ``batch`` in a
-    transaction, log each delivery (autocommit, on another connection), insert the ledger rows on
-    the transaction's connection; the context manager acknowledges and commits. An empty poll
+    transaction, log the deliveries (one autocommit statement, on another connection), insert the
+    ledger rows (one statement) on the transaction's connection; the context manager acknowledges
+    and commits. An empty poll
     sleeps 0.1 s; a failure is logged and retried after 0.5 s doubling up to 8 s."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     stop = _Stop()
@@ -242,12 +252,14 @@ def consume_tx(args: argparse.Namespace) -> int:
             try:
                 with q.transaction(max_count=args.batch, lock_timeout=args.lock_timeout) as tx:
                     if tx.messages:
+                        ms = tx.messages
+                        keys, counts = [m.key for m in ms], [m.delivery_count for m in ms]
                         with _connection() as side:
-                            for m in tx.messages:
-                                side.execute(Q_LOG_DELIVERY, _log_params(m))
+                            side.execute(Q_LOG_DELIVERIES, (args.queue, os.getpid(), keys, counts,
+                                                            [m.lock_token for m in ms],
+                                                            [m.locked_until for m in ms]))
                         time.sleep(_work())
-                        for m in tx.messages:
-                            tx.connection.execute(Q_LEDGER, (m.queue, m.key, m.delivery_count, os.getpid()))
+                        tx.connection.execute(Q_LEDGER_MANY, (args.queue, os.getpid(), keys, counts))
                 n = len(tx.messages)
             except (PyQueueError, psycopg.Error) as exc:
                 failures += 1
