@@ -8,7 +8,7 @@ DSN ?= postgresql://postgres:postgres@127.0.0.1:55432/dq
 SCHEMA ?= public
 DOCKER_ENGINE := $(shell docker info >/dev/null 2>&1 && echo yes)
 
-.PHONY: venv up down psql migrate demo test bench bench-quick bench-latency bench-peers bench-controls bench-spark chaos lint clean release-snapshot
+.PHONY: venv up down psql migrate demo test bench bench-quick bench-latency bench-peers bench-controls bench-spark chaos soak lint clean release-snapshot
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,14 @@ bench-spark: venv up
 chaos: venv
 	scripts/install-os-deps.sh
 	$(PY) -m bench.chaos $(CHAOS_ARGS)
+
+# Soak: steady load (300 offers/s per queue, both modes) with a fault every 30 s for 10 minutes on a private
+# server of its own; then exact accounting, table and index sizes over time (autovacuum keeps up) and the
+# workers' memory (RSS); writes bench/results/soak.json and soak.md (about 11 min):
+# make soak [SOAK_ARGS="--duration 600 --rate 300 --seed 1"]
+soak: venv
+	scripts/install-os-deps.sh
+	$(PY) -m bench.soak $(SOAK_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check pyqueue tests bench
