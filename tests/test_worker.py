@@ -22,13 +22,19 @@ from pyqueue.aio import AsyncDelayedQueue, AsyncMessage, AsyncWorker
 
 TESTS = Path(__file__).resolve().parent
 WORKER_ARGS: list[str] = []
+STARTED: list[subprocess.Popen[str]] = []
 
 
 @pytest.fixture(autouse=True, params=["sync", "async"])
-def worker_mode(request) -> str:
-    """Which worker `start_worker` runs for this test."""
+def worker_mode(request):
+    """Which worker `start_worker` runs for this test; a worker a failed test left running is killed."""
     WORKER_ARGS[:] = ["--async"] if request.param == "async" else []
-    return str(request.param)
+    yield str(request.param)
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=60)
 
 
 @pytest.fixture
@@ -43,6 +49,7 @@ def start_worker(dsn: str, handler: str, *args: str) -> subprocess.Popen[str]:
         [sys.executable, "-m", "pyqueue", "worker", "--dsn", dsn, "--queue", "jobs", *WORKER_ARGS, *args, handler],
         cwd=TESTS, env=dict(os.environ, DQ_DSN=dsn), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
+    STARTED.append(proc)
     return proc
 
 
@@ -115,9 +122,12 @@ def test_prefetched_messages_wait_for_a_slot_with_their_locks_extended(dsn: str,
         q.offer_many([(f"m{i}", {"sleep": 2}) for i in range(3)])
     proc = start_worker(dsn, "workerhandlers:slow", "--concurrency", "1", "--batch-size", "1",
                         "--lock-timeout", "1.5", "--idle-check", "0.5")
-    wait_for(db, "SELECT count(*) FROM dq_messages WHERE lock_token IS NOT NULL", 2)
-    assert db.execute("SELECT count(*) FROM dq_messages WHERE lock_token IS NOT NULL").fetchone()[0] == 2
-    assert db.execute("SELECT count(*) FROM handled WHERE phase = 'started'").fetchone()[0] == 1  # one slot
+    # The handler records 'started' on its own connection, possibly after the poll ahead: wait for both.
+    wait_for(db, """SELECT ((SELECT count(*) FROM handled WHERE phase = 'started') >= 1
+                        AND (SELECT count(*) FROM dq_messages WHERE lock_token IS NOT NULL) >= 2)::int""", 1)
+    started, done = db.execute("""SELECT count(*) FILTER (WHERE phase = 'started'),
+                                         count(*) FILTER (WHERE phase = 'done') FROM handled""").fetchone()
+    assert started - done == 1  # one slot: exactly one handler running while another message is held
     wait_for(db, "SELECT count(*) FROM handled WHERE phase = 'done'", 3, timeout=60)
     code, out = stop(proc)
     assert code == 0, out
