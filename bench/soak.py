@@ -46,8 +46,9 @@ sizes without a verdict):
   at most ``1.1 ×`` that of the first third plus 4 MiB. At least one sync and one async
   ``pyqueue worker`` must be judged.
 
-Prints tables, writes JSON to ``bench/results/soak.json`` (and ``--out``) and a markdown summary to
-``bench/results/soak.md``; the exit status is non-zero when a check fails.
+Prints tables, writes JSON to ``bench/results/soak.json`` and a markdown summary to
+``bench/results/soak.md`` (with ``--out PATH``: to PATH and PATH with the suffix ``.md`` instead, so
+that a trial run leaves the recorded result alone); the exit status is non-zero when a check fails.
 """
 
 from __future__ import annotations
@@ -477,6 +478,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n")[0])
     add_arguments(parser, 600.0)
     parser.set_defaults(rate=300.0)
+    for action in parser._actions:
+        if "--out" in action.option_strings:
+            action.help = "write the JSON result here and the markdown beside it (default bench/results/soak.json)"
     parser.add_argument("--fault-every", type=float, default=30.0,
                         help="seconds between faults (default 30; shorter runs: a sixth of the fault window)")
     parser.add_argument("--fault-kinds", default="pin,kill,terminate,restart",
@@ -501,8 +505,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     for t in [*tables(report), *soak_tables(report)]:
         console().print(t)
-    write_json(report, [RESULTS / "soak.json", *([args.out] if args.out is not None else [])])
-    md = RESULTS / "soak.md"
+    out = args.out if args.out is not None else RESULTS / "soak.json"
+    write_json(report, [out])
+    md = out.with_suffix(".md")
     md.write_text(markdown(report))
     console().log(f"markdown summary written to {md}")
     return 0 if report["passed"] else 1
