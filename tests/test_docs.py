@@ -241,3 +241,12 @@ def test_the_docs_agree_on_when_a_message_becomes_a_dead_letter(name: str) -> No
     # and no older wording that says otherwise
     assert "comes due again goes to the dead-letter queue" not in text
     assert "delivered 5 times that comes due again" not in text
+
+
+@pytest.mark.parametrize("path", user_docs(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_docs_select_a_configuration_row_with_its_column_names(path: Path) -> None:
+    """``SELECT dq_configure_queue(…)`` prints the queue's row as one unlabeled tuple; the docs show
+    ``SELECT * FROM dq_configure_queue(…)`` (or name the columns they want)."""
+    text = path.read_text(encoding="utf-8")
+    hits = [f"{path.name}:{text.count(chr(10), 0, m.start()) + 1}" for m in re.finditer(r"SELECT\s+dq_configure_queue\(", text)]
+    assert not hits, f"bare SELECT dq_configure_queue(…) at {hits}: use SELECT * FROM dq_configure_queue(…)"
