@@ -248,5 +248,8 @@ def test_docs_select_a_configuration_row_with_its_column_names(path: Path) -> No
     """``SELECT dq_configure_queue(…)`` prints the queue's row as one unlabeled tuple; the docs show
     ``SELECT * FROM dq_configure_queue(…)`` (or name the columns they want)."""
     text = path.read_text(encoding="utf-8")
-    hits = [f"{path.name}:{text.count(chr(10), 0, m.start()) + 1}" for m in re.finditer(r"SELECT\s+dq_configure_queue\(", text)]
-    assert not hits, f"bare SELECT dq_configure_queue(…) at {hits}: use SELECT * FROM dq_configure_queue(…)"
+    hits = [
+        f"{path.name}:{text.count(chr(10), 0, m.start()) + 1}"
+        for m in re.finditer(r"SELECT\s+dq_configure_queue\(", text)
+    ]
+    assert not hits, f"the bare form (an unlabeled tuple in psql) at {hits}; select its columns"

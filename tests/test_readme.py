@@ -56,10 +56,12 @@ def test_readme_python_example_prints_what_it_received(conn: psycopg.Connection[
         assert timedelta(minutes=9) < reminder["scheduled_at"] - reminder["created_at"] <= timedelta(minutes=10)
 
     # "UPDATED if still queued": the welcome offered before and not yet consumed.
-    conn.execute("SELECT dq_offer('emails', 'welcome-43', '{\"to\": \"b@example.com\"}'::jsonb, now() + interval '1 hour')")
+    conn.execute("SELECT dq_offer('emails', 'welcome-43', %s::jsonb, now() + interval '1 hour')",
+                 ('{"to": "b@example.com"}',))
     proc = run_python(block, dsn, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.splitlines() == ["OfferOutcome.UPDATED", "received welcome-43 {'to': 'b@example.com'} delivery 1"]
+    assert proc.stdout.splitlines() == [
+        "OfferOutcome.UPDATED", "received welcome-43 {'to': 'b@example.com'} delivery 1"]
 
 
 def test_readme_examples_one_after_the_other(conn: psycopg.Connection[Any], dsn: str) -> None:
