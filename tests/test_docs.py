@@ -234,7 +234,7 @@ DEAD_LETTER_RULE = (
 )
 
 
-@pytest.mark.parametrize("name", ["README.md", "docs/api.md", "docs/python.md"])
+@pytest.mark.parametrize("name", ["README.md", "docs/api.md", "docs/python.md", "docs/operations.md"])
 def test_the_docs_agree_on_when_a_message_becomes_a_dead_letter(name: str) -> None:
     text = " ".join((ROOT / name).read_text(encoding="utf-8").split())
     assert DEAD_LETTER_RULE in text, f"{name} does not state the dead-letter rule as the other docs do"
