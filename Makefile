@@ -4,7 +4,12 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
-DSN ?= postgresql://postgres:postgres@127.0.0.1:55432/dq
+# DQ_PGPORT / DQ_PGDB move everything: the private server (scripts/localpg.sh reads them) and the DSN
+# of every target below (DQ_PGPORT=55470 make demo uses only the server on port 55470).
+DQ_PGPORT ?= 55432
+DQ_PGDB ?= dq
+export DQ_PGPORT DQ_PGDB
+DSN ?= postgresql://postgres:postgres@127.0.0.1:$(DQ_PGPORT)/$(DQ_PGDB)
 SCHEMA ?= public
 DOCKER_ENGINE := $(shell docker info >/dev/null 2>&1 && echo yes)
 

@@ -222,3 +222,34 @@ def test_every_runtime_dependency_is_imported_by_the_package() -> None:
         for dist in packages_distributions().get(module, [])
     }
     assert distributions - provided == set(), f"dependencies that pyqueue/ never imports: {distributions - provided}"
+
+
+#: When a message becomes a dead letter, stated in the same words wherever the docs say it (the
+#: behaviour itself: tests/test_dead_letters.py, and docs/python.md's worker example, run by
+#: tests/test_docs_examples.py).
+DEAD_LETTER_RULE = (
+    "A message gets at most `max_deliveries` deliveries: the `dq_nack` of the last one moves it to the "
+    "dead-letter queue at once (its delay is not waited), and if the lock of the last one expires instead, the next "
+    "`dq_poll_many` that finds it due moves it there."
+)
+
+
+@pytest.mark.parametrize("name", ["README.md", "docs/api.md", "docs/python.md", "docs/operations.md"])
+def test_the_docs_agree_on_when_a_message_becomes_a_dead_letter(name: str) -> None:
+    text = " ".join((ROOT / name).read_text(encoding="utf-8").split())
+    assert DEAD_LETTER_RULE in text, f"{name} does not state the dead-letter rule as the other docs do"
+    # and no older wording that says otherwise
+    assert "comes due again goes to the dead-letter queue" not in text
+    assert "delivered 5 times that comes due again" not in text
+
+
+@pytest.mark.parametrize("path", user_docs(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_docs_select_a_configuration_row_with_its_column_names(path: Path) -> None:
+    """``SELECT dq_configure_queue(…)`` prints the queue's row as one unlabeled tuple; the docs show
+    ``SELECT * FROM dq_configure_queue(…)`` (or name the columns they want)."""
+    text = path.read_text(encoding="utf-8")
+    hits = [
+        f"{path.name}:{text.count(chr(10), 0, m.start()) + 1}"
+        for m in re.finditer(r"SELECT\s+dq_configure_queue\(", text)
+    ]
+    assert not hits, f"the bare form (an unlabeled tuple in psql) at {hits}; select its columns"
