@@ -11,9 +11,8 @@
 -- Every public dq_* function is SECURITY DEFINER (it runs with its owner's rights, which is how it
 -- reaches the tables) with the pinned search_path, so a function or table planted in a schema of
 -- the caller's search_path is never used by ours (PostgreSQL manual, CREATE FUNCTION, "Writing
--- SECURITY DEFINER Functions Safely"). Internal dq__* helpers are called only from inside our
--- functions (as the owner) and are executable by no application role. Install as a dedicated
--- owner role rather than a superuser: the functions run with its rights.
+-- SECURITY DEFINER Functions Safely"). Install as a dedicated owner role rather than a superuser:
+-- the functions run with its rights.
 --
 --   dq_producer  offer (dq_offer, dq_offer_many) and cancel (dq_cancel)
 --   dq_consumer  poll (dq_poll_many, dq_poll_or_wait, dq_wait, dq_wait_done, dq_channel), finish
@@ -21,32 +20,71 @@
 --   dq_admin     everything: both roles above, configuration, redrive, purge, release, stats,
 --                retention, schedules (dq_cron_*, dq_install_tick, dq_uninstall_tick)
 --
+-- Two schemas. The install schema holds the tables and the public API (dq_* functions, procedures
+-- and views). Its private schema '<install schema>_internal' (created by migration 0013) holds the
+-- internal dq__* helpers, so that psql's \df lists only the API. The helpers are called only from
+-- inside our functions (as the owner): no application role may execute them or use that schema.
+--
 -- The install schema: the first schema of the session's search_path that is not a pg_ schema
 -- (pg_catalog, pg_temp_N). Every file starts by pinning the session's search_path to
--- '<install schema>, pg_temp', so the next file finds the same schema, objects are created in it, and
--- every function captures that value (SET search_path FROM CURRENT). pg_catalog is not named: it is
--- then searched first (PostgreSQL manual, 5.9.5 "The Schema Search Path"), and naming it first would
--- make it the schema in which CREATE puts unqualified objects. pg_temp is named last, so temporary
--- objects are never found before ours ("Writing SECURITY DEFINER Functions Safely").
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+-- '<install schema>, <install schema>_internal, pg_temp', so the next file finds the same schemas,
+-- objects are created in the install schema, and every function captures that value (SET
+-- search_path FROM CURRENT): it finds the tables and the helpers. pg_catalog is not named: it is then
+-- searched first (PostgreSQL manual, 5.9.5 "The Schema Search Path"), and naming it first would make
+-- it the schema in which CREATE puts unqualified objects. pg_temp is named last, so temporary objects
+-- are never found before ours ("Writing SECURITY DEFINER Functions Safely"). The helpers of each file
+-- are created between `SELECT dq__search_path(internal => true)`, which puts the private schema first
+-- (so CREATE puts them there), and `SELECT dq__search_path(internal => false)`, which restores the
+-- pinned value: every file ends with it.
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
--- dq__schema() -> text: the name of the install schema, an inlined constant (SQL, IMMUTABLE, no
--- SET clause), written into the function when this file runs: for the few names that must differ
--- between two installs in one database (dq_channel, the pg_cron jobs) and for code that cannot pin
--- a search_path (dq_prune_archive_all).
+-- The private schema, and the two helpers written with the schemas' names (SQL, no SET clause):
+--  * dq__schema() -> text: the name of the install schema, an inlined constant (IMMUTABLE), for the
+--    few names that must differ between two installs in one database (dq_channel, the pg_cron jobs)
+--    and for code that cannot pin a search_path (dq_prune_archive_all);
+--  * dq__search_path(internal boolean) -> text: sets the session's search_path to the private schema
+--    first (true) or to the pinned value (false), and returns it; used only by these files.
+-- Helpers of earlier releases, which lived in the install schema, are dropped here, in the
+-- transaction that replaces their callers (and before any caller is created, so that none finds them).
 DO $$
+DECLARE
+    v_install text := (pg_catalog.current_schemas(false))[1];
+    v_private text := (pg_catalog.current_schemas(false))[1] || '_internal';
+    v_fn record;
 BEGIN
+    IF pg_catalog.to_regnamespace(pg_catalog.quote_ident(v_private)) IS NULL THEN
+        RAISE EXCEPTION 'sql/000_common.sql: schema % does not exist: apply the migrations first (0013_private_schema)',
+            pg_catalog.quote_ident(v_private) USING ERRCODE = '3F000';
+    END IF;
+    FOR v_fn IN SELECT p.oid::pg_catalog.regprocedure AS sig, p.prokind FROM pg_catalog.pg_proc p
+                 WHERE p.pronamespace = pg_catalog.quote_ident(v_install)::pg_catalog.regnamespace
+                   AND p.proname LIKE 'dq\_\_%'
+    LOOP
+        EXECUTE pg_catalog.format('DROP %s %s', CASE v_fn.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END, v_fn.sig);
+    END LOOP;
     EXECUTE pg_catalog.format(
-        'CREATE OR REPLACE FUNCTION dq__schema() RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
-        pg_catalog.format('SELECT %L::text', (pg_catalog.current_schemas(false))[1]));
+        'CREATE OR REPLACE FUNCTION %I.dq__schema() RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
+        v_private, pg_catalog.format('SELECT %L::text', v_install));
+    EXECUTE pg_catalog.format(
+        'CREATE OR REPLACE FUNCTION %I.dq__search_path(internal boolean) RETURNS text LANGUAGE sql VOLATILE AS %L',
+        v_private, pg_catalog.format(
+            $f$SELECT pg_catalog.set_config('search_path', CASE WHEN internal THEN %L ELSE %L END, false)$f$,
+            pg_catalog.format('%I, %I, pg_temp', v_private, v_install),
+            pg_catalog.format('%I, %I, pg_temp', v_install, v_private)));
 END;
 $$;
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 COMMENT ON FUNCTION dq__schema() IS 'Internal: the name of the schema this install lives in.';
 REVOKE ALL ON FUNCTION dq__schema() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+COMMENT ON FUNCTION dq__search_path(boolean) IS
+  'Internal: sets the search_path with which the files of sql/ create functions: the private schema first (true), else the install schema first.';
+REVOKE ALL ON FUNCTION dq__search_path(boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 GRANT dq_producer, dq_consumer TO dq_admin;
--- The roles reach the functions through the schema. Not granted when every role already may use it
--- (PUBLIC has USAGE, as on public by default), so an install in public adds no ACL entry.
+-- The roles reach the functions through the install schema (never the private one). Not granted
+-- when every role already may use it (PUBLIC has USAGE, as on public by default), so an install in
+-- public adds no ACL entry.
 DO $$
 BEGIN
     IF NOT pg_catalog.has_schema_privilege('public', dq__schema(), 'USAGE') THEN
@@ -55,6 +93,7 @@ BEGIN
 END;
 $$;
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- Raise the error for a bad queue name. Called only after a cheap inline check failed.
 CREATE OR REPLACE FUNCTION dq__raise_bad_name(fn text, param text, value text, max_len integer)
 RETURNS void
@@ -148,6 +187,8 @@ COMMENT ON FUNCTION dq__check_range(text, text, integer, integer, integer) IS
   'Internal: value when it is not NULL and in [lo, hi]; else raises 22004 or 22023 naming fn and param.';
 REVOKE ALL ON FUNCTION dq__check_range(text, text, integer, integer, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
+SELECT dq__search_path(internal => false);
+
 -- The LISTEN channel of a queue: 'dq_' || md5(queue). Queue names may be 100 characters
 -- and contain anything, channel names are identifiers of at most 63 bytes, hence the hash.
 -- Channels are per database: an install outside public hashes its schema's quoted name with the
@@ -166,6 +207,8 @@ COMMENT ON FUNCTION dq_channel(text) IS
   'dq_channel(queue text) -> text: the LISTEN channel on which offers wake consumers of this queue: ''dq_'' || md5(queue) for an install in schema public, ''dq_'' || md5(quote_ident(schema) || ''.'' || queue) for an install in another schema; the notification payload is the queue name. Errors: none (NULL for a NULL queue). Source: PostgreSQL manual, LISTEN and NOTIFY (a channel name is an identifier, at most 63 bytes).';
 REVOKE ALL ON FUNCTION dq_channel(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_channel(text) TO dq_consumer;
+
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 
 -- ----------------------------------------------------------------------------- time bounds
 -- Every timestamp the queue stores or returns lies in [dq__min_time(), dq__max_time()]: finite, and
@@ -249,3 +292,4 @@ $$;
 COMMENT ON FUNCTION dq__time_after(text, text, interval, timestamptz, boolean, interval, text) IS
   'Internal: base + value checked by its effect: 22004 NULL, 22023 before base (or at it unless allow_zero) or past max_value, 22008 past 9999-12-30 UTC.';
 REVOKE ALL ON FUNCTION dq__time_after(text, text, interval, timestamptz, boolean, interval, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);

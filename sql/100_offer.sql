@@ -1,7 +1,7 @@
 -- Offering messages: dq_offer (bytea, jsonb and text payloads) and dq_offer_many.
 -- Each is one INSERT .. ON CONFLICT (PostgreSQL manual, INSERT, "ON CONFLICT Clause").
 -- Pin the search_path to the install schema (sql/000_common.sql).
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
 -- The signatures of 0.4 and earlier (without priority, message_group, expires_at and headers) are
 -- dropped and the new ones created in this same transaction (the installer applies sql/ in one),
@@ -12,6 +12,7 @@ DROP FUNCTION IF EXISTS dq_offer(text, text, text, timestamptz, boolean, text);
 DROP FUNCTION IF EXISTS dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[]);
 DROP FUNCTION IF EXISTS dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text);
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- Headers: a JSON object of at most 8 KiB (its text form, in bytes), for metadata such as trace
 -- context (W3C traceparent). Raises 22023 for another JSON value, 54000 beyond the limit.
 CREATE OR REPLACE FUNCTION dq__raise_bad_headers(fn text, param text, value jsonb)
@@ -70,6 +71,7 @@ $$;
 COMMENT ON FUNCTION dq__check_controls(text, text, integer, text, timestamptz, timestamptz, jsonb) IS
   'Internal: checks priority, message_group, expires_at and headers of an offer (22004, 22023, 22001, 22008, 54000 naming the parameter).';
 REVOKE ALL ON FUNCTION dq__check_controls(text, text, integer, text, timestamptz, timestamptz, jsonb) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 -- dq_offer: insert, or replace when the key is present and something differs.
 --
@@ -239,6 +241,7 @@ REVOKE ALL ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text, in
 GRANT EXECUTE ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text, integer, text, timestamptz, jsonb) TO dq_producer;
 
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- dq_offer_many: dq_offer's semantics for each element, set-based: one validation query and
 -- one INSERT .. ON CONFLICT for the whole batch; element positions in errors are 1-based.
 -- dq__offer_many is the body; fn is the public function its errors name, cron_prefix the owner
@@ -494,6 +497,7 @@ $$;
 COMMENT ON FUNCTION dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text, integer[], text[], timestamptz[], jsonb[]) IS
   'Internal: the body of dq_offer_many (fn: the public function named in errors); cron_prefix is recorded as the owner of the rows it creates or updates (dq_install_tick).';
 REVOKE ALL ON FUNCTION dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text, integer[], text[], timestamptz[], jsonb[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 CREATE OR REPLACE FUNCTION dq_offer_many(
     queue           text,
@@ -516,6 +520,7 @@ COMMENT ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean,
 REVOKE ALL ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) TO dq_producer;
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- Payload limits. A queue's limit is dq_queues.max_payload_bytes, or 1 MiB when it sets none; no
 -- queue may set one below 1 KiB (SQS's MaximumMessageSize has the same floor), so the offers read
 -- the configuration only for payloads over 1 KiB. The constants are inlined (SQL, IMMUTABLE, no SET).
@@ -572,3 +577,4 @@ $$;
 COMMENT ON FUNCTION dq__check_payload_size(text, text, text, integer) IS
   'Internal: raises 54000 program_limit_exceeded when a payload of size bytes is over the queue''s max_payload_bytes (default 1 MiB).';
 REVOKE ALL ON FUNCTION dq__check_payload_size(text, text, text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);

@@ -11,7 +11,7 @@
 -- Each delivery records when it was due (due_at, the scheduled_at it replaces) and when it was
 -- claimed (claimed_at), for the archive and for lateness.
 -- Pin the search_path to the install schema (sql/000_common.sql).
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 CREATE OR REPLACE FUNCTION dq_poll_many(
     queue         text,
     max_count     integer DEFAULT 1,
@@ -215,6 +215,7 @@ COMMENT ON FUNCTION dq_poll_many(text, integer, interval) IS
 REVOKE ALL ON FUNCTION dq_poll_many(text, integer, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_poll_many(text, integer, interval) TO dq_consumer;
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- One priority level of a queue that has FIFO groups at it: the due ungrouped messages and the due
 -- group heads of priority p, earliest due first, at most max_count, locked (FOR UPDATE SKIP LOCKED:
 -- the group rows, then their heads). A locked group whose head is not due (its lock was extended)
@@ -285,3 +286,4 @@ $$;
 COMMENT ON FUNCTION dq__poll_level(text, smallint, timestamptz, integer) IS
   'Internal: the due ungrouped messages and FIFO group heads of one priority level of a queue, locked, earliest due first (dq_poll_many).';
 REVOKE ALL ON FUNCTION dq__poll_level(text, smallint, timestamptz, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);

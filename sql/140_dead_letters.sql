@@ -20,8 +20,9 @@
 -- key creates an ordinary message beside them. dq_configure_queue refuses a
 -- chain of dead-letter queues that loops back to the queue.
 -- Pin the search_path to the install schema (sql/000_common.sql).
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- Move the given rows (locked by the caller's transaction) to dead_letter_queue, archiving them
 -- with outcome dead (dq__gone, which also settles their FIFO groups). A row still carrying its lock token died of lock expiry: that is
 -- recorded as its last error, at the time the lock expired (its scheduled_at). Concurrency: the
@@ -67,6 +68,7 @@ $$;
 COMMENT ON FUNCTION dq__dead_letter(bigint[], text, timestamptz) IS
   'Internal: moves locked rows to a dead-letter queue (see sql/140_dead_letters.sql).';
 REVOKE ALL ON FUNCTION dq__dead_letter(bigint[], text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 -- Send dead letters back to the queues they died in, due now, with delivery_count 0 (the error
 -- stays in last_error for the record), as ordinary messages. Concurrency: candidates are taken FOR

@@ -1,7 +1,7 @@
 -- Operations: per-queue configuration, purge, releasing locks, archive retention, stats.
 -- Every operator function says what it changed with a NOTICE.
 -- Pin the search_path to the install schema (sql/000_common.sql).
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
 -- dq_configure_queue gained archive, retention and notify in 0.2: the 0.1 signature is dropped
 -- and the new one created in this same transaction (the installer's 9999_sql step), so there is
@@ -372,6 +372,7 @@ COMMENT ON PROCEDURE dq_prune_archive_all(integer, integer) IS
 REVOKE ALL ON PROCEDURE dq_prune_archive_all(integer, integer) FROM PUBLIC;
 GRANT EXECUTE ON PROCEDURE dq_prune_archive_all(integer, integer) TO dq_admin;
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- Stats. Counting a million index entries takes hundreds of milliseconds, so each count is exact
 -- up to dq__stats_exact_limit() rows and estimated beyond it (the column approximate says so):
 --  * a live count past the limit comes from the planner's statistics of dq_messages (rows of the
@@ -428,6 +429,7 @@ $$;
 COMMENT ON FUNCTION dq__estimated_rows(text, boolean) IS
   'Internal: planner-statistics estimate of a queue''s rows (all, or the due share), for dq_queue_stats past its exact limit.';
 REVOKE ALL ON FUNCTION dq__estimated_rows(text, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 CREATE OR REPLACE FUNCTION dq_queue_stats(queue text)
 RETURNS dq_stats_row

@@ -8,9 +8,10 @@
 -- times that land on one instant (02:30 shifted onto 03:30) are one occurrence: occurrences are
 -- instants, collected with DISTINCT, and an instant is a key.
 -- Pin the search_path to the install schema (sql/000_common.sql).
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 -- ----------------------------------------------------------------------------- evaluation
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- The zone's UTC offset at an instant (local wall-clock time minus UTC). No SET clause, so it is
 -- inlined where the evaluation compares offsets a day or two apart to find a transition.
 CREATE OR REPLACE FUNCTION dq__cron_offset(at timestamptz, timezone text)
@@ -147,6 +148,7 @@ $$;
 COMMENT ON FUNCTION dq__cron_between(dq_cron_spec, text, timestamptz, timestamptz, integer) IS
   'Internal: the occurrences of a parsed schedule in (after, until], earliest first, at most max_count (an infinite until searches 50 years); never after 9999-12-30 UTC.';
 REVOKE ALL ON FUNCTION dq__cron_between(dq_cron_spec, text, timestamptz, timestamptz, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 CREATE OR REPLACE FUNCTION dq_cron_occurrences(
     schedule   text,
@@ -191,6 +193,7 @@ COMMENT ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, in
 REVOKE ALL ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) TO dq_admin;
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- An upper bound of the occurrences of a schedule in any window of length `span`: one per period
 -- for 'every'; for 'cron' and 'daily', the times of a day over every local date the window can
 -- touch (a window of n days touches at most n + 2 dates, DST days being 23 to 25 hours long).
@@ -205,4 +208,5 @@ $$;
 COMMENT ON FUNCTION dq__cron_max_in(dq_cron_spec, interval) IS
   'Internal: an upper bound of the occurrences of a parsed schedule in any window of length span.';
 REVOKE ALL ON FUNCTION dq__cron_max_in(dq_cron_spec, interval) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 

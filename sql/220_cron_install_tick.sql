@@ -1,9 +1,10 @@
 -- Recurring messages, part 3: the occurrence messages of one key prefix in a queue
 -- (dq_install_tick, dq_uninstall_tick), offered through dq_offer_many's body (sql/100_offer.sql).
 -- Pin the search_path to the install schema (sql/000_common.sql).
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 -- ----------------------------------------------------------------------------- install_tick
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- Is `key` an occurrence key of key_prefix: '<key_prefix>/<hash without slash>/<epoch ms>'? A prefix
 -- 'a' does not claim the keys of a prefix 'a/b' (their rest has two slashes).
 -- No SET clause, so that PostgreSQL inlines it into the DELETEs of dq_install_tick and
@@ -45,6 +46,7 @@ $$;
 COMMENT ON FUNCTION dq__cron_check_prefix(text, text, text, text, boolean) IS
   'Internal: 22004/22023/22001 for queue (<=100), key_prefix (<=100), config_hash (<=64, no "/").';
 REVOKE ALL ON FUNCTION dq__cron_check_prefix(text, text, text, text, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 -- dq_install_tick: the occurrences of one key prefix, installed in one transaction.
 --

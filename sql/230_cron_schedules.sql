@@ -2,8 +2,9 @@
 -- dq_cron_install, dq_cron_uninstall, dq_cron_pause and dq_cron_resume manage them; each installs or
 -- removes the schedule's occurrences at once, through dq_install_tick / dq_uninstall_tick.
 -- Pin the search_path to the install schema (sql/000_common.sql).
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- At most this many pending (installed, not yet due) occurrences per schedule.
 CREATE OR REPLACE FUNCTION dq__cron_pending_limit() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 10000 $$;
@@ -15,9 +16,11 @@ CREATE OR REPLACE FUNCTION dq__cron_refill_margin() RETURNS interval
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT interval '1 minute' $$;
 COMMENT ON FUNCTION dq__cron_refill_margin() IS 'Internal: deleted occurrences due within this of the clock are not offered again (1 minute).';
 REVOKE ALL ON FUNCTION dq__cron_refill_margin() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 -- ----------------------------------------------------------------------------- named schedules
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- Install what a schedule lacks, as of p_now: the occurrences after installed_through up to
 -- p_now + lookahead (at most 10000 per call: the next tick continues), and always the next
 -- occurrence after p_now. The caller holds the schedule's row lock. Occurrences missed while no
@@ -138,6 +141,7 @@ $$;
 COMMENT ON FUNCTION dq__cron_note_deleted(text, text) IS
   'Internal: before dq_cancel/dq_purge delete messages, records in their schedules the earliest future occurrence deleted, for the next tick to offer again.';
 REVOKE ALL ON FUNCTION dq__cron_note_deleted(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 CREATE OR REPLACE FUNCTION dq_cron_install(
     name          text,
@@ -350,6 +354,7 @@ REVOKE ALL ON FUNCTION dq_cron_resume(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_resume(text) TO dq_admin;
 
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- The next occurrences of a stored schedule, or NULL when it cannot be evaluated (a zone that
 -- tzdata no longer has): one broken schedule must not hide the others from dq_cron_schedules (its
 -- error is in last_error once a tick has tried it). The exception block costs a subtransaction per
@@ -368,6 +373,7 @@ $$;
 COMMENT ON FUNCTION dq__cron_next(text, text, integer) IS
   'Internal: the next max_count occurrences of a stored schedule after now, NULL when it cannot be evaluated.';
 REVOKE ALL ON FUNCTION dq__cron_next(text, text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 -- The schedules with their next occurrences, for dq_cron_schedules. SECURITY DEFINER (granted to
 -- dq_admin): the evaluation calls internal functions that no application role may execute, and a
