@@ -28,6 +28,7 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_now         timestamptz := clock_timestamp();
     v_next        timestamptz;
     v_wake        timestamptz;
@@ -36,8 +37,15 @@ DECLARE
     v_busy        integer;
     v_token       timestamptz;
 BEGIN
-    dq_wait.queue := dq__check_name('dq_wait', 'queue', dq_wait.queue, 100);
-    v_wake := dq__time_after('dq_wait', 'max_wait', max_wait, v_now, false, interval '1 hour', '1 hour');
+    v_error := dq__name_error('dq_wait', 'queue', dq_wait.queue, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_error := dq__time_after_error('dq_wait', 'max_wait', max_wait, v_now, false, interval '1 hour', '1 hour');
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_wake := v_now + max_wait;
 
     -- Prune this queue's rows left by sessions that are gone. SKIP LOCKED: never wait for another
     -- waiter. Rows of live sessions are never touched, even expired ones: deleting a live waiter's

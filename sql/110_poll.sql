@@ -33,6 +33,7 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_now      timestamptz := clock_timestamp();
     v_until    timestamptz;
     v_cfg      dq_queues;
@@ -55,10 +56,20 @@ DECLARE
     v_expiring boolean := false;  -- some ungrouped candidate is past its expires_at
     v_maxcount integer := 0;      -- the highest delivery_count of the ungrouped candidates
 BEGIN
-    dq_poll_many.queue := dq__check_name('dq_poll_many', 'queue', dq_poll_many.queue, 100);
-    dq_poll_many.max_count := dq__check_range('dq_poll_many', 'max_count', dq_poll_many.max_count, 1, 10000);
+    v_error := dq__name_error('dq_poll_many', 'queue', dq_poll_many.queue, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_error := dq__range_error('dq_poll_many', 'max_count', dq_poll_many.max_count, 1, 10000);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     -- The lock expiry, checked by its effect (positive, within the stored range).
-    v_until := dq__time_after('dq_poll_many', 'lock_timeout', dq_poll_many.lock_timeout, v_now, false);
+    v_error := dq__time_after_error('dq_poll_many', 'lock_timeout', dq_poll_many.lock_timeout, v_now, false);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_until := v_now + dq_poll_many.lock_timeout;
     v_want := dq_poll_many.max_count;
 
     -- The queue's controls (one probe; an unconfigured queue has none).

@@ -38,11 +38,15 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_variable
 DECLARE
+    v_error    jsonb;
     v_count integer;
     v_q     text := $1;
 BEGIN
     -- max_wait is checked on every call, not only when nothing was acquired (dq_wait's rule).
-    PERFORM dq__time_after('dq_poll_or_wait', 'max_wait', $4, clock_timestamp(), false, interval '1 hour', '1 hour');
+    v_error := dq__time_after_error('dq_poll_or_wait', 'max_wait', $4, clock_timestamp(), false, interval '1 hour', '1 hour');
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     DELETE FROM dq_waiters w WHERE w.queue = v_q AND w.pid = pg_backend_pid();
     RETURN QUERY
     SELECT d.id, d.key, d.payload, d.payload_type, d.scheduled_at, d.scheduled_at_initially, d.created_at,

@@ -99,12 +99,14 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_gone     dq_messages[];
     v_grouped  boolean;
     v_archived integer;
 BEGIN
     IF dq_ack.lock_token IS NULL THEN
-        PERFORM dq__raise_null('dq_ack', 'lock_token');
+        v_error := dq__null_error('dq_ack', 'lock_token');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     WITH gone AS (
         DELETE FROM dq_messages m WHERE m.lock_token = dq_ack.lock_token RETURNING m, m.message_group IS NOT NULL AS g
@@ -129,12 +131,14 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_gone     dq_messages[];
     v_grouped  boolean;
     v_archived integer;
 BEGIN
     IF dq_ack.lock_tokens IS NULL THEN
-        PERFORM dq__raise_null('dq_ack', 'lock_tokens');
+        v_error := dq__null_error('dq_ack', 'lock_tokens');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     WITH gone AS (
         DELETE FROM dq_messages m WHERE m.lock_token = ANY (dq_ack.lock_tokens)
@@ -160,6 +164,7 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_id     bigint;
     v_queue  text;
     v_at     timestamptz;
@@ -173,10 +178,15 @@ DECLARE
     v_limit  integer;
 BEGIN
     IF dq_nack.lock_token IS NULL THEN
-        PERFORM dq__raise_null('dq_nack', 'lock_token');
+        v_error := dq__null_error('dq_nack', 'lock_token');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     v_now := clock_timestamp();
-    v_at := dq__time_after('dq_nack', 'delay', dq_nack.delay, v_now, true);
+    v_error := dq__time_after_error('dq_nack', 'delay', dq_nack.delay, v_now, true);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_at := v_now + dq_nack.delay;
     IF char_length(dq_nack.error) > 10000 THEN
         RAISE EXCEPTION 'dq_nack: error is % characters, the limit is 10000', char_length(dq_nack.error)
             USING ERRCODE = '22001';
@@ -226,12 +236,18 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_until timestamptz;
 BEGIN
     IF dq_extend.lock_token IS NULL THEN
-        PERFORM dq__raise_null('dq_extend', 'lock_token');
+        v_error := dq__null_error('dq_extend', 'lock_token');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    v_until := dq__time_after('dq_extend', 'lock_timeout', dq_extend.lock_timeout, clock_timestamp(), false);
+    v_error := dq__time_after_error('dq_extend', 'lock_timeout', dq_extend.lock_timeout, clock_timestamp(), false);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_until := clock_timestamp() + dq_extend.lock_timeout;
     UPDATE dq_messages m
        SET scheduled_at = v_until
      WHERE m.lock_token = dq_extend.lock_token

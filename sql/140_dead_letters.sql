@@ -86,14 +86,21 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_now     timestamptz := clock_timestamp();
     v_count   integer;
     v_queues  text[];
     v_groups  text[];
     v_settled integer;
 BEGIN
-    dq_redrive.dead_letter_queue := dq__check_name('dq_redrive', 'dead_letter_queue', dq_redrive.dead_letter_queue, 100);
-    dq_redrive.max_count := dq__check_range('dq_redrive', 'max_count', dq_redrive.max_count, 1, 100000);
+    v_error := dq__name_error('dq_redrive', 'dead_letter_queue', dq_redrive.dead_letter_queue, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_error := dq__range_error('dq_redrive', 'max_count', dq_redrive.max_count, 1, 100000);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     WITH cand AS (
         SELECT c.id, c.dead_from, c.key, c.payload, c.payload_type, c.created_at, c.last_error, c.last_error_at, c.dead_at,
                c.priority, c.message_group, c.expires_at, c.headers

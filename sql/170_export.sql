@@ -38,6 +38,7 @@ LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
 DECLARE
+    v_error    jsonb;
     v_table  text;
     v_split  text;
     v_names  text[];
@@ -81,7 +82,8 @@ BEGIN
         v_where := v_where || (v_split || ' < $2');
     END IF;
     IF filters IS NULL THEN
-        PERFORM dq__raise_null(fn, 'filters');
+        v_error := dq__null_error(fn, 'filters');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF jsonb_typeof(filters) <> 'array' THEN
         RAISE EXCEPTION '%: filters is %, it must be a JSON array of [column, operator, value] arrays', fn, filters

@@ -212,10 +212,12 @@ LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
 DECLARE
+    v_error    jsonb;
     v_name text;
 BEGIN
     IF timezone IS NULL THEN
-        PERFORM dq__raise_null(fn, 'timezone');
+        v_error := dq__null_error(fn, 'timezone');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF timezone = 'UTC' OR EXISTS (SELECT 1 FROM dq_cron c WHERE c.timezone = dq__cron_zone.timezone) THEN
         RETURN timezone;

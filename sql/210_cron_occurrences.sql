@@ -163,25 +163,35 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_spec  dq_cron_spec;
     v_zone  text;
 BEGIN
-    dq_cron_occurrences.schedule := dq__check_text('dq_cron_occurrences', 'schedule', dq_cron_occurrences.schedule, 1000);
+    v_error := dq__text_error('dq_cron_occurrences', 'schedule', dq_cron_occurrences.schedule, 1000);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     IF dq_cron_occurrences.after IS NULL THEN
-        PERFORM dq__raise_null('dq_cron_occurrences', 'after');
+        v_error := dq__null_error('dq_cron_occurrences', 'after');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF dq_cron_occurrences.until IS NULL THEN
-        PERFORM dq__raise_null('dq_cron_occurrences', 'until');
+        v_error := dq__null_error('dq_cron_occurrences', 'until');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF NOT (dq_cron_occurrences.after BETWEEN dq__min_time() AND dq__max_time()) THEN
-        PERFORM dq__raise_bad_time('dq_cron_occurrences', 'after', dq_cron_occurrences.after);
+        v_error := dq__time_error('dq_cron_occurrences', 'after', dq_cron_occurrences.after);
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF dq_cron_occurrences.until <> 'infinity'
        AND NOT (dq_cron_occurrences.until BETWEEN dq__min_time() AND dq__max_time()) THEN
         RAISE EXCEPTION 'dq_cron_occurrences: until is %, it must be ''infinity'' or a finite time between 0001-01-02 and 9999-12-30 UTC',
             dq_cron_occurrences.until USING ERRCODE = '22008';
     END IF;
-    dq_cron_occurrences.max_count := dq__check_range('dq_cron_occurrences', 'max_count', dq_cron_occurrences.max_count, 1, 10000);
+    v_error := dq__range_error('dq_cron_occurrences', 'max_count', dq_cron_occurrences.max_count, 1, 10000);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     v_spec := dq__cron_parse('dq_cron_occurrences', dq_cron_occurrences.schedule);
     v_zone := dq__cron_zone('dq_cron_occurrences', dq_cron_occurrences.timezone);
     RETURN QUERY SELECT x FROM unnest(dq__cron_between(v_spec, v_zone, dq_cron_occurrences.after,

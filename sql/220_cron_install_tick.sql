@@ -29,14 +29,24 @@ RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_error    jsonb;
 BEGIN
-    queue := dq__check_name(fn, 'queue', queue, 100);
-    key_prefix := dq__check_name(fn, 'key_prefix', key_prefix, 100);
+    v_error := dq__name_error(fn, 'queue', queue, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_error := dq__name_error(fn, 'key_prefix', key_prefix, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     IF config_hash IS NULL AND hash_required THEN
-        PERFORM dq__raise_null(fn, 'config_hash');
+        v_error := dq__null_error(fn, 'config_hash');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF config_hash = '' OR char_length(config_hash) > 64 THEN
-        PERFORM dq__raise_bad_name(fn, 'config_hash', config_hash, 64);
+        v_error := dq__name_error(fn, 'config_hash', config_hash, 64);
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF strpos(config_hash, '/') > 0 THEN
         RAISE EXCEPTION '%: config_hash must not contain "/"', fn USING ERRCODE = '22023';
@@ -79,6 +89,7 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_n        integer := coalesce(cardinality(dq_install_tick.scheduled_ats), 0);
     v_type     text;
     v_bad      bigint;
@@ -92,15 +103,22 @@ BEGIN
     PERFORM dq__cron_check_prefix('dq_install_tick', dq_install_tick.queue, dq_install_tick.key_prefix,
                                   dq_install_tick.config_hash, true);
     IF dq_install_tick.scheduled_ats IS NULL THEN
-        PERFORM dq__raise_null('dq_install_tick', 'scheduled_ats');
+        v_error := dq__null_error('dq_install_tick', 'scheduled_ats');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF dq_install_tick.payloads IS NULL THEN
-        PERFORM dq__raise_null('dq_install_tick', 'payloads');
+        v_error := dq__null_error('dq_install_tick', 'payloads');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF dq_install_tick.can_update IS NULL THEN
-        PERFORM dq__raise_null('dq_install_tick', 'can_update');
+        v_error := dq__null_error('dq_install_tick', 'can_update');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    v_type := dq__check_name('dq_install_tick', 'payload_type', coalesce(dq_install_tick.payload_type, 'bytes'), 100);
+    v_error := dq__name_error('dq_install_tick', 'payload_type', coalesce(dq_install_tick.payload_type, 'bytes'), 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_type := coalesce(dq_install_tick.payload_type, 'bytes');
     IF array_ndims(dq_install_tick.scheduled_ats) > 1 OR array_ndims(dq_install_tick.payloads) > 1 THEN
         RAISE EXCEPTION 'dq_install_tick: arrays must be one-dimensional' USING ERRCODE = '22023';
     END IF;
@@ -114,17 +132,20 @@ BEGIN
     SELECT min(u.i) FILTER (WHERE u.s IS NULL) INTO v_bad
       FROM unnest(dq_install_tick.scheduled_ats) WITH ORDINALITY AS u(s, i);
     IF v_bad IS NOT NULL THEN
-        PERFORM dq__raise_null('dq_install_tick', format('scheduled_ats[%s]', v_bad));
+        v_error := dq__null_error('dq_install_tick', format('scheduled_ats[%s]', v_bad));
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     SELECT min(u.i) INTO v_bad FROM unnest(dq_install_tick.scheduled_ats) WITH ORDINALITY AS u(s, i)
      WHERE NOT (u.s BETWEEN dq__min_time() AND dq__max_time());
     IF v_bad IS NOT NULL THEN
-        PERFORM dq__raise_bad_time('dq_install_tick', format('scheduled_ats[%s]', v_bad),
+        v_error := dq__time_error('dq_install_tick', format('scheduled_ats[%s]', v_bad),
                                    dq_install_tick.scheduled_ats[array_lower(dq_install_tick.scheduled_ats, 1) + v_bad - 1]);
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     SELECT min(u.i) INTO v_bad FROM unnest(dq_install_tick.payloads) WITH ORDINALITY AS u(p, i) WHERE u.p IS NULL;
     IF v_bad IS NOT NULL THEN
-        PERFORM dq__raise_null('dq_install_tick', format('payloads[%s]', v_bad));
+        v_error := dq__null_error('dq_install_tick', format('payloads[%s]', v_bad));
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     -- One key per millisecond: two times in one millisecond would be one key.
     SELECT max(u.i) INTO v_dup

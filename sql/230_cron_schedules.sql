@@ -158,28 +158,49 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_type  text;
     v_spec  dq_cron_spec;
     v_zone  text;
     v_hash  text;
     r       dq_cron;
 BEGIN
-    dq_cron_install.name := dq__check_name('dq_cron_install', 'name', dq_cron_install.name, 100);
-    dq_cron_install.queue := dq__check_name('dq_cron_install', 'queue', dq_cron_install.queue, 100);
-    dq_cron_install.schedule := dq__check_text('dq_cron_install', 'schedule', dq_cron_install.schedule, 1000);
-    IF dq_cron_install.payload IS NULL THEN
-        PERFORM dq__raise_null('dq_cron_install', 'payload');
+    v_error := dq__name_error('dq_cron_install', 'name', dq_cron_install.name, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    v_type := dq__check_name('dq_cron_install', 'payload_type', coalesce(dq_cron_install.payload_type, 'bytes'), 100);
+    v_error := dq__name_error('dq_cron_install', 'queue', dq_cron_install.queue, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_error := dq__text_error('dq_cron_install', 'schedule', dq_cron_install.schedule, 1000);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    IF dq_cron_install.payload IS NULL THEN
+        v_error := dq__null_error('dq_cron_install', 'payload');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_error := dq__name_error('dq_cron_install', 'payload_type', coalesce(dq_cron_install.payload_type, 'bytes'), 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_type := coalesce(dq_cron_install.payload_type, 'bytes');
     IF dq_cron_install.lookahead > interval '366 days' THEN
         RAISE EXCEPTION 'dq_cron_install: lookahead is %, it must be positive and at most 366 days',
             dq_cron_install.lookahead USING ERRCODE = '22023';
     END IF;
     -- NULL (22004) and positive by its effect (22023).
-    PERFORM dq__time_after('dq_cron_install', 'lookahead', dq_cron_install.lookahead, now(), false);
+    v_error := dq__time_after_error('dq_cron_install', 'lookahead', dq_cron_install.lookahead, now(), false);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     IF octet_length(dq_cron_install.payload) > dq__payload_limit_floor() THEN
-        PERFORM dq__check_payload_size('dq_cron_install', 'payload', dq_cron_install.queue,
-                                       octet_length(dq_cron_install.payload));
+        v_error := dq__payload_size_error('dq_cron_install', 'payload', dq_cron_install.queue,
+                                          octet_length(dq_cron_install.payload));
+        IF v_error IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
+        END IF;
     END IF;
     v_spec := dq__cron_parse('dq_cron_install', dq_cron_install.schedule);
     v_zone := dq__cron_zone('dq_cron_install', dq_cron_install.timezone);
@@ -282,9 +303,13 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_queue text;
 BEGIN
-    dq_cron_uninstall.name := dq__check_name('dq_cron_uninstall', 'name', dq_cron_uninstall.name, 100);
+    v_error := dq__name_error('dq_cron_uninstall', 'name', dq_cron_uninstall.name, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     DELETE FROM dq_cron c WHERE c.name = dq_cron_uninstall.name RETURNING c.queue INTO v_queue;
     IF v_queue IS NULL THEN
         RETURN false;
@@ -306,9 +331,13 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_queue text;
 BEGIN
-    dq_cron_pause.name := dq__check_name('dq_cron_pause', 'name', dq_cron_pause.name, 100);
+    v_error := dq__name_error('dq_cron_pause', 'name', dq_cron_pause.name, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     UPDATE dq_cron c
        SET paused = true, installed_through = NULL, last_installed_at = NULL, next_at = NULL, refill_from = NULL,
            updated_at = CASE WHEN c.paused THEN c.updated_at ELSE now() END
@@ -334,9 +363,13 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_paused boolean;
 BEGIN
-    dq_cron_resume.name := dq__check_name('dq_cron_resume', 'name', dq_cron_resume.name, 100);
+    v_error := dq__name_error('dq_cron_resume', 'name', dq_cron_resume.name, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     SELECT c.paused INTO v_paused FROM dq_cron c WHERE c.name = dq_cron_resume.name FOR UPDATE;
     IF NOT FOUND THEN
         RETURN false;

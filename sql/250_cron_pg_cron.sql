@@ -43,10 +43,12 @@ SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 DECLARE
+    v_error    jsonb;
     v_count bigint;
 BEGIN
     IF keep IS NULL THEN
-        PERFORM dq__raise_null('dq_cron_prune_run_details', 'keep');
+        v_error := dq__null_error('dq_cron_prune_run_details', 'keep');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF keep < interval '0' THEN
         RAISE EXCEPTION 'dq_cron_prune_run_details: keep is %, it must not be negative', keep
