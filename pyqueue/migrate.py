@@ -32,23 +32,27 @@ The two files of ``migrations/`` that are not numbered steps (``9999_sql.py`` an
    disagree with the database).
 
 5. **Compared with the database, not recorded.** ``9999_sql`` reads the definitions of every
-   function, procedure and view of the install schema (``pg_get_functiondef``,
-   ``pg_get_viewdef``, owner, privileges, comment), the schema's privileges and the memberships of
-   the ``dq_*`` roles; applies ``sql/`` inside a savepoint; reads them again. When nothing differs
-   it rolls back to the savepoint, so a re-run touches no catalog row; otherwise the new
-   definitions are committed with the schema step's transaction. A function dropped by a
-   rollback or altered by hand is therefore repaired by the next apply.
+   function, procedure and view of the install schema and of its private schema
+   (``pg_get_functiondef``, ``pg_get_viewdef``, owner, privileges, comment), the schemas'
+   privileges and the memberships of the ``dq_*`` roles; applies ``sql/`` inside a savepoint;
+   reads them again. When nothing differs it rolls back to the savepoint, so a re-run touches no
+   catalog row; otherwise the new definitions are committed with the schema step's transaction. A
+   function dropped by a rollback or altered by hand is therefore repaired by the next apply.
 
-6. **Install schema.** Everything (the tables, the functions, and yoyo's own bookkeeping tables)
-   lives in one schema, default ``public``. ``migrate(schema=NAME)`` creates the schema when it is
-   absent and runs yoyo with the URL parameter ``schema=NAME`` (yoyo's PostgreSQL backends then
-   ``SET search_path TO NAME`` on each of their connections). For plain yoyo: ``CREATE SCHEMA
-   NAME``, then ``yoyo apply --database 'postgresql+psycopg://…/DB?schema=NAME' migrations/``
-   (libpq's ``?options=-csearch_path%3DNAME`` works as well).
-   The install schema is the ``current_schema()`` of yoyo's connection; ``sql/`` is applied with
-   it as the first schema of ``search_path``, and each file pins its functions' ``search_path`` to
-   it. Two schemas of one database hold two independent installs, migrated and rolled back on
-   their own.
+6. **Install schema.** Everything (the tables, the public functions and views, and yoyo's own
+   bookkeeping tables) lives in one schema, default ``public``; the internal helpers (``dq__*``)
+   live beside it in its private schema ``<install schema>_internal`` (:func:`private_schema`,
+   created by the step ``0013_private_schema``), so that psql's ``\\df`` lists only the API.
+   ``migrate(schema=NAME)`` creates the schema when it is absent and runs yoyo with the URL
+   parameter ``schema=NAME`` (yoyo's PostgreSQL backends then ``SET search_path TO NAME`` on each
+   of their connections). For plain yoyo: ``CREATE SCHEMA NAME``, then ``yoyo apply --database
+   'postgresql+psycopg://…/DB?schema=NAME' migrations/`` (libpq's
+   ``?options=-csearch_path%3DNAME`` works as well). The install schema is the
+   ``current_schema()`` of yoyo's connection; ``sql/`` is applied with it as the first schema of
+   ``search_path``, and each file pins its functions' ``search_path`` to it and its private
+   schema. Two schemas of one database hold two independent installs (four schemas in all),
+   migrated and rolled back on their own; an install schema's name is at most 54 bytes, so that
+   its private schema's fits PostgreSQL's 63.
 
 The migration files import this module, so plain ``yoyo`` must run where ``pyqueue`` is
 installed (it is: yoyo-migrations is one of its dependencies). Release snapshots of
@@ -76,6 +80,7 @@ __all__ = [
     "migrate",
     "migrations_dir",
     "pending",
+    "private_schema",
     "resource_dir",
     "schema_steps",
     "sql_dir",
@@ -114,6 +119,14 @@ def migrations_dir() -> Path:
 def sql_dir() -> Path:
     """The ``sql/`` directory of function definitions (packaged as ``pyqueue/_sql``)."""
     return resource_dir("sql")
+
+
+def private_schema(schema: str) -> str:
+    """The private schema of the install in ``schema``: ``<schema>_internal`` (rule 6).
+
+    The migration step ``0013_private_schema`` and ``sql/000_common.sql`` derive the same name.
+    """
+    return f"{schema}_internal"
 
 
 def _sql_dir_beside(migrations: Path) -> Path:
@@ -195,18 +208,19 @@ def migrate(dsn: str, *, schema: str = "public", up_to: str | None = None) -> li
     return [m.id for m in todo if m.id != FUNCTION_STEP]
 
 
-# Everything sql/ defines, as the database holds it (rule 5). %(schema)s: the install schema's oid.
+# Everything sql/ defines, as the database holds it (rule 5). %(schema)s: the install schema's oid,
+# %(private)s: its private schema's (NULL before 0013_private_schema).
 _DEFINITIONS = """
-SELECT 'function ' || p.oid::regprocedure::text, pg_get_functiondef(p.oid),
-       p.proowner::regrole::text, p.proacl::text, obj_description(p.oid, 'pg_proc')
-  FROM pg_proc p WHERE p.pronamespace = %(schema)s::oid
+SELECT 'function ' || p.pronamespace::regnamespace::text || '.' || p.oid::regprocedure::text,
+       pg_get_functiondef(p.oid), p.proowner::regrole::text, p.proacl::text, obj_description(p.oid, 'pg_proc')
+  FROM pg_proc p WHERE p.pronamespace IN (%(schema)s::oid, %(private)s::oid)
 UNION ALL
 SELECT 'relation ' || c.relname, CASE WHEN c.relkind IN ('v', 'm') THEN pg_get_viewdef(c.oid) END,
        c.relowner::regrole::text, c.relacl::text, obj_description(c.oid, 'pg_class')
   FROM pg_class c WHERE c.relnamespace = %(schema)s::oid AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
 UNION ALL
-SELECT 'schema', NULL, n.nspowner::regrole::text, n.nspacl::text, obj_description(n.oid, 'pg_namespace')
-  FROM pg_namespace n WHERE n.oid = %(schema)s::oid
+SELECT 'schema ' || n.nspname, NULL, n.nspowner::regrole::text, n.nspacl::text, obj_description(n.oid, 'pg_namespace')
+  FROM pg_namespace n WHERE n.oid IN (%(schema)s::oid, %(private)s::oid)
 UNION ALL
 SELECT 'member ' || r.rolname || ' ' || m.member::regrole::text, NULL, NULL, NULL, NULL
   FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.roleid WHERE r.rolname LIKE 'dq\\_%%'
@@ -237,15 +251,17 @@ def apply_functions(conn: psycopg.Connection[Any], migrations: Path) -> bool:
     if row is None:
         raise psycopg.errors.InvalidSchemaName("pyqueue: the install schema does not exist (no current_schema())")
     schema_oid, schema = row
+    private = cur.execute("SELECT to_regnamespace(quote_ident(%s))::oid", (private_schema(schema),)).fetchone()
+    names = {"schema": schema_oid, "private": private[0] if private else None}
     texts = [path.read_text(encoding="utf-8") for path in sorted(_sql_dir_beside(migrations).glob("*.sql"))]
     search_path = sql.SQL("SET LOCAL search_path = {}").format(sql.Identifier(schema))
     cur.execute(search_path)
-    before = cur.execute(_DEFINITIONS, {"schema": schema_oid}).fetchall()
+    before = cur.execute(_DEFINITIONS, names).fetchall()
     cur.execute("SAVEPOINT pyqueue_sql")
     for text in texts:
         cur.execute(text)
     cur.execute(search_path)
-    if cur.execute(_DEFINITIONS, {"schema": schema_oid}).fetchall() == before:
+    if cur.execute(_DEFINITIONS, names).fetchall() == before:
         cur.execute("ROLLBACK TO SAVEPOINT pyqueue_sql")
         return False
     cur.execute("RELEASE SAVEPOINT pyqueue_sql")

@@ -11,9 +11,8 @@
 -- Every public dq_* function is SECURITY DEFINER (it runs with its owner's rights, which is how it
 -- reaches the tables) with the pinned search_path, so a function or table planted in a schema of
 -- the caller's search_path is never used by ours (PostgreSQL manual, CREATE FUNCTION, "Writing
--- SECURITY DEFINER Functions Safely"). Internal dq__* helpers are called only from inside our
--- functions (as the owner) and are executable by no application role. Install as a dedicated
--- owner role rather than a superuser: the functions run with its rights.
+-- SECURITY DEFINER Functions Safely"). Install as a dedicated owner role rather than a superuser:
+-- the functions run with its rights.
 --
 --   dq_producer  offer (dq_offer, dq_offer_many) and cancel (dq_cancel)
 --   dq_consumer  poll (dq_poll_many, dq_poll_or_wait, dq_wait, dq_wait_done, dq_channel), finish
@@ -21,32 +20,71 @@
 --   dq_admin     everything: both roles above, configuration, redrive, purge, release, stats,
 --                retention, schedules (dq_cron_*, dq_install_tick, dq_uninstall_tick)
 --
+-- Two schemas. The install schema holds the tables and the public API (dq_* functions, procedures
+-- and views). Its private schema '<install schema>_internal' (created by migration 0013) holds the
+-- internal dq__* helpers, so that psql's \df lists only the API. The helpers are called only from
+-- inside our functions (as the owner): no application role may execute them or use that schema.
+--
 -- The install schema: the first schema of the session's search_path that is not a pg_ schema
 -- (pg_catalog, pg_temp_N). Every file starts by pinning the session's search_path to
--- '<install schema>, pg_temp', so the next file finds the same schema, objects are created in it, and
--- every function captures that value (SET search_path FROM CURRENT). pg_catalog is not named: it is
--- then searched first (PostgreSQL manual, 5.9.5 "The Schema Search Path"), and naming it first would
--- make it the schema in which CREATE puts unqualified objects. pg_temp is named last, so temporary
--- objects are never found before ours ("Writing SECURITY DEFINER Functions Safely").
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+-- '<install schema>, <install schema>_internal, pg_temp', so the next file finds the same schemas,
+-- objects are created in the install schema, and every function captures that value (SET
+-- search_path FROM CURRENT): it finds the tables and the helpers. pg_catalog is not named: it is then
+-- searched first (PostgreSQL manual, 5.9.5 "The Schema Search Path"), and naming it first would make
+-- it the schema in which CREATE puts unqualified objects. pg_temp is named last, so temporary objects
+-- are never found before ours ("Writing SECURITY DEFINER Functions Safely"). The helpers of each file
+-- are created between `SELECT dq__search_path(internal => true)`, which puts the private schema first
+-- (so CREATE puts them there), and `SELECT dq__search_path(internal => false)`, which restores the
+-- pinned value: every file ends with it.
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
--- dq__schema() -> text: the name of the install schema, an inlined constant (SQL, IMMUTABLE, no
--- SET clause), written into the function when this file runs: for the few names that must differ
--- between two installs in one database (dq_channel, the pg_cron jobs) and for code that cannot pin
--- a search_path (dq_prune_archive_all).
+-- The private schema, and the two helpers written with the schemas' names (SQL, no SET clause):
+--  * dq__schema() -> text: the name of the install schema, an inlined constant (IMMUTABLE), for the
+--    few names that must differ between two installs in one database (dq_channel, the pg_cron jobs)
+--    and for code that cannot pin a search_path (dq_prune_archive_all);
+--  * dq__search_path(internal boolean) -> text: sets the session's search_path to the private schema
+--    first (true) or to the pinned value (false), and returns it; used only by these files.
+-- Helpers of earlier releases, which lived in the install schema, are dropped here, in the
+-- transaction that replaces their callers (and before any caller is created, so that none finds them).
 DO $$
+DECLARE
+    v_install text := (pg_catalog.current_schemas(false))[1];
+    v_private text := (pg_catalog.current_schemas(false))[1] || '_internal';
+    v_fn record;
 BEGIN
+    IF pg_catalog.to_regnamespace(pg_catalog.quote_ident(v_private)) IS NULL THEN
+        RAISE EXCEPTION 'sql/000_common.sql: schema % does not exist: apply the migrations first (0013_private_schema)',
+            pg_catalog.quote_ident(v_private) USING ERRCODE = '3F000';
+    END IF;
+    FOR v_fn IN SELECT p.oid::pg_catalog.regprocedure AS sig, p.prokind FROM pg_catalog.pg_proc p
+                 WHERE p.pronamespace = pg_catalog.quote_ident(v_install)::pg_catalog.regnamespace
+                   AND p.proname LIKE 'dq\_\_%'
+    LOOP
+        EXECUTE pg_catalog.format('DROP %s %s', CASE v_fn.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END, v_fn.sig);
+    END LOOP;
     EXECUTE pg_catalog.format(
-        'CREATE OR REPLACE FUNCTION dq__schema() RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
-        pg_catalog.format('SELECT %L::text', (pg_catalog.current_schemas(false))[1]));
+        'CREATE OR REPLACE FUNCTION %I.dq__schema() RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
+        v_private, pg_catalog.format('SELECT %L::text', v_install));
+    EXECUTE pg_catalog.format(
+        'CREATE OR REPLACE FUNCTION %I.dq__search_path(internal boolean) RETURNS text LANGUAGE sql VOLATILE AS %L',
+        v_private, pg_catalog.format(
+            $f$SELECT pg_catalog.set_config('search_path', CASE WHEN internal THEN %L ELSE %L END, false)$f$,
+            pg_catalog.format('%I, %I, pg_temp', v_private, v_install),
+            pg_catalog.format('%I, %I, pg_temp', v_install, v_private)));
 END;
 $$;
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 COMMENT ON FUNCTION dq__schema() IS 'Internal: the name of the schema this install lives in.';
 REVOKE ALL ON FUNCTION dq__schema() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+COMMENT ON FUNCTION dq__search_path(boolean) IS
+  'Internal: sets the search_path with which the files of sql/ create functions: the private schema first (true), else the install schema first.';
+REVOKE ALL ON FUNCTION dq__search_path(boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 GRANT dq_producer, dq_consumer TO dq_admin;
--- The roles reach the functions through the schema. Not granted when every role already may use it
--- (PUBLIC has USAGE, as on public by default), so an install in public adds no ACL entry.
+-- The roles reach the functions through the install schema (never the private one). Not granted
+-- when every role already may use it (PUBLIC has USAGE, as on public by default), so an install in
+-- public adds no ACL entry.
 DO $$
 BEGIN
     IF NOT pg_catalog.has_schema_privilege('public', dq__schema(), 'USAGE') THEN
@@ -55,98 +93,79 @@ BEGIN
 END;
 $$;
 
--- Raise the error for a bad queue name. Called only after a cheap inline check failed.
-CREATE OR REPLACE FUNCTION dq__raise_bad_name(fn text, param text, value text, max_len integer)
-RETURNS void
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-BEGIN
-    IF value IS NULL THEN
-        RAISE EXCEPTION '%: % must not be NULL', fn, param USING ERRCODE = '22004';
-    ELSIF value = '' THEN
-        RAISE EXCEPTION '%: % must not be empty', fn, param USING ERRCODE = '22023';
-    ELSIF char_length(value) > max_len THEN
-        RAISE EXCEPTION '%: % is % characters, the limit is %', fn, param, char_length(value), max_len
-            USING ERRCODE = '22001';
-    END IF;
-END;
-$$;
-COMMENT ON FUNCTION dq__raise_bad_name(text, text, text, integer) IS
-  'Internal: raises 22004 (NULL), 22023 (empty) or 22001 (over max_len characters) for a queue or key.';
-REVOKE ALL ON FUNCTION dq__raise_bad_name(text, text, text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-
--- Raise 22004 for a NULL argument.
-CREATE OR REPLACE FUNCTION dq__raise_null(fn text, param text)
-RETURNS void
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-BEGIN
-    RAISE EXCEPTION '%: % must not be NULL', fn, param USING ERRCODE = '22004';
-END;
-$$;
-COMMENT ON FUNCTION dq__raise_null(text, text) IS 'Internal: raises 22004 null_value_not_allowed naming the parameter.';
-REVOKE ALL ON FUNCTION dq__raise_null(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-
--- Raise 22023 for an integer argument outside [lo, hi].
-CREATE OR REPLACE FUNCTION dq__raise_out_of_range(fn text, param text, value bigint, lo bigint, hi bigint)
-RETURNS void
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-BEGIN
-    RAISE EXCEPTION '%: % is %, it must be between % and %', fn, param, value, lo, hi USING ERRCODE = '22023';
-END;
-$$;
-COMMENT ON FUNCTION dq__raise_out_of_range(text, text, bigint, bigint, bigint) IS
-  'Internal: raises 22023 invalid_parameter_value for an integer argument outside [lo, hi], naming the parameter.';
-REVOKE ALL ON FUNCTION dq__raise_out_of_range(text, text, bigint, bigint, bigint) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- ----------------------------------------------------------------------------- argument checks
--- Each check returns its argument when it is valid and raises otherwise (the dq__raise_* above name
--- the function fn and its parameter param). They are SQL expressions that PostgreSQL inlines (SQL,
--- VOLATILE like the raise functions they call, no SET clause), so a check costs what the condition
--- written out costs. Callers assign the result (`x := dq__check_name(...)`): PL/pgSQL evaluates an
--- assignment as a simple expression, whereas PERFORM runs a whole query (measured: about 2 us a
--- check). The raise functions return void; `::text` gives each CASE one type (they never return).
+-- A bad argument is raised by the public function the user called, never by a helper, so the error's
+-- CONTEXT names only that function. The helpers below describe the error instead: they return it as
+-- jsonb {"sqlstate": ..., "message": ...} (NULL when the value is valid), and the caller raises it:
+--
+--     v_error := dq__name_error('dq_offer', 'queue', dq_offer.queue, 100);
+--     IF v_error IS NOT NULL THEN
+--         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+--     END IF;
+--
+-- The checks are SQL expressions that PostgreSQL inlines (SQL, no SET clause): a valid value costs
+-- the comparisons of the CASE, and the message is built only in its branch, on the error path.
+-- PL/pgSQL evaluates the assignment as a simple expression (PERFORM would run a whole query:
+-- measured, about 2 us a check).
+
+-- An error as the callers raise it.
+CREATE OR REPLACE FUNCTION dq__error(sqlstate text, message text)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$ SELECT jsonb_build_object('sqlstate', sqlstate, 'message', message) $$;
+COMMENT ON FUNCTION dq__error(text, text) IS
+  'Internal: an error for the public function to raise: {"sqlstate": ..., "message": ...}.';
+REVOKE ALL ON FUNCTION dq__error(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- 22004 for a NULL argument (the caller found it NULL).
+CREATE OR REPLACE FUNCTION dq__null_error(fn text, param text)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$ SELECT dq__error('22004', format('%s: %s must not be NULL', fn, param)) $$;
+COMMENT ON FUNCTION dq__null_error(text, text) IS 'Internal: the 22004 null_value_not_allowed error naming the parameter.';
+REVOKE ALL ON FUNCTION dq__null_error(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- A queue name, key or other name: not NULL (22004), not empty (22023), at most max_len characters (22001).
-CREATE OR REPLACE FUNCTION dq__check_name(fn text, param text, value text, max_len integer)
-RETURNS text
-LANGUAGE sql
+CREATE OR REPLACE FUNCTION dq__name_error(fn text, param text, value text, max_len integer)
+RETURNS jsonb
+LANGUAGE sql STABLE
 AS $$
-    SELECT CASE WHEN value IS NULL OR value = '' OR char_length(value) > max_len
-                THEN dq__raise_bad_name(fn, param, value, max_len)::text ELSE value END
+    SELECT CASE WHEN value IS NULL THEN dq__null_error(fn, param)
+                WHEN value = '' THEN dq__error('22023', format('%s: %s must not be empty', fn, param))
+                WHEN char_length(value) > max_len
+                THEN dq__error('22001', format('%s: %s is %s characters, the limit is %s', fn, param,
+                                               char_length(value), max_len)) END
 $$;
-COMMENT ON FUNCTION dq__check_name(text, text, text, integer) IS
-  'Internal: value when it is not NULL, not empty and at most max_len characters; else raises 22004, 22023 or 22001 naming fn and param.';
-REVOKE ALL ON FUNCTION dq__check_name(text, text, text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+COMMENT ON FUNCTION dq__name_error(text, text, text, integer) IS
+  'Internal: NULL when value is not NULL, not empty and at most max_len characters; else the 22004, 22023 or 22001 error naming fn and param.';
+REVOKE ALL ON FUNCTION dq__name_error(text, text, text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- A text that may be empty: not NULL (22004), at most max_len characters (22001).
-CREATE OR REPLACE FUNCTION dq__check_text(fn text, param text, value text, max_len integer)
-RETURNS text
-LANGUAGE sql
+CREATE OR REPLACE FUNCTION dq__text_error(fn text, param text, value text, max_len integer)
+RETURNS jsonb
+LANGUAGE sql STABLE
 AS $$
-    SELECT CASE WHEN value IS NULL OR char_length(value) > max_len
-                THEN dq__raise_bad_name(fn, param, value, max_len)::text ELSE value END
+    SELECT CASE WHEN value IS NULL OR char_length(value) > max_len THEN dq__name_error(fn, param, value, max_len) END
 $$;
-COMMENT ON FUNCTION dq__check_text(text, text, text, integer) IS
-  'Internal: value when it is not NULL and at most max_len characters; else raises 22004 or 22001 naming fn and param.';
-REVOKE ALL ON FUNCTION dq__check_text(text, text, text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+COMMENT ON FUNCTION dq__text_error(text, text, text, integer) IS
+  'Internal: NULL when value is not NULL and at most max_len characters; else the 22004 or 22001 error naming fn and param.';
+REVOKE ALL ON FUNCTION dq__text_error(text, text, text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- A count or size: not NULL (22004), between lo and hi inclusive (22023).
-CREATE OR REPLACE FUNCTION dq__check_range(fn text, param text, value integer, lo integer, hi integer)
-RETURNS integer
-LANGUAGE sql
+CREATE OR REPLACE FUNCTION dq__range_error(fn text, param text, value bigint, lo bigint, hi bigint)
+RETURNS jsonb
+LANGUAGE sql STABLE
 AS $$
-    SELECT CASE WHEN value IS NULL THEN dq__raise_null(fn, param)::text::integer
-                WHEN value < lo OR value > hi THEN dq__raise_out_of_range(fn, param, value, lo, hi)::text::integer
-                ELSE value END
+    SELECT CASE WHEN value IS NULL THEN dq__null_error(fn, param)
+                WHEN value < lo OR value > hi
+                THEN dq__error('22023', format('%s: %s is %s, it must be between %s and %s', fn, param, value, lo, hi)) END
 $$;
-COMMENT ON FUNCTION dq__check_range(text, text, integer, integer, integer) IS
-  'Internal: value when it is not NULL and in [lo, hi]; else raises 22004 or 22023 naming fn and param.';
-REVOKE ALL ON FUNCTION dq__check_range(text, text, integer, integer, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+COMMENT ON FUNCTION dq__range_error(text, text, bigint, bigint, bigint) IS
+  'Internal: NULL when value is not NULL and in [lo, hi]; else the 22004 or 22023 error naming fn and param.';
+REVOKE ALL ON FUNCTION dq__range_error(text, text, bigint, bigint, bigint) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+SELECT dq__search_path(internal => false);
 
 -- The LISTEN channel of a queue: 'dq_' || md5(queue). Queue names may be 100 characters
 -- and contain anything, channel names are identifiers of at most 63 bytes, hence the hash.
@@ -167,6 +186,8 @@ COMMENT ON FUNCTION dq_channel(text) IS
 REVOKE ALL ON FUNCTION dq_channel(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_channel(text) TO dq_consumer;
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
+
 -- ----------------------------------------------------------------------------- time bounds
 -- Every timestamp the queue stores or returns lies in [dq__min_time(), dq__max_time()]: finite, and
 -- within years 1-9999 with a day of margin, so that every client can read it in any time zone
@@ -182,35 +203,31 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT timestamptz '9999-12-30 00:00:
 COMMENT ON FUNCTION dq__max_time() IS 'Internal: the latest timestamp the queue stores (9999-12-30 UTC).';
 REVOKE ALL ON FUNCTION dq__max_time() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
--- Raise the error for a timestamp argument that is NULL (22004) or out of range (22008). Called only
--- after a cheap inline check failed.
-CREATE OR REPLACE FUNCTION dq__raise_bad_time(fn text, param text, value timestamptz)
-RETURNS void
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
+-- A timestamp argument: not NULL (22004), within the stored range (22008). NULL when valid.
+CREATE OR REPLACE FUNCTION dq__time_error(fn text, param text, value timestamptz)
+RETURNS jsonb
+LANGUAGE sql STABLE
 AS $$
-BEGIN
-    IF value IS NULL THEN
-        PERFORM dq__raise_null(fn, param);
-    END IF;
-    RAISE EXCEPTION '%: % is %, it must be a finite time between 0001-01-02 and 9999-12-30 UTC',
-        fn, param, value USING ERRCODE = '22008';
-END;
+    SELECT CASE WHEN value IS NULL THEN dq__null_error(fn, param)
+                WHEN NOT (value BETWEEN dq__min_time() AND dq__max_time())
+                THEN dq__error('22008', format('%s: %s is %s, it must be a finite time between 0001-01-02 and 9999-12-30 UTC',
+                                               fn, param, value)) END
 $$;
-COMMENT ON FUNCTION dq__raise_bad_time(text, text, timestamptz) IS
-  'Internal: raises 22004 (NULL) or 22008 datetime_field_overflow (outside 0001-01-02 .. 9999-12-30 UTC) naming the parameter.';
-REVOKE ALL ON FUNCTION dq__raise_bad_time(text, text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+COMMENT ON FUNCTION dq__time_error(text, text, timestamptz) IS
+  'Internal: NULL for a time in 0001-01-02 .. 9999-12-30 UTC; else the 22004 (NULL) or 22008 datetime_field_overflow error naming the parameter.';
+REVOKE ALL ON FUNCTION dq__time_error(text, text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
--- base + value, checked by its effect rather than by comparing the interval with zero: an interval
--- with months is not a fixed length ('1 mon -29 days' compares as positive but lands in the past on
--- 31 January; PostgreSQL manual, 9.9 "Date/Time Functions and Operators"). Raises 22004 for NULL,
--- 22023 when base + value is before base (or equal, unless allow_zero) or after base + max_value,
--- 22008 when it would leave the stored range. Each field of the interval is bounded first, so the
--- addition itself cannot overflow.
-CREATE OR REPLACE FUNCTION dq__time_after(fn text, param text, value interval, base timestamptz,
-                                          allow_zero boolean, max_value interval DEFAULT NULL,
-                                          max_text text DEFAULT NULL)
-RETURNS timestamptz
+-- An interval applied to a time: base + value, checked by its effect rather than by comparing the
+-- interval with zero: an interval with months is not a fixed length ('1 mon -29 days' compares as
+-- positive but lands in the past on 31 January; PostgreSQL manual, 9.9 "Date/Time Functions and
+-- Operators"). NULL when base + value is valid, which the caller then computes; else 22004 for
+-- NULL, 22023 when base + value is before base (or equal, unless allow_zero) or after base +
+-- max_value, 22008 when it would leave the stored range. Each field of the interval is bounded
+-- first, so the addition itself cannot overflow.
+CREATE OR REPLACE FUNCTION dq__time_after_error(fn text, param text, value interval, base timestamptz,
+                                                allow_zero boolean, max_value interval DEFAULT NULL,
+                                                max_text text DEFAULT NULL)
+RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
@@ -218,34 +235,32 @@ DECLARE
     v_at timestamptz;
 BEGIN
     IF value IS NULL THEN
-        PERFORM dq__raise_null(fn, param);
+        RETURN dq__null_error(fn, param);
     END IF;
     IF abs(extract(year FROM value)) > 10000 OR abs(extract(day FROM value)) > 3660000
        OR abs(extract(hour FROM value)) > 87660000 THEN
         IF value >= interval '0' THEN
-            RAISE EXCEPTION '%: % is %, now + % would be after 9999-12-30 UTC', fn, param, value, param
-                USING ERRCODE = '22008';
+            RETURN dq__error('22008', format('%s: %s is %s, now + %s would be after 9999-12-30 UTC', fn, param, value, param));
         END IF;
         v_at := NULL;  -- hugely negative: reported as negative below
     ELSE
         v_at := base + value;
     END IF;
     IF v_at IS NULL OR v_at < base OR (v_at = base AND NOT allow_zero) THEN
-        RAISE EXCEPTION '%: % is %, it must %: now + % must be % now', fn, param, value,
+        RETURN dq__error('22023', format('%s: %s is %s, it must %s: now + %s must be %s now', fn, param, value,
             CASE WHEN allow_zero THEN 'not be negative' ELSE 'be positive' END, param,
-            CASE WHEN allow_zero THEN 'at or after' ELSE 'after' END USING ERRCODE = '22023';
+            CASE WHEN allow_zero THEN 'at or after' ELSE 'after' END));
     END IF;
     IF max_value IS NOT NULL AND v_at > base + max_value THEN
-        RAISE EXCEPTION '%: % is %, the limit is %', fn, param, value, coalesce(max_text, max_value::text)
-            USING ERRCODE = '22023';
+        RETURN dq__error('22023', format('%s: %s is %s, the limit is %s', fn, param, value, coalesce(max_text, max_value::text)));
     END IF;
     IF v_at > dq__max_time() THEN
-        RAISE EXCEPTION '%: % is %, now + % would be after 9999-12-30 UTC', fn, param, value, param
-            USING ERRCODE = '22008';
+        RETURN dq__error('22008', format('%s: %s is %s, now + %s would be after 9999-12-30 UTC', fn, param, value, param));
     END IF;
-    RETURN v_at;
+    RETURN NULL;
 END;
 $$;
-COMMENT ON FUNCTION dq__time_after(text, text, interval, timestamptz, boolean, interval, text) IS
-  'Internal: base + value checked by its effect: 22004 NULL, 22023 before base (or at it unless allow_zero) or past max_value, 22008 past 9999-12-30 UTC.';
-REVOKE ALL ON FUNCTION dq__time_after(text, text, interval, timestamptz, boolean, interval, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+COMMENT ON FUNCTION dq__time_after_error(text, text, interval, timestamptz, boolean, interval, text) IS
+  'Internal: NULL when base + value is valid; else the error: 22004 NULL, 22023 before base (or at it unless allow_zero) or past max_value, 22008 past 9999-12-30 UTC.';
+REVOKE ALL ON FUNCTION dq__time_after_error(text, text, interval, timestamptz, boolean, interval, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);

@@ -18,7 +18,7 @@
 -- and committed after the waiter looked at dq_next_due) delays that message by at most the
 -- waiter's max_wait; it is never lost.
 -- Pin the search_path to the install schema (sql/000_common.sql).
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
 CREATE OR REPLACE FUNCTION dq_wait(queue text, max_wait interval DEFAULT '5 seconds')
 RETURNS interval
@@ -28,6 +28,7 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_now         timestamptz := clock_timestamp();
     v_next        timestamptz;
     v_wake        timestamptz;
@@ -36,8 +37,15 @@ DECLARE
     v_busy        integer;
     v_token       timestamptz;
 BEGIN
-    dq_wait.queue := dq__check_name('dq_wait', 'queue', dq_wait.queue, 100);
-    v_wake := dq__time_after('dq_wait', 'max_wait', max_wait, v_now, false, interval '1 hour', '1 hour');
+    v_error := dq__name_error('dq_wait', 'queue', dq_wait.queue, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_error := dq__time_after_error('dq_wait', 'max_wait', max_wait, v_now, false, interval '1 hour', '1 hour');
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_wake := v_now + max_wait;
 
     -- Prune this queue's rows left by sessions that are gone. SKIP LOCKED: never wait for another
     -- waiter. Rows of live sessions are never touched, even expired ones: deleting a live waiter's
@@ -106,6 +114,7 @@ COMMENT ON FUNCTION dq_wait_done(text) IS
 REVOKE ALL ON FUNCTION dq_wait_done(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_wait_done(text) TO dq_consumer;
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- Wake the waiters of a queue that would sleep past `due`: every statement that makes a message due
 -- (dq_offer, dq_offer_many and dq_install_tick through dq__offer_many, dq_nack) calls this with the
 -- earliest due time it wrote (NULL: it wrote none, nobody is woken). With nobody waiting (the common
@@ -162,3 +171,4 @@ $$;
 COMMENT ON FUNCTION dq__wake_blocked(text) IS
   'Internal: NOTIFY dq_channel(queue) when the queue has a live waiter held back by a control (not_before set); returns whether it notified.';
 REVOKE ALL ON FUNCTION dq__wake_blocked(text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);

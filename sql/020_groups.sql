@@ -18,8 +18,9 @@
 -- of a group lock never waits for a message lock. dq_poll_many takes group rows and heads with SKIP
 -- LOCKED (it never waits for either), so it cannot close a cycle of waits with them.
 -- Pin the search_path to the install schema (sql/000_common.sql).
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- Set the heads of the groups (queues[i], message_groups[i]) (NULL groups are ignored, each group
 -- once) from their messages as they are now; one row (queue, due) for each group whose head or its
 -- due time changed, due being the head's due time (the caller wakes waiters with it). A group left
@@ -195,3 +196,4 @@ $$;
 COMMENT ON FUNCTION dq__in_flight(text, timestamptz, integer) IS
   'Internal: the number of messages of a queue in flight at a time (lock not expired), counted up to up_to.';
 REVOKE ALL ON FUNCTION dq__in_flight(text, timestamptz, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);

@@ -1,7 +1,7 @@
 -- Offering messages: dq_offer (bytea, jsonb and text payloads) and dq_offer_many.
 -- Each is one INSERT .. ON CONFLICT (PostgreSQL manual, INSERT, "ON CONFLICT Clause").
 -- Pin the search_path to the install schema (sql/000_common.sql).
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
 -- The signatures of 0.4 and earlier (without priority, message_group, expires_at and headers) are
 -- dropped and the new ones created in this same transaction (the installer applies sql/ in one),
@@ -12,64 +12,54 @@ DROP FUNCTION IF EXISTS dq_offer(text, text, text, timestamptz, boolean, text);
 DROP FUNCTION IF EXISTS dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[]);
 DROP FUNCTION IF EXISTS dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text);
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- Headers: a JSON object of at most 8 KiB (its text form, in bytes), for metadata such as trace
--- context (W3C traceparent). Raises 22023 for another JSON value, 54000 beyond the limit.
-CREATE OR REPLACE FUNCTION dq__raise_bad_headers(fn text, param text, value jsonb)
-RETURNS void
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
+-- context (W3C traceparent). NULL when valid (or NULL); else 22023 for another JSON value, 54000
+-- beyond the limit.
+CREATE OR REPLACE FUNCTION dq__headers_error(fn text, param text, value jsonb)
+RETURNS jsonb
+LANGUAGE sql STABLE
 AS $$
-BEGIN
-    IF jsonb_typeof(value) <> 'object' THEN
-        RAISE EXCEPTION '%: % is a JSON %, it must be a JSON object', fn, param, jsonb_typeof(value)
-            USING ERRCODE = '22023';
-    END IF;
-    RAISE EXCEPTION '%: % is % bytes, the limit is 8192', fn, param, octet_length(value::text)
-        USING ERRCODE = '54000';
-END;
+    SELECT CASE WHEN jsonb_typeof(value) <> 'object'
+                THEN dq__error('22023', format('%s: %s is a JSON %s, it must be a JSON object', fn, param, jsonb_typeof(value)))
+                WHEN octet_length(value::text) > 8192
+                THEN dq__error('54000', format('%s: %s is %s bytes, the limit is 8192', fn, param, octet_length(value::text))) END
 $$;
-COMMENT ON FUNCTION dq__raise_bad_headers(text, text, jsonb) IS
-  'Internal: raises 22023 (headers not a JSON object) or 54000 (over 8192 bytes) naming the parameter.';
-REVOKE ALL ON FUNCTION dq__raise_bad_headers(text, text, jsonb) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+COMMENT ON FUNCTION dq__headers_error(text, text, jsonb) IS
+  'Internal: NULL for NULL or a JSON object of at most 8192 bytes; else the 22023 (not a JSON object) or 54000 (over 8192 bytes) error naming the parameter.';
+REVOKE ALL ON FUNCTION dq__headers_error(text, text, jsonb) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The checks of the per-message controls, shared by dq_offer and dq__offer_many: priority in
 -- -32768..32767 (22004 NULL, 22023 outside), message_group NULL or 1..200 characters (22023 empty,
 -- 22001 longer), expires_at NULL or in the stored range (22008) and after scheduled_at (22023),
--- headers NULL or a JSON object of at most 8192 bytes (22023, 54000). param_suffix is appended to
--- each parameter name in errors ('' or '[i]' for an element of dq_offer_many's arrays).
-CREATE OR REPLACE FUNCTION dq__check_controls(fn text, suffix text, priority integer, message_group text,
+-- headers NULL or a JSON object of at most 8192 bytes (22023, 54000). suffix is appended to
+-- each parameter name in errors ('' or '[i]' for an element of dq_offer_many's arrays). NULL when
+-- every control is valid, else the first error.
+CREATE OR REPLACE FUNCTION dq__controls_error(fn text, suffix text, priority integer, message_group text,
                                               scheduled_at timestamptz, expires_at timestamptz, headers jsonb)
-RETURNS void
-LANGUAGE plpgsql
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_param text;
+    v_param text := CASE WHEN suffix = '' THEN 'expires_at' ELSE 'expires_ats' || suffix END;
 BEGIN
-    IF priority IS NULL OR priority NOT BETWEEN -32768 AND 32767 THEN
-        PERFORM dq__check_range(fn, CASE WHEN suffix = '' THEN 'priority' ELSE 'priorities' || suffix END,
-                                priority, -32768, 32767);
-    END IF;
-    IF message_group = '' OR char_length(message_group) > 200 THEN
-        PERFORM dq__raise_bad_name(fn, CASE WHEN suffix = '' THEN 'message_group' ELSE 'message_groups' || suffix END,
-                                   message_group, 200);
-    END IF;
-    v_param := CASE WHEN suffix = '' THEN 'expires_at' ELSE 'expires_ats' || suffix END;
-    IF NOT (expires_at BETWEEN dq__min_time() AND dq__max_time()) THEN
-        PERFORM dq__raise_bad_time(fn, v_param, expires_at);
-    END IF;
-    IF expires_at <= scheduled_at THEN
-        RAISE EXCEPTION '%: % is %, it must be after scheduled_at (%)', fn, v_param, expires_at, scheduled_at
-            USING ERRCODE = '22023';
-    END IF;
-    IF jsonb_typeof(headers) <> 'object' OR octet_length(headers::text) > 8192 THEN
-        PERFORM dq__raise_bad_headers(fn, CASE WHEN suffix = '' THEN 'headers' ELSE 'headers' || suffix END, headers);
-    END IF;
+    RETURN coalesce(
+        dq__range_error(fn, CASE WHEN suffix = '' THEN 'priority' ELSE 'priorities' || suffix END, priority, -32768, 32767),
+        CASE WHEN message_group IS NOT NULL
+             THEN dq__name_error(fn, CASE WHEN suffix = '' THEN 'message_group' ELSE 'message_groups' || suffix END,
+                                 message_group, 200) END,
+        CASE WHEN expires_at IS NOT NULL THEN dq__time_error(fn, v_param, expires_at) END,
+        CASE WHEN expires_at <= scheduled_at
+             THEN dq__error('22023', format('%s: %s is %s, it must be after scheduled_at (%s)', fn, v_param, expires_at,
+                                            scheduled_at)) END,
+        dq__headers_error(fn, CASE WHEN suffix = '' THEN 'headers' ELSE 'headers' || suffix END, headers));
 END;
 $$;
-COMMENT ON FUNCTION dq__check_controls(text, text, integer, text, timestamptz, timestamptz, jsonb) IS
-  'Internal: checks priority, message_group, expires_at and headers of an offer (22004, 22023, 22001, 22008, 54000 naming the parameter).';
-REVOKE ALL ON FUNCTION dq__check_controls(text, text, integer, text, timestamptz, timestamptz, jsonb) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+COMMENT ON FUNCTION dq__controls_error(text, text, integer, text, timestamptz, timestamptz, jsonb) IS
+  'Internal: NULL when priority, message_group, expires_at and headers of an offer are valid; else the first error (22004, 22023, 22001, 22008, 54000 naming the parameter).';
+REVOKE ALL ON FUNCTION dq__controls_error(text, text, integer, text, timestamptz, timestamptz, jsonb) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 -- dq_offer: insert, or replace when the key is present and something differs.
 --
@@ -102,6 +92,7 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_type     text;
     v_inserted boolean;
     v_id       bigint;
@@ -110,27 +101,46 @@ DECLARE
     v_left     text;
     v_settled  integer;
 BEGIN
-    dq_offer.queue := dq__check_name('dq_offer', 'queue', dq_offer.queue, 100);
-    dq_offer.key := dq__check_name('dq_offer', 'key', dq_offer.key, 200);
+    v_error := dq__name_error('dq_offer', 'queue', dq_offer.queue, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_error := dq__name_error('dq_offer', 'key', dq_offer.key, 200);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     IF dq_offer.payload IS NULL THEN
-        PERFORM dq__raise_null('dq_offer', 'payload');
+        v_error := dq__null_error('dq_offer', 'payload');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF dq_offer.scheduled_at IS NULL OR NOT (dq_offer.scheduled_at BETWEEN dq__min_time() AND dq__max_time()) THEN
-        PERFORM dq__raise_bad_time('dq_offer', 'scheduled_at', dq_offer.scheduled_at);
+        v_error := dq__time_error('dq_offer', 'scheduled_at', dq_offer.scheduled_at);
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     -- No queue's limit is below dq__payload_limit_floor(): a smaller payload needs no configuration read.
     IF octet_length(dq_offer.payload) > dq__payload_limit_floor() THEN
-        PERFORM dq__check_payload_size('dq_offer', 'payload', dq_offer.queue, octet_length(dq_offer.payload));
+        v_error := dq__payload_size_error('dq_offer', 'payload', dq_offer.queue, octet_length(dq_offer.payload));
+        IF v_error IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
+        END IF;
     END IF;
     IF dq_offer.can_update IS NULL THEN
-        PERFORM dq__raise_null('dq_offer', 'can_update');
+        v_error := dq__null_error('dq_offer', 'can_update');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    v_type := dq__check_name('dq_offer', 'payload_type', coalesce(dq_offer.payload_type, 'bytes'), 100);
+    v_error := dq__name_error('dq_offer', 'payload_type', coalesce(dq_offer.payload_type, 'bytes'), 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_type := coalesce(dq_offer.payload_type, 'bytes');
     -- The controls are checked only when one is set (the common offer sets none).
     IF dq_offer.priority IS DISTINCT FROM 0 OR dq_offer.message_group IS NOT NULL
        OR dq_offer.expires_at IS NOT NULL OR dq_offer.headers IS NOT NULL THEN
-        PERFORM dq__check_controls('dq_offer', '', dq_offer.priority, dq_offer.message_group,
-                                   dq_offer.scheduled_at, dq_offer.expires_at, dq_offer.headers);
+        v_error := dq__controls_error('dq_offer', '', dq_offer.priority, dq_offer.message_group,
+                                      dq_offer.scheduled_at, dq_offer.expires_at, dq_offer.headers);
+        IF v_error IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+        END IF;
     END IF;
 
     IF dq_offer.can_update THEN
@@ -239,6 +249,7 @@ REVOKE ALL ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text, in
 GRANT EXECUTE ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text, integer, text, timestamptz, jsonb) TO dq_producer;
 
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- dq_offer_many: dq_offer's semantics for each element, set-based: one validation query and
 -- one INSERT .. ON CONFLICT for the whole batch; element positions in errors are 1-based.
 -- dq__offer_many is the body; fn is the public function its errors name, cron_prefix the owner
@@ -267,6 +278,7 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_n          integer := coalesce(cardinality(dq__offer_many.keys), 0);
     v_now        timestamptz := now();
     v_bad_key    bigint;
@@ -291,15 +303,21 @@ DECLARE
     v_settled    integer;
     r            record;
 BEGIN
-    dq__offer_many.queue := dq__check_name(fn, 'queue', dq__offer_many.queue, 100);
+    v_error := dq__name_error(fn, 'queue', dq__offer_many.queue, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     IF dq__offer_many.keys IS NULL THEN
-        PERFORM dq__raise_null(fn, 'keys');
+        v_error := dq__null_error(fn, 'keys');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF dq__offer_many.payloads IS NULL THEN
-        PERFORM dq__raise_null(fn, 'payloads');
+        v_error := dq__null_error(fn, 'payloads');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF dq__offer_many.can_update IS NULL THEN
-        PERFORM dq__raise_null(fn, 'can_update');
+        v_error := dq__null_error(fn, 'can_update');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF array_ndims(dq__offer_many.keys) > 1 OR array_ndims(dq__offer_many.payloads) > 1
        OR array_ndims(dq__offer_many.scheduled_ats) > 1 OR array_ndims(dq__offer_many.payload_types) > 1
@@ -346,17 +364,21 @@ BEGIN
     -- Positions are 1-based ordinals (whatever the arrays' lower bounds); values are read by ordinal.
     IF v_bad_key IS NOT NULL THEN
         SELECT u.k INTO v_value FROM unnest(dq__offer_many.keys) WITH ORDINALITY AS u(k, i) WHERE u.i = v_bad_key;
-        PERFORM dq__raise_bad_name(fn, format('keys[%s]', v_bad_key), v_value, 200);
+        v_error := dq__name_error(fn, format('keys[%s]', v_bad_key), v_value, 200);
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF v_bad_pay IS NOT NULL THEN
-        PERFORM dq__raise_null(fn, format('payloads[%s]', v_bad_pay));
+        v_error := dq__null_error(fn, format('payloads[%s]', v_bad_pay));
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF v_bad_sched IS NOT NULL THEN
-        PERFORM dq__raise_null(fn, format('scheduled_ats[%s]', v_bad_sched));
+        v_error := dq__null_error(fn, format('scheduled_ats[%s]', v_bad_sched));
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF v_bad_time IS NOT NULL THEN
-        PERFORM dq__raise_bad_time(fn, format('scheduled_ats[%s]', v_bad_time),
+        v_error := dq__time_error(fn, format('scheduled_ats[%s]', v_bad_time),
                                    dq__offer_many.scheduled_ats[array_lower(dq__offer_many.scheduled_ats, 1) + v_bad_time - 1]);
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     -- Payloads over the floor of every queue's limit: compare with this queue's limit, naming the
     -- first element that is over it.
@@ -367,17 +389,19 @@ BEGIN
          WHERE octet_length(u.p) > v_limit
          ORDER BY u.i LIMIT 1;
         IF FOUND THEN
-            PERFORM dq__raise_payload_too_large(fn, format('payloads[%s]', v_big), dq__offer_many.queue, v_big_len, v_limit);
+            v_error := dq__payload_too_large_error(fn, format('payloads[%s]', v_big), dq__offer_many.queue, v_big_len, v_limit);
+            RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
         END IF;
     END IF;
     IF v_bad_type IS NOT NULL THEN
         SELECT u.t INTO v_value FROM unnest(dq__offer_many.payload_types) WITH ORDINALITY AS u(t, i)
          WHERE u.i = v_bad_type;
-        PERFORM dq__raise_bad_name(fn, format('payload_types[%s]', v_bad_type), v_value, 100);
+        v_error := dq__name_error(fn, format('payload_types[%s]', v_bad_type), v_value, 100);
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF v_controls THEN
-        -- The first element whose controls are wrong is checked again by dq__check_controls, which
-        -- raises its error.
+        -- The first element whose controls are wrong is checked again by dq__controls_error, which
+        -- describes its error.
         SELECT u.i INTO v_bad_ctl
           FROM unnest(dq__offer_many.keys, dq__offer_many.scheduled_ats, dq__offer_many.priorities,
                       dq__offer_many.message_groups, dq__offer_many.expires_ats, dq__offer_many.headers)
@@ -388,13 +412,14 @@ BEGIN
             OR jsonb_typeof(u.h) <> 'object' OR octet_length(u.h::text) > 8192
          ORDER BY u.i LIMIT 1;
         IF FOUND THEN
-            PERFORM dq__check_controls(fn, format('[%s]', v_bad_ctl),
+            v_error := dq__controls_error(fn, format('[%s]', v_bad_ctl),
                                        CASE WHEN dq__offer_many.priorities IS NULL THEN 0
                                             ELSE dq__offer_many.priorities[array_lower(dq__offer_many.priorities, 1) + v_bad_ctl - 1] END,
                                        dq__offer_many.message_groups[array_lower(dq__offer_many.message_groups, 1) + v_bad_ctl - 1],
                                        coalesce(dq__offer_many.scheduled_ats[array_lower(dq__offer_many.scheduled_ats, 1) + v_bad_ctl - 1], v_now),
                                        dq__offer_many.expires_ats[array_lower(dq__offer_many.expires_ats, 1) + v_bad_ctl - 1],
                                        dq__offer_many.headers[array_lower(dq__offer_many.headers, 1) + v_bad_ctl - 1]);
+            RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
         END IF;
     END IF;
     IF v_distinct <> v_n THEN
@@ -494,6 +519,7 @@ $$;
 COMMENT ON FUNCTION dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text, integer[], text[], timestamptz[], jsonb[]) IS
   'Internal: the body of dq_offer_many (fn: the public function named in errors); cron_prefix is recorded as the owner of the rows it creates or updates (dq_install_tick).';
 REVOKE ALL ON FUNCTION dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text, integer[], text[], timestamptz[], jsonb[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 CREATE OR REPLACE FUNCTION dq_offer_many(
     queue           text,
@@ -516,6 +542,7 @@ COMMENT ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean,
 REVOKE ALL ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) TO dq_producer;
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- Payload limits. A queue's limit is dq_queues.max_payload_bytes, or 1 MiB when it sets none; no
 -- queue may set one below 1 KiB (SQS's MaximumMessageSize has the same floor), so the offers read
 -- the configuration only for payloads over 1 KiB. The constants are inlined (SQL, IMMUTABLE, no SET).
@@ -539,36 +566,32 @@ $$;
 COMMENT ON FUNCTION dq__max_payload_bytes(text) IS 'Internal: the payload limit of a queue (max_payload_bytes, default 1 MiB).';
 REVOKE ALL ON FUNCTION dq__max_payload_bytes(text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
--- 54000 naming the payload (param), its size and the queue's limit, all in bytes.
-CREATE OR REPLACE FUNCTION dq__raise_payload_too_large(fn text, param text, queue text, size integer, max_bytes integer)
-RETURNS void
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
+-- 54000 naming the payload (param), its size and the queue's limit, all in bytes, with a hint.
+CREATE OR REPLACE FUNCTION dq__payload_too_large_error(fn text, param text, queue text, size integer, max_bytes integer)
+RETURNS jsonb
+LANGUAGE sql STABLE
 AS $$
-BEGIN
-    RAISE EXCEPTION '%: % is % bytes, the limit of queue % is % bytes', fn, param, size, queue, max_bytes
-        USING ERRCODE = '54000',
-              HINT = 'Store large data elsewhere and offer a reference, or raise the limit with dq_configure_queue(queue, max_payload_bytes => ...).';
-END;
+    SELECT dq__error('54000', format('%s: %s is %s bytes, the limit of queue %s is %s bytes', fn, param, size, queue, max_bytes))
+           || jsonb_build_object('hint', 'Store large data elsewhere and offer a reference, or raise the limit with dq_configure_queue(queue, max_payload_bytes => ...).')
 $$;
-COMMENT ON FUNCTION dq__raise_payload_too_large(text, text, text, integer, integer) IS
-  'Internal: raises 54000 program_limit_exceeded for a payload over its queue''s limit.';
-REVOKE ALL ON FUNCTION dq__raise_payload_too_large(text, text, text, integer, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+COMMENT ON FUNCTION dq__payload_too_large_error(text, text, text, integer, integer) IS
+  'Internal: the 54000 program_limit_exceeded error (with a hint) for a payload over its queue''s limit.';
+REVOKE ALL ON FUNCTION dq__payload_too_large_error(text, text, text, integer, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
--- 54000 when size (bytes) is over the queue's limit. Called only for payloads over the floor.
-CREATE OR REPLACE FUNCTION dq__check_payload_size(fn text, param text, queue text, size integer)
-RETURNS void
+-- NULL when size (bytes) is within the queue's limit, else the 54000 error. Called only for
+-- payloads over the floor (it reads the queue's configuration).
+CREATE OR REPLACE FUNCTION dq__payload_size_error(fn text, param text, queue text, size integer)
+RETURNS jsonb
 LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_limit integer := dq__max_payload_bytes(queue);
 BEGIN
-    IF size > v_limit THEN
-        PERFORM dq__raise_payload_too_large(fn, param, queue, size, v_limit);
-    END IF;
+    RETURN CASE WHEN size > v_limit THEN dq__payload_too_large_error(fn, param, queue, size, v_limit) END;
 END;
 $$;
-COMMENT ON FUNCTION dq__check_payload_size(text, text, text, integer) IS
-  'Internal: raises 54000 program_limit_exceeded when a payload of size bytes is over the queue''s max_payload_bytes (default 1 MiB).';
-REVOKE ALL ON FUNCTION dq__check_payload_size(text, text, text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+COMMENT ON FUNCTION dq__payload_size_error(text, text, text, integer) IS
+  'Internal: NULL when a payload of size bytes is within the queue''s max_payload_bytes (default 1 MiB), else the 54000 program_limit_exceeded error.';
+REVOKE ALL ON FUNCTION dq__payload_size_error(text, text, text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);

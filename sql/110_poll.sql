@@ -11,7 +11,7 @@
 -- Each delivery records when it was due (due_at, the scheduled_at it replaces) and when it was
 -- claimed (claimed_at), for the archive and for lateness.
 -- Pin the search_path to the install schema (sql/000_common.sql).
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 CREATE OR REPLACE FUNCTION dq_poll_many(
     queue         text,
     max_count     integer DEFAULT 1,
@@ -33,6 +33,7 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_now      timestamptz := clock_timestamp();
     v_until    timestamptz;
     v_cfg      dq_queues;
@@ -55,10 +56,20 @@ DECLARE
     v_expiring boolean := false;  -- some ungrouped candidate is past its expires_at
     v_maxcount integer := 0;      -- the highest delivery_count of the ungrouped candidates
 BEGIN
-    dq_poll_many.queue := dq__check_name('dq_poll_many', 'queue', dq_poll_many.queue, 100);
-    dq_poll_many.max_count := dq__check_range('dq_poll_many', 'max_count', dq_poll_many.max_count, 1, 10000);
+    v_error := dq__name_error('dq_poll_many', 'queue', dq_poll_many.queue, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_error := dq__range_error('dq_poll_many', 'max_count', dq_poll_many.max_count, 1, 10000);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     -- The lock expiry, checked by its effect (positive, within the stored range).
-    v_until := dq__time_after('dq_poll_many', 'lock_timeout', dq_poll_many.lock_timeout, v_now, false);
+    v_error := dq__time_after_error('dq_poll_many', 'lock_timeout', dq_poll_many.lock_timeout, v_now, false);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_until := v_now + dq_poll_many.lock_timeout;
     v_want := dq_poll_many.max_count;
 
     -- The queue's controls (one probe; an unconfigured queue has none).
@@ -215,6 +226,7 @@ COMMENT ON FUNCTION dq_poll_many(text, integer, interval) IS
 REVOKE ALL ON FUNCTION dq_poll_many(text, integer, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_poll_many(text, integer, interval) TO dq_consumer;
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- One priority level of a queue that has FIFO groups at it: the due ungrouped messages and the due
 -- group heads of priority p, earliest due first, at most max_count, locked (FOR UPDATE SKIP LOCKED:
 -- the group rows, then their heads). A locked group whose head is not due (its lock was extended)
@@ -285,3 +297,4 @@ $$;
 COMMENT ON FUNCTION dq__poll_level(text, smallint, timestamptz, integer) IS
   'Internal: the due ungrouped messages and FIFO group heads of one priority level of a queue, locked, earliest due first (dq_poll_many).';
 REVOKE ALL ON FUNCTION dq__poll_level(text, smallint, timestamptz, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);

@@ -6,7 +6,7 @@
 -- consumer costs one statement per wake-up (its own timer, at most max_wait apart, or a
 -- notification), not three. Concurrency: as dq_poll_many and dq_wait (same statements).
 -- Pin the search_path to the install schema (sql/000_common.sql).
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 -- 0.5 returns the delivery controls' columns (and claimed_at): a new return type, so the function
 -- is dropped and created again in the installer's transaction.
 DROP FUNCTION IF EXISTS dq_poll_or_wait(text, integer, interval, interval);
@@ -38,11 +38,15 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_variable
 DECLARE
+    v_error    jsonb;
     v_count integer;
     v_q     text := $1;
 BEGIN
     -- max_wait is checked on every call, not only when nothing was acquired (dq_wait's rule).
-    PERFORM dq__time_after('dq_poll_or_wait', 'max_wait', $4, clock_timestamp(), false, interval '1 hour', '1 hour');
+    v_error := dq__time_after_error('dq_poll_or_wait', 'max_wait', $4, clock_timestamp(), false, interval '1 hour', '1 hour');
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     DELETE FROM dq_waiters w WHERE w.queue = v_q AND w.pid = pg_backend_pid();
     RETURN QUERY
     SELECT d.id, d.key, d.payload, d.payload_type, d.scheduled_at, d.scheduled_at_initially, d.created_at,

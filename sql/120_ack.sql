@@ -15,7 +15,7 @@
 -- Leaving: an acknowledged row is handed to dq__gone (archive, FIFO group, concurrency limit) in the
 -- same transaction as its delete.
 -- Pin the search_path to the install schema (sql/000_common.sql).
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
 -- Messages that leave the queue. Every statement that deletes messages for good except dq_purge
 -- (acknowledged, cancelled, expired, dead-lettered) hands the deleted rows to dq__gone in the same
@@ -33,6 +33,7 @@ SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SE
 -- is read once, in the statement that archives. Plans are generic: called from dq_ack
 -- (enable_seqscan off) a custom plan was re-made on every call (45 us).
 DROP FUNCTION IF EXISTS dq__archive(dq_messages[], text, timestamptz);
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 CREATE OR REPLACE FUNCTION dq__gone(gone dq_messages[], outcome text, at timestamptz, grouped boolean DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
@@ -84,6 +85,7 @@ $$;
 COMMENT ON FUNCTION dq__gone(dq_messages[], text, timestamptz, boolean) IS
   'Internal: what follows from deleted rows leaving the queue: archived with outcome (acked, cancelled, expired, dead) at the given time when their queue archives, their FIFO groups settled (grouped false: the caller knows none was grouped), waiters of queues with a concurrency limit woken; returns how many were archived.';
 REVOKE ALL ON FUNCTION dq__gone(dq_messages[], text, timestamptz, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 -- Written out beside its twin dq_ack(uuid[]) below: delegating to it costs 22 us per ack
 -- (measured: 29 -> 51 us).
@@ -97,12 +99,14 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_gone     dq_messages[];
     v_grouped  boolean;
     v_archived integer;
 BEGIN
     IF dq_ack.lock_token IS NULL THEN
-        PERFORM dq__raise_null('dq_ack', 'lock_token');
+        v_error := dq__null_error('dq_ack', 'lock_token');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     WITH gone AS (
         DELETE FROM dq_messages m WHERE m.lock_token = dq_ack.lock_token RETURNING m, m.message_group IS NOT NULL AS g
@@ -131,12 +135,14 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_gone     dq_messages[];
     v_grouped  boolean;
     v_archived integer;
 BEGIN
     IF dq_ack_many.lock_tokens IS NULL THEN
-        PERFORM dq__raise_null('dq_ack_many', 'lock_tokens');
+        v_error := dq__null_error('dq_ack_many', 'lock_tokens');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     WITH gone AS (
         DELETE FROM dq_messages m WHERE m.lock_token = ANY (dq_ack_many.lock_tokens)
@@ -162,6 +168,7 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_id     bigint;
     v_queue  text;
     v_at     timestamptz;
@@ -175,10 +182,15 @@ DECLARE
     v_limit  integer;
 BEGIN
     IF dq_nack.lock_token IS NULL THEN
-        PERFORM dq__raise_null('dq_nack', 'lock_token');
+        v_error := dq__null_error('dq_nack', 'lock_token');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     v_now := clock_timestamp();
-    v_at := dq__time_after('dq_nack', 'delay', dq_nack.delay, v_now, true);
+    v_error := dq__time_after_error('dq_nack', 'delay', dq_nack.delay, v_now, true);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_at := v_now + dq_nack.delay;
     IF char_length(dq_nack.error) > 10000 THEN
         RAISE EXCEPTION 'dq_nack: error is % characters, the limit is 10000', char_length(dq_nack.error)
             USING ERRCODE = '22001';
@@ -228,12 +240,18 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_until timestamptz;
 BEGIN
     IF dq_extend.lock_token IS NULL THEN
-        PERFORM dq__raise_null('dq_extend', 'lock_token');
+        v_error := dq__null_error('dq_extend', 'lock_token');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    v_until := dq__time_after('dq_extend', 'lock_timeout', dq_extend.lock_timeout, clock_timestamp(), false);
+    v_error := dq__time_after_error('dq_extend', 'lock_timeout', dq_extend.lock_timeout, clock_timestamp(), false);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_until := clock_timestamp() + dq_extend.lock_timeout;
     UPDATE dq_messages m
        SET scheduled_at = v_until
      WHERE m.lock_token = dq_extend.lock_token

@@ -1,6 +1,6 @@
 -- Reading and removing by key: dq_cancel, dq_get, dq_next_due.
 -- Pin the search_path to the install schema (sql/000_common.sql).
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
 -- dq_cancel deletes every message of the queue with this key: the ordinary message and any dead
 -- letters that share the key. A deleted future occurrence of a named schedule is offered again by
@@ -18,11 +18,18 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_gone     dq_messages[];
     v_archived integer;
 BEGIN
-    dq_cancel.queue := dq__check_name('dq_cancel', 'queue', dq_cancel.queue, 100);
-    dq_cancel.key := dq__check_name('dq_cancel', 'key', dq_cancel.key, 200);
+    v_error := dq__name_error('dq_cancel', 'queue', dq_cancel.queue, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_error := dq__name_error('dq_cancel', 'key', dq_cancel.key, 200);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     PERFORM dq__cron_note_deleted(dq_cancel.queue, dq_cancel.key);
     WITH gone AS (
         DELETE FROM dq_messages m WHERE m.queue = dq_cancel.queue AND m.key = dq_cancel.key RETURNING m
@@ -44,9 +51,17 @@ SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_error    jsonb;
 BEGIN
-    dq_get.queue := dq__check_name('dq_get', 'queue', dq_get.queue, 100);
-    dq_get.key := dq__check_name('dq_get', 'key', dq_get.key, 200);
+    v_error := dq__name_error('dq_get', 'queue', dq_get.queue, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_error := dq__name_error('dq_get', 'key', dq_get.key, 200);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     RETURN QUERY
     SELECT m.id, m.queue, m.key, m.payload, m.payload_type, m.scheduled_at, m.scheduled_at_initially,
            m.created_at, m.delivery_count,
@@ -72,9 +87,13 @@ SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_next timestamptz;
 BEGIN
-    dq_next_due.queue := dq__check_name('dq_next_due', 'queue', dq_next_due.queue, 100);
+    v_error := dq__name_error('dq_next_due', 'queue', dq_next_due.queue, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     v_next := dq__next_deliverable(dq_next_due.queue);
     RETURN v_next;
 END;

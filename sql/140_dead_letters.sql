@@ -20,8 +20,9 @@
 -- key creates an ordinary message beside them. dq_configure_queue refuses a
 -- chain of dead-letter queues that loops back to the queue.
 -- Pin the search_path to the install schema (sql/000_common.sql).
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- Move the given rows (locked by the caller's transaction) to dead_letter_queue, archiving them
 -- with outcome dead (dq__gone, which also settles their FIFO groups). A row still carrying its lock token died of lock expiry: that is
 -- recorded as its last error, at the time the lock expired (its scheduled_at). Concurrency: the
@@ -67,6 +68,7 @@ $$;
 COMMENT ON FUNCTION dq__dead_letter(bigint[], text, timestamptz) IS
   'Internal: moves locked rows to a dead-letter queue (see sql/140_dead_letters.sql).';
 REVOKE ALL ON FUNCTION dq__dead_letter(bigint[], text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 -- Send dead letters back to the queues they died in, due now, with delivery_count 0 (the error
 -- stays in last_error for the record), as ordinary messages. Concurrency: candidates are taken FOR
@@ -84,14 +86,21 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_now     timestamptz := clock_timestamp();
     v_count   integer;
     v_queues  text[];
     v_groups  text[];
     v_settled integer;
 BEGIN
-    dq_redrive.dead_letter_queue := dq__check_name('dq_redrive', 'dead_letter_queue', dq_redrive.dead_letter_queue, 100);
-    dq_redrive.max_count := dq__check_range('dq_redrive', 'max_count', dq_redrive.max_count, 1, 100000);
+    v_error := dq__name_error('dq_redrive', 'dead_letter_queue', dq_redrive.dead_letter_queue, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_error := dq__range_error('dq_redrive', 'max_count', dq_redrive.max_count, 1, 100000);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     WITH cand AS (
         SELECT c.id, c.dead_from, c.key, c.payload, c.payload_type, c.created_at, c.last_error, c.last_error_at, c.dead_at,
                c.priority, c.message_group, c.expires_at, c.headers
@@ -139,6 +148,7 @@ COMMENT ON FUNCTION dq_redrive(text, integer) IS
 REVOKE ALL ON FUNCTION dq_redrive(text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_redrive(text, integer) TO dq_admin;
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- Payload bytes as text for people: the bytes decoded as UTF-8 when they are valid UTF-8 (JSON and
 -- text payloads), else '\x' and their hex digits (what psql shows for bytea). The decode is tried
 -- in a block with an exception handler (a subtransaction per call: for reading a few rows only).
@@ -156,6 +166,7 @@ $$;
 COMMENT ON FUNCTION dq__payload_text(bytea) IS
   'Internal: a payload as text: decoded as UTF-8 when valid, else \x and hex digits.';
 REVOKE ALL ON FUNCTION dq__payload_text(bytea) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 -- The dead letters of a dead-letter queue, for operators (dq_admin may not read dq_messages):
 -- oldest death first. A plain read: no lock is taken, nothing changes.
@@ -169,10 +180,17 @@ SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_error    jsonb;
 BEGIN
-    dq_dead_letters.dead_letter_queue := dq__check_name('dq_dead_letters', 'dead_letter_queue',
-                                                        dq_dead_letters.dead_letter_queue, 100);
-    dq_dead_letters.max_rows := dq__check_range('dq_dead_letters', 'max_rows', dq_dead_letters.max_rows, 1, 100000);
+    v_error := dq__name_error('dq_dead_letters', 'dead_letter_queue', dq_dead_letters.dead_letter_queue, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_error := dq__range_error('dq_dead_letters', 'max_rows', dq_dead_letters.max_rows, 1, 100000);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     RETURN QUERY
     SELECT m.key, m.dead_from, m.dead_from_id, m.dead_at, m.dead_delivery_count, m.delivery_count,
            m.last_error, m.last_error_at, m.payload_type, dq__payload_text(m.payload), m.headers,

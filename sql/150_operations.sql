@@ -1,7 +1,7 @@
 -- Operations: per-queue configuration, purge, releasing locks, archive retention, stats.
 -- Every operator function says what it changed with a NOTICE.
 -- Pin the search_path to the install schema (sql/000_common.sql).
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
 -- dq_configure_queue gained archive, retention and notify in 0.2: the 0.1 signature is dropped
 -- and the new one created in this same transaction (the installer's 9999_sql step), so there is
@@ -31,6 +31,7 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_row    dq_queues;
     v_next   text;
     v_chain  text[];
@@ -39,14 +40,18 @@ DECLARE
     v_period interval;
     v_woken  boolean;
 BEGIN
-    dq_configure_queue.queue := dq__check_name('dq_configure_queue', 'queue', dq_configure_queue.queue, 100);
+    v_error := dq__name_error('dq_configure_queue', 'queue', dq_configure_queue.queue, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     IF dq_configure_queue.max_deliveries < 1 THEN
         RAISE EXCEPTION 'dq_configure_queue: max_deliveries is %, it must be at least 1 (or NULL for no limit)',
             dq_configure_queue.max_deliveries USING ERRCODE = '22023';
     END IF;
     IF dq_configure_queue.dead_letter_queue IS NOT NULL AND (dq_configure_queue.dead_letter_queue = ''
        OR char_length(dq_configure_queue.dead_letter_queue) > 100) THEN
-        PERFORM dq__raise_bad_name('dq_configure_queue', 'dead_letter_queue', dq_configure_queue.dead_letter_queue, 100);
+        v_error := dq__name_error('dq_configure_queue', 'dead_letter_queue', dq_configure_queue.dead_letter_queue, 100);
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF dq_configure_queue.dead_letter_queue = dq_configure_queue.queue THEN
         RAISE EXCEPTION 'dq_configure_queue: dead_letter_queue must differ from queue' USING ERRCODE = '22023';
@@ -55,7 +60,10 @@ BEGIN
         RAISE EXCEPTION 'dq_configure_queue: max_deliveries needs a dead_letter_queue' USING ERRCODE = '22023';
     END IF;
     IF dq_configure_queue.retention IS NOT NULL THEN  -- NULL keeps the current retention
-        PERFORM dq__time_after('dq_configure_queue', 'retention', dq_configure_queue.retention, now(), false);
+        v_error := dq__time_after_error('dq_configure_queue', 'retention', dq_configure_queue.retention, now(), false);
+        IF v_error IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+        END IF;
     END IF;
     IF dq_configure_queue.max_payload_bytes NOT BETWEEN dq__payload_limit_floor() AND 1073741824 THEN
         RAISE EXCEPTION 'dq_configure_queue: max_payload_bytes is %, it must be between 1024 and 1073741824 (or NULL to keep the current limit; the default is 1048576)',
@@ -70,8 +78,11 @@ BEGIN
             dq_configure_queue.rate_limit USING ERRCODE = '22023';
     END IF;
     IF dq_configure_queue.rate_period IS NOT NULL THEN  -- NULL keeps the current period
-        PERFORM dq__time_after('dq_configure_queue', 'rate_period', dq_configure_queue.rate_period, now(), false,
+        v_error := dq__time_after_error('dq_configure_queue', 'rate_period', dq_configure_queue.rate_period, now(), false,
                                interval '1 day', '1 day');
+        IF v_error IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+        END IF;
     END IF;
     -- A chain of dead-letter queues must not loop back to this queue: a message would move around
     -- it forever. All changes of dead-letter queues take one transaction-level advisory lock, so two
@@ -181,9 +192,13 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_was boolean;
 BEGIN
-    dq_pause_queue.queue := dq__check_name('dq_pause_queue', 'queue', dq_pause_queue.queue, 100);
+    v_error := dq__name_error('dq_pause_queue', 'queue', dq_pause_queue.queue, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     SELECT q.paused INTO v_was FROM dq_queues q WHERE q.queue = dq_pause_queue.queue FOR NO KEY UPDATE;
     INSERT INTO dq_queues AS q (queue, paused, updated_at) VALUES (dq_pause_queue.queue, true, now())
     ON CONFLICT (queue) DO UPDATE SET paused = true, updated_at = EXCLUDED.updated_at
@@ -207,8 +222,13 @@ SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_error    jsonb;
 BEGIN
-    dq_resume_queue.queue := dq__check_name('dq_resume_queue', 'queue', dq_resume_queue.queue, 100);
+    v_error := dq__name_error('dq_resume_queue', 'queue', dq_resume_queue.queue, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     UPDATE dq_queues q SET paused = false, updated_at = now()
      WHERE q.queue = dq_resume_queue.queue AND q.paused;
     IF NOT FOUND THEN
@@ -237,11 +257,15 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_count   bigint;
     v_settled integer;
     v_woken   boolean;
 BEGIN
-    dq_purge.queue := dq__check_name('dq_purge', 'queue', dq_purge.queue, 100);
+    v_error := dq__name_error('dq_purge', 'queue', dq_purge.queue, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     IF dq_purge.confirm IS DISTINCT FROM true THEN
         RAISE EXCEPTION 'dq_purge: confirm must be true to delete every message of queue %', dq_purge.queue
             USING ERRCODE = '22023', HINT = format('SELECT dq_purge(%L, confirm => true)', dq_purge.queue);
@@ -275,10 +299,14 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_count integer;
     v_woken boolean;
 BEGIN
-    dq_release_locks.queue := dq__check_name('dq_release_locks', 'queue', dq_release_locks.queue, 100);
+    v_error := dq__name_error('dq_release_locks', 'queue', dq_release_locks.queue, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     WITH held AS (
         SELECT m.id FROM dq_messages m
          WHERE m.lock_token IS NOT NULL AND m.queue = dq_release_locks.queue
@@ -318,10 +346,13 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_count integer;
 BEGIN
-    dq_prune_archive.batch_size := dq__check_range('dq_prune_archive', 'batch_size',
-                                                   dq_prune_archive.batch_size, 1, 1000000);
+    v_error := dq__range_error('dq_prune_archive', 'batch_size', dq_prune_archive.batch_size, 1, 1000000);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     DELETE FROM dq_archive a
      WHERE a.archive_id IN (
         SELECT old.archive_id
@@ -378,6 +409,7 @@ COMMENT ON PROCEDURE dq_prune_archive_all(integer, integer) IS
 REVOKE ALL ON PROCEDURE dq_prune_archive_all(integer, integer) FROM PUBLIC;
 GRANT EXECUTE ON PROCEDURE dq_prune_archive_all(integer, integer) TO dq_admin;
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- Stats. Counting a million index entries takes hundreds of milliseconds, so each count is exact
 -- up to dq__stats_exact_limit() rows and estimated beyond it (the column approximate says so):
 --  * a live count past the limit comes from the planner's statistics of dq_messages (rows of the
@@ -434,6 +466,7 @@ $$;
 COMMENT ON FUNCTION dq__estimated_rows(text, boolean) IS
   'Internal: planner-statistics estimate of a queue''s rows (all, or the due share), for dq_queue_stats past its exact limit.';
 REVOKE ALL ON FUNCTION dq__estimated_rows(text, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 CREATE OR REPLACE FUNCTION dq_queue_stats(queue text)
 RETURNS dq_stats_row
@@ -445,7 +478,8 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_q        text := dq__check_name('dq_queue_stats', 'queue', dq_queue_stats.queue, 100);
+    v_q        text := dq_queue_stats.queue;
+    v_error    jsonb := dq__name_error('dq_queue_stats', 'queue', dq_queue_stats.queue, 100);
     v_limit    integer := dq__stats_exact_limit();
     v_now      timestamptz := clock_timestamp();
     v_due      bigint;   -- due now: ready, including expired locks (they are redelivered)
@@ -457,6 +491,9 @@ DECLARE
     v_groups   bigint;
     r          dq_stats_row;
 BEGIN
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     r.queue := v_q;
     -- Each message is in one of two indexes by due time: ungrouped messages (and dead letters) in
     -- dq_messages_ready_idx, read one priority level at a time (dq__levels), grouped messages in

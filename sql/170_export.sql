@@ -1,7 +1,7 @@
 -- Bulk reading for exports (the Spark data source, pyqueue.spark): dq_export_messages,
 -- dq_export_archive and their _bounds functions.
 -- Pin the search_path to the install schema (sql/000_common.sql).
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
 -- Application roles have no privilege on the tables; these functions are how a bulk reader gets
 -- the rows. Who may read what:
@@ -28,6 +28,7 @@ SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SE
 -- bench/spark.py --runs read (1,000,000 rows, Spark local[2]), that read a whole queue at about
 -- 115,000 rows/s, where the cursor, like the former direct SELECT on the table, reads about 160,000.
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- The query of one export: its columns (name, expression over the table aliased m, type) and the
 -- conditions of the id range and the filters. $1 and $2 are id_from and id_to, $3 the filters.
 CREATE OR REPLACE FUNCTION dq__export_query(fn text, source text, filters jsonb, has_from boolean, has_to boolean,
@@ -37,6 +38,7 @@ LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
 DECLARE
+    v_error    jsonb;
     v_table  text;
     v_split  text;
     v_names  text[];
@@ -80,7 +82,8 @@ BEGIN
         v_where := v_where || (v_split || ' < $2');
     END IF;
     IF filters IS NULL THEN
-        PERFORM dq__raise_null(fn, 'filters');
+        v_error := dq__null_error(fn, 'filters');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF jsonb_typeof(filters) <> 'array' THEN
         RAISE EXCEPTION '%: filters is %, it must be a JSON array of [column, operator, value] arrays', fn, filters
@@ -158,6 +161,7 @@ $$;
 COMMENT ON FUNCTION dq__export_bounds(text, text, jsonb) IS
   'Internal: one row, the smallest and largest id of the rows of source (messages or archive) that match the filters, both NULL when none. Errors: those of dq__export_query.';
 REVOKE ALL ON FUNCTION dq__export_bounds(text, text, jsonb) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 CREATE OR REPLACE FUNCTION dq_export_messages(id_from bigint DEFAULT NULL, id_to bigint DEFAULT NULL,
                                               filters jsonb DEFAULT '[]')

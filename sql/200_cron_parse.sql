@@ -17,10 +17,11 @@
 -- Schedules: 5-field cron (Vixie semantics), 'every <interval>' (multiples of the interval since
 -- the Unix epoch), 'daily at HH:MM[:SS][, ...]'; local times in an IANA zone. docs/cron.md.
 -- Pin the search_path to the install schema (sql/000_common.sql).
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
 -- ----------------------------------------------------------------------------- parsing
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- One cron field: a comma list of '*', 'N', 'A-B', each optionally '/STEP', numbers or names.
 -- Returns the sorted distinct values. `what` names the field in error messages.
 CREATE OR REPLACE FUNCTION dq__cron_field(fn text, field text, what text, lo integer, hi integer, names text[])
@@ -211,10 +212,12 @@ LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
 DECLARE
+    v_error    jsonb;
     v_name text;
 BEGIN
     IF timezone IS NULL THEN
-        PERFORM dq__raise_null(fn, 'timezone');
+        v_error := dq__null_error(fn, 'timezone');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF timezone = 'UTC' OR EXISTS (SELECT 1 FROM dq_cron c WHERE c.timezone = dq__cron_zone.timezone) THEN
         RETURN timezone;
@@ -233,6 +236,7 @@ $$;
 COMMENT ON FUNCTION dq__cron_zone(text, text) IS
   'Internal: the canonical IANA name of timezone (pg_timezone_names, case-insensitive); 22004 NULL, 22023 unknown.';
 REVOKE ALL ON FUNCTION dq__cron_zone(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 
 -- The configuration hash of a definition: 16 hex digits of SHA-256 over a length-prefixed encoding

@@ -8,9 +8,10 @@
 -- times that land on one instant (02:30 shifted onto 03:30) are one occurrence: occurrences are
 -- instants, collected with DISTINCT, and an instant is a key.
 -- Pin the search_path to the install schema (sql/000_common.sql).
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 -- ----------------------------------------------------------------------------- evaluation
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- The zone's UTC offset at an instant (local wall-clock time minus UTC). No SET clause, so it is
 -- inlined where the evaluation compares offsets a day or two apart to find a transition.
 CREATE OR REPLACE FUNCTION dq__cron_offset(at timestamptz, timezone text)
@@ -147,6 +148,7 @@ $$;
 COMMENT ON FUNCTION dq__cron_between(dq_cron_spec, text, timestamptz, timestamptz, integer) IS
   'Internal: the occurrences of a parsed schedule in (after, until], earliest first, at most max_count (an infinite until searches 50 years); never after 9999-12-30 UTC.';
 REVOKE ALL ON FUNCTION dq__cron_between(dq_cron_spec, text, timestamptz, timestamptz, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 CREATE OR REPLACE FUNCTION dq_cron_occurrences(
     schedule   text,
@@ -161,26 +163,36 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_spec  dq_cron_spec;
     v_zone  text;
     v_times timestamptz[];
 BEGIN
-    dq_cron_occurrences.schedule := dq__check_text('dq_cron_occurrences', 'schedule', dq_cron_occurrences.schedule, 1000);
+    v_error := dq__text_error('dq_cron_occurrences', 'schedule', dq_cron_occurrences.schedule, 1000);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     IF dq_cron_occurrences.after IS NULL THEN
-        PERFORM dq__raise_null('dq_cron_occurrences', 'after');
+        v_error := dq__null_error('dq_cron_occurrences', 'after');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF dq_cron_occurrences.until IS NULL THEN
-        PERFORM dq__raise_null('dq_cron_occurrences', 'until');
+        v_error := dq__null_error('dq_cron_occurrences', 'until');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF NOT (dq_cron_occurrences.after BETWEEN dq__min_time() AND dq__max_time()) THEN
-        PERFORM dq__raise_bad_time('dq_cron_occurrences', 'after', dq_cron_occurrences.after);
+        v_error := dq__time_error('dq_cron_occurrences', 'after', dq_cron_occurrences.after);
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF dq_cron_occurrences.until <> 'infinity'
        AND NOT (dq_cron_occurrences.until BETWEEN dq__min_time() AND dq__max_time()) THEN
         RAISE EXCEPTION 'dq_cron_occurrences: until is %, it must be ''infinity'' or a finite time between 0001-01-02 and 9999-12-30 UTC',
             dq_cron_occurrences.until USING ERRCODE = '22008';
     END IF;
-    dq_cron_occurrences.max_count := dq__check_range('dq_cron_occurrences', 'max_count', dq_cron_occurrences.max_count, 1, 10000);
+    v_error := dq__range_error('dq_cron_occurrences', 'max_count', dq_cron_occurrences.max_count, 1, 10000);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     v_spec := dq__cron_parse('dq_cron_occurrences', dq_cron_occurrences.schedule);
     v_zone := dq__cron_zone('dq_cron_occurrences', dq_cron_occurrences.timezone);
     v_times := dq__cron_between(v_spec, v_zone, dq_cron_occurrences.after, dq_cron_occurrences.until,
@@ -199,6 +211,7 @@ COMMENT ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, in
 REVOKE ALL ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) TO dq_admin;
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- An upper bound of the occurrences of a schedule in any window of length `span`: one per period
 -- for 'every'; for 'cron' and 'daily', the times of a day over every local date the window can
 -- touch (a window of n days touches at most n + 2 dates, DST days being 23 to 25 hours long).
@@ -213,4 +226,5 @@ $$;
 COMMENT ON FUNCTION dq__cron_max_in(dq_cron_spec, interval) IS
   'Internal: an upper bound of the occurrences of a parsed schedule in any window of length span.';
 REVOKE ALL ON FUNCTION dq__cron_max_in(dq_cron_spec, interval) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 

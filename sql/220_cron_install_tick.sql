@@ -1,9 +1,10 @@
 -- Recurring messages, part 3: the occurrence messages of one key prefix in a queue
 -- (dq_install_tick, dq_uninstall_tick), offered through dq_offer_many's body (sql/100_offer.sql).
 -- Pin the search_path to the install schema (sql/000_common.sql).
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 -- ----------------------------------------------------------------------------- install_tick
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- Is `key` an occurrence key of key_prefix: '<key_prefix>/<hash without slash>/<epoch ms>'? A prefix
 -- 'a' does not claim the keys of a prefix 'a/b' (their rest has two slashes).
 -- No SET clause, so that PostgreSQL inlines it into the DELETEs of dq_install_tick and
@@ -28,14 +29,24 @@ RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_error    jsonb;
 BEGIN
-    queue := dq__check_name(fn, 'queue', queue, 100);
-    key_prefix := dq__check_name(fn, 'key_prefix', key_prefix, 100);
+    v_error := dq__name_error(fn, 'queue', queue, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_error := dq__name_error(fn, 'key_prefix', key_prefix, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     IF config_hash IS NULL AND hash_required THEN
-        PERFORM dq__raise_null(fn, 'config_hash');
+        v_error := dq__null_error(fn, 'config_hash');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF config_hash = '' OR char_length(config_hash) > 64 THEN
-        PERFORM dq__raise_bad_name(fn, 'config_hash', config_hash, 64);
+        v_error := dq__name_error(fn, 'config_hash', config_hash, 64);
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF strpos(config_hash, '/') > 0 THEN
         RAISE EXCEPTION '%: config_hash must not contain "/"', fn USING ERRCODE = '22023';
@@ -45,6 +56,7 @@ $$;
 COMMENT ON FUNCTION dq__cron_check_prefix(text, text, text, text, boolean) IS
   'Internal: 22004/22023/22001 for queue (<=100), key_prefix (<=100), config_hash (<=64, no "/").';
 REVOKE ALL ON FUNCTION dq__cron_check_prefix(text, text, text, text, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 -- dq_install_tick: the occurrences of one key prefix, installed in one transaction.
 --
@@ -77,6 +89,7 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_n        integer := coalesce(cardinality(dq_install_tick.scheduled_ats), 0);
     v_type     text;
     v_bad      bigint;
@@ -90,15 +103,22 @@ BEGIN
     PERFORM dq__cron_check_prefix('dq_install_tick', dq_install_tick.queue, dq_install_tick.key_prefix,
                                   dq_install_tick.config_hash, true);
     IF dq_install_tick.scheduled_ats IS NULL THEN
-        PERFORM dq__raise_null('dq_install_tick', 'scheduled_ats');
+        v_error := dq__null_error('dq_install_tick', 'scheduled_ats');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF dq_install_tick.payloads IS NULL THEN
-        PERFORM dq__raise_null('dq_install_tick', 'payloads');
+        v_error := dq__null_error('dq_install_tick', 'payloads');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF dq_install_tick.can_update IS NULL THEN
-        PERFORM dq__raise_null('dq_install_tick', 'can_update');
+        v_error := dq__null_error('dq_install_tick', 'can_update');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    v_type := dq__check_name('dq_install_tick', 'payload_type', coalesce(dq_install_tick.payload_type, 'bytes'), 100);
+    v_error := dq__name_error('dq_install_tick', 'payload_type', coalesce(dq_install_tick.payload_type, 'bytes'), 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_type := coalesce(dq_install_tick.payload_type, 'bytes');
     IF array_ndims(dq_install_tick.scheduled_ats) > 1 OR array_ndims(dq_install_tick.payloads) > 1 THEN
         RAISE EXCEPTION 'dq_install_tick: arrays must be one-dimensional' USING ERRCODE = '22023';
     END IF;
@@ -112,17 +132,20 @@ BEGIN
     SELECT min(u.i) FILTER (WHERE u.s IS NULL) INTO v_bad
       FROM unnest(dq_install_tick.scheduled_ats) WITH ORDINALITY AS u(s, i);
     IF v_bad IS NOT NULL THEN
-        PERFORM dq__raise_null('dq_install_tick', format('scheduled_ats[%s]', v_bad));
+        v_error := dq__null_error('dq_install_tick', format('scheduled_ats[%s]', v_bad));
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     SELECT min(u.i) INTO v_bad FROM unnest(dq_install_tick.scheduled_ats) WITH ORDINALITY AS u(s, i)
      WHERE NOT (u.s BETWEEN dq__min_time() AND dq__max_time());
     IF v_bad IS NOT NULL THEN
-        PERFORM dq__raise_bad_time('dq_install_tick', format('scheduled_ats[%s]', v_bad),
+        v_error := dq__time_error('dq_install_tick', format('scheduled_ats[%s]', v_bad),
                                    dq_install_tick.scheduled_ats[array_lower(dq_install_tick.scheduled_ats, 1) + v_bad - 1]);
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     SELECT min(u.i) INTO v_bad FROM unnest(dq_install_tick.payloads) WITH ORDINALITY AS u(p, i) WHERE u.p IS NULL;
     IF v_bad IS NOT NULL THEN
-        PERFORM dq__raise_null('dq_install_tick', format('payloads[%s]', v_bad));
+        v_error := dq__null_error('dq_install_tick', format('payloads[%s]', v_bad));
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     -- One key per millisecond: two times in one millisecond would be one key.
     SELECT max(u.i) INTO v_dup

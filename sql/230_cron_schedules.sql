@@ -2,8 +2,9 @@
 -- dq_cron_install, dq_cron_uninstall, dq_cron_pause and dq_cron_resume manage them; each installs or
 -- removes the schedule's occurrences at once, through dq_install_tick / dq_uninstall_tick.
 -- Pin the search_path to the install schema (sql/000_common.sql).
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- At most this many pending (installed, not yet due) occurrences per schedule.
 CREATE OR REPLACE FUNCTION dq__cron_pending_limit() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 10000 $$;
@@ -15,9 +16,11 @@ CREATE OR REPLACE FUNCTION dq__cron_refill_margin() RETURNS interval
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT interval '1 minute' $$;
 COMMENT ON FUNCTION dq__cron_refill_margin() IS 'Internal: deleted occurrences due within this of the clock are not offered again (1 minute).';
 REVOKE ALL ON FUNCTION dq__cron_refill_margin() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 -- ----------------------------------------------------------------------------- named schedules
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- Install what a schedule lacks, as of p_now: the occurrences after installed_through up to
 -- p_now + lookahead (at most 10000 per call: the next tick continues), and always the next
 -- occurrence after p_now. The caller holds the schedule's row lock. Occurrences missed while no
@@ -138,6 +141,7 @@ $$;
 COMMENT ON FUNCTION dq__cron_note_deleted(text, text) IS
   'Internal: before dq_cancel/dq_purge delete messages, records in their schedules the earliest future occurrence deleted, for the next tick to offer again.';
 REVOKE ALL ON FUNCTION dq__cron_note_deleted(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 CREATE OR REPLACE FUNCTION dq_cron_install(
     name          text,
@@ -154,28 +158,49 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_type  text;
     v_spec  dq_cron_spec;
     v_zone  text;
     v_hash  text;
     r       dq_cron;
 BEGIN
-    dq_cron_install.name := dq__check_name('dq_cron_install', 'name', dq_cron_install.name, 100);
-    dq_cron_install.queue := dq__check_name('dq_cron_install', 'queue', dq_cron_install.queue, 100);
-    dq_cron_install.schedule := dq__check_text('dq_cron_install', 'schedule', dq_cron_install.schedule, 1000);
-    IF dq_cron_install.payload IS NULL THEN
-        PERFORM dq__raise_null('dq_cron_install', 'payload');
+    v_error := dq__name_error('dq_cron_install', 'name', dq_cron_install.name, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    v_type := dq__check_name('dq_cron_install', 'payload_type', coalesce(dq_cron_install.payload_type, 'bytes'), 100);
+    v_error := dq__name_error('dq_cron_install', 'queue', dq_cron_install.queue, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_error := dq__text_error('dq_cron_install', 'schedule', dq_cron_install.schedule, 1000);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    IF dq_cron_install.payload IS NULL THEN
+        v_error := dq__null_error('dq_cron_install', 'payload');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_error := dq__name_error('dq_cron_install', 'payload_type', coalesce(dq_cron_install.payload_type, 'bytes'), 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_type := coalesce(dq_cron_install.payload_type, 'bytes');
     IF dq_cron_install.lookahead > interval '366 days' THEN
         RAISE EXCEPTION 'dq_cron_install: lookahead is %, it must be positive and at most 366 days',
             dq_cron_install.lookahead USING ERRCODE = '22023';
     END IF;
     -- NULL (22004) and positive by its effect (22023).
-    PERFORM dq__time_after('dq_cron_install', 'lookahead', dq_cron_install.lookahead, now(), false);
+    v_error := dq__time_after_error('dq_cron_install', 'lookahead', dq_cron_install.lookahead, now(), false);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     IF octet_length(dq_cron_install.payload) > dq__payload_limit_floor() THEN
-        PERFORM dq__check_payload_size('dq_cron_install', 'payload', dq_cron_install.queue,
-                                       octet_length(dq_cron_install.payload));
+        v_error := dq__payload_size_error('dq_cron_install', 'payload', dq_cron_install.queue,
+                                          octet_length(dq_cron_install.payload));
+        IF v_error IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
+        END IF;
     END IF;
     -- A JSON payload is stored (and hashed) in jsonb's text form, so the same document installed
     -- from SQL (jsonb) and from a client (compact JSON bytes) is the same definition.
@@ -296,10 +321,14 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error   jsonb;
     v_queue   text;
     v_deleted integer;
 BEGIN
-    dq_cron_uninstall.name := dq__check_name('dq_cron_uninstall', 'name', dq_cron_uninstall.name, 100);
+    v_error := dq__name_error('dq_cron_uninstall', 'name', dq_cron_uninstall.name, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     DELETE FROM dq_cron c WHERE c.name = dq_cron_uninstall.name RETURNING c.queue INTO v_queue;
     IF v_queue IS NULL THEN
         RAISE NOTICE 'dq_cron_uninstall: no schedule named %; nothing changed', dq_cron_uninstall.name;
@@ -323,10 +352,14 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error   jsonb;
     v_queue   text;
     v_deleted integer;
 BEGIN
-    dq_cron_pause.name := dq__check_name('dq_cron_pause', 'name', dq_cron_pause.name, 100);
+    v_error := dq__name_error('dq_cron_pause', 'name', dq_cron_pause.name, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     UPDATE dq_cron c
        SET paused = true, installed_through = NULL, last_installed_at = NULL, next_at = NULL, refill_from = NULL,
            updated_at = CASE WHEN c.paused THEN c.updated_at ELSE now() END
@@ -354,9 +387,13 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_error    jsonb;
     v_paused boolean;
 BEGIN
-    dq_cron_resume.name := dq__check_name('dq_cron_resume', 'name', dq_cron_resume.name, 100);
+    v_error := dq__name_error('dq_cron_resume', 'name', dq_cron_resume.name, 100);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     SELECT c.paused INTO v_paused FROM dq_cron c WHERE c.name = dq_cron_resume.name FOR UPDATE;
     IF NOT FOUND THEN
         RAISE NOTICE 'dq_cron_resume: no schedule named %; nothing changed', dq_cron_resume.name;
@@ -378,6 +415,7 @@ REVOKE ALL ON FUNCTION dq_cron_resume(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_resume(text) TO dq_admin;
 
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- The next occurrences of a stored schedule, or NULL when it cannot be evaluated (a zone that
 -- tzdata no longer has): one broken schedule must not hide the others from dq_cron_schedules (its
 -- error is in last_error once a tick has tried it). The exception block costs a subtransaction per
@@ -396,6 +434,7 @@ $$;
 COMMENT ON FUNCTION dq__cron_next(text, text, integer) IS
   'Internal: the next max_count occurrences of a stored schedule after now, NULL when it cannot be evaluated.';
 REVOKE ALL ON FUNCTION dq__cron_next(text, text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 -- The schedules with their next occurrences, for dq_cron_schedules. SECURITY DEFINER (granted to
 -- dq_admin): the evaluation calls internal functions that no application role may execute, and a

@@ -1,7 +1,8 @@
 -- Recurring messages, part 6: pg_cron, when it is installed in this database.
 -- Pin the search_path to the install schema (sql/000_common.sql).
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', (SELECT u.s FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1)), false) AS install_search_path;
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- The pg_cron jobs of this install: name, schedule and command. An install in public keeps the
 -- names and commands of earlier releases (a deploy finds its jobs by name); an install in another
 -- schema suffixes the names with '@<schema>' and qualifies the commands, so two installs in one
@@ -23,6 +24,7 @@ $$;
 COMMENT ON FUNCTION dq__pg_cron_jobs() IS
   'Internal: the pg_cron jobs of this install (jobname, schedule, command): dq-cron-tick, dq-archive-prune and dq-cron-prune-history, suffixed with @<schema> and calling schema-qualified functions outside public.';
 REVOKE ALL ON FUNCTION dq__pg_cron_jobs() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
 
 -- pg_cron hygiene. pg_cron writes one cron.job_run_details row per run and never deletes any
 -- (github.com/citusdata/pg_cron/issues/416; "cron.log_run" turns logging off server-wide, losing
@@ -41,10 +43,12 @@ SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 DECLARE
+    v_error    jsonb;
     v_count bigint;
 BEGIN
     IF keep IS NULL THEN
-        PERFORM dq__raise_null('dq_cron_prune_run_details', 'keep');
+        v_error := dq__null_error('dq_cron_prune_run_details', 'keep');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF keep < interval '0' THEN
         RAISE EXCEPTION 'dq_cron_prune_run_details: keep is %, it must not be negative', keep

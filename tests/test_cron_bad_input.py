@@ -10,6 +10,7 @@ import psycopg
 import pytest
 from sqlhelpers import module_conn as conn  # noqa: F401  (fixture)
 from sqlhelpers import module_dsn, table_rows  # noqa: F401  (fixture)
+from test_internals import check_context_names_only
 
 
 def case(case_id: str, sql: str, sqlstate: str, *contains: str) -> Any:
@@ -194,6 +195,8 @@ def test_bad_input(conn, sql, sqlstate, contains):
     for fragment in contains[1:]:
         assert fragment in message, f"{fragment!r} not in {message!r}"
     assert snapshot(conn) == before
+    # The error is raised by the function called: its CONTEXT names no internal helper.
+    check_context_names_only(err, contains[0].rstrip(":"))
 
 
 def test_case_ids_are_unique():

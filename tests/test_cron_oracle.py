@@ -219,7 +219,7 @@ def test_next_20_occurrences_match_croniter(oconn, batch):
     # The evaluation behind dq_cron_occurrences, without its zone check (pg_timezone_names reads
     # every zone file: about 80 ms a call); the zones here are canonical names.
     rows = oconn.execute(
-        "SELECT dq__cron_between(dq__cron_parse('oracle', e), z, s, 'infinity', %s) "
+        "SELECT public_internal.dq__cron_between(public_internal.dq__cron_parse('oracle', e), z, s, 'infinity', %s) "
         "FROM unnest(%s::text[], %s::text[], %s::timestamptz[]) WITH ORDINALITY AS c(e, z, s, i) ORDER BY i",
         (ORACLE_OCCURRENCES, [c[0] for c in cases], [c[1] for c in cases], [c[2] for c in cases]),
     ).fetchall()

@@ -30,27 +30,39 @@ from test_migrations import (  # noqa: F401  (new_database is a fixture)
     yoyo_cli,
 )
 
-from pyqueue.migrate import migrate, yoyo_uri
+from pyqueue.migrate import migrate, private_schema, yoyo_uri
 
 OTHER = "other"
 YOYO_TABLES = ("_yoyo_migration", "_yoyo_log", "_yoyo_version", "yoyo_lock")
 
 
 def schema_dump_of(dsn: str, schema: str) -> str:
-    """``pg_dump --schema-only`` of one schema without yoyo's tables nor the schema's own statements
-    (owner, comment, USAGE: public's differ), its name replaced by ``SCHEMA`` (so two installs in
-    different schemas compare equal), comment and SET lines dropped."""
+    """``pg_dump --schema-only`` of one install (the schema and its private schema
+    ``<schema>_internal``) without yoyo's tables nor the schemas' own statements (owner, comment,
+    USAGE: public's differ), the names replaced by ``SCHEMA`` and ``SCHEMA_internal`` (so two
+    installs in different schemas compare equal), comment and SET lines dropped."""
+    private = private_schema(schema)
     excluded = [arg for table in YOYO_TABLES for arg in ("--exclude-table", f'"{schema}".{table}')]
     out = subprocess.run(
-        [pg_program("pg_dump"), "--schema-only", "--schema", f'"{schema}"', *excluded, "--dbname", dsn],
+        [pg_program("pg_dump"), "--schema-only", "--schema", f'"{schema}"', "--schema", f'"{private}"', *excluded,
+         "--dbname", dsn],
         check=True, capture_output=True, text=True,
     ).stdout
     kept = [
-        re.sub(rf"(?<![\w.]){schema}\.(?=[\w\"])", "SCHEMA.", line).replace(f"'{schema}'::text", "'SCHEMA'::text")
+        re.sub(rf"(?<![\w.]){schema}\.(?=[\w\"])", "SCHEMA.",
+               re.sub(rf"(?<![\w.]){private}\.(?=[\w\"])", "SCHEMA_internal.", line))
+        .replace(f"'{schema}'::text", "'SCHEMA'::text")
+        .replace(f"'{private}', '{schema}'", "'SCHEMA_internal', 'SCHEMA'")
+        .replace(f"'{schema}', '{private}'", "'SCHEMA', 'SCHEMA_internal'")
+        .replace(f"''{private}'', ''{schema}''", "''SCHEMA_internal'', ''SCHEMA''")
+        .replace(f"''{schema}'', ''{private}''", "''SCHEMA'', ''SCHEMA_internal''")
+        .replace(f"''{schema}''::text", "''SCHEMA''::text")
+        .replace(f"'{private}, {schema}, pg_temp'", "'SCHEMA_internal, SCHEMA, pg_temp'")
+        .replace(f"'{schema}, {private}, pg_temp'", "'SCHEMA, SCHEMA_internal, pg_temp'")
         .replace(f"search_path TO '{schema}'", "search_path TO 'SCHEMA'")
         for line in out.splitlines()
         if line.strip() and not line.startswith(("--", "SET ", "SELECT pg_catalog.set_config(", "\\"))
-        and not re.match(rf"(CREATE|ALTER|COMMENT ON|GRANT [A-Z]+ ON) SCHEMA {schema}\b", line)
+        and not re.match(rf"(CREATE|ALTER|COMMENT ON|GRANT [A-Z]+ ON) SCHEMA ({schema}|{private})\b", line)
     ]
     return "\n".join(kept) + "\n"
 
@@ -76,9 +88,11 @@ def test_two_schemas_hold_two_independent_installs(new_database) -> None:  # noq
         assert migrate(db, schema=schema) == []  # again: nothing to do, nothing changed
     public, other = objects_in(db, "public"), objects_in(db, OTHER)
     assert public == other and other["functions"] >= 14 and other["yoyo"] == 4
+    helpers = objects_in(db, private_schema(OTHER))
+    assert helpers == objects_in(db, "public_internal") and helpers["functions"] > 40
     assert schema_dump_of(db, OTHER) == schema_dump_of(db, "public")
     funcs = functions(db)
-    assert len(funcs) == 2 * other["functions"]
+    assert len(funcs) == 2 * (other["functions"] + helpers["functions"])
     assert migrate(db, schema=OTHER) == []
     assert functions(db) == funcs, "functions were re-created although sql/ did not change"
 
@@ -104,6 +118,7 @@ def test_one_schema_is_rolled_back_without_touching_the_other(new_database) -> N
 
     assert rollback(db, schema_steps()[0], schema=OTHER) == schema_steps()[::-1]
     assert objects_in(db, OTHER) == {"functions": 0, "relations": 0, "types": 0, "yoyo": 4}
+    assert query(db, f"SELECT to_regnamespace('{private_schema(OTHER)}')") == [(None,)]  # noqa: S608
     assert schema_dump_of(db, "public") == public_dump
     assert applied_migrations(db) == public_steps
     assert query(db, "SELECT key FROM public.dq_messages") == [("kept",)]
@@ -150,13 +165,14 @@ def test_an_install_outside_public_has_pg_cron_jobs_of_its_own(admin_dsn: str) -
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_cron'").fetchone() is None:
             pytest.skip("pg_cron is not installed in the test server's administrative database")
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        for name in (schema, private_schema(schema)):
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
         before = jobs(conn)
     try:
         migrate(admin_dsn, schema=schema)
         with psycopg.connect(admin_dsn, autocommit=True) as conn:
             own = conn.execute(sql.SQL("SELECT * FROM {}.dq__pg_cron_jobs() ORDER BY 1").format(
-                sql.Identifier(schema))).fetchall()
+                sql.Identifier(private_schema(schema)))).fetchall()
             assert [j[0] for j in own] == [f"dq-archive-prune@{schema}", f"dq-cron-prune-history@{schema}",
                                            f"dq-cron-tick@{schema}"]
             assert sorted(before + own) == jobs(conn)
@@ -167,4 +183,5 @@ def test_an_install_outside_public_has_pg_cron_jobs_of_its_own(admin_dsn: str) -
     finally:
         with psycopg.connect(admin_dsn, autocommit=True) as conn:
             conn.execute("SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname LIKE %s", (f"%@{schema}",))
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+            for name in (schema, private_schema(schema)):
+                conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))

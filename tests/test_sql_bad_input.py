@@ -31,6 +31,7 @@ from sqlhelpers import (
     row_count,
     table_rows,
 )
+from test_internals import check_context_names_only
 
 BIG = 100_001
 
@@ -437,6 +438,8 @@ def test_bad_input(conn, token, sql, sqlstate, contains):
         "SELECT (SELECT array_agg(q ORDER BY q.queue)::text FROM dq_queues q), "
         "(SELECT array_agg(g ORDER BY g.queue, g.message_group)::text FROM dq_groups g), "
         "(SELECT array_agg(t ORDER BY t.queue, t.slot)::text FROM dq_rate_tokens t)").fetchone() == config_before
+    # The error is raised by the function called: its CONTEXT names no internal helper.
+    check_context_names_only(err, function.rstrip(":"))
 
 
 def test_case_ids_are_unique():

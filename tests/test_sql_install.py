@@ -5,7 +5,8 @@
   and the privileges included.
 * Privileges are table-driven from ``pg_proc``: every public ``dq_*`` function is SECURITY DEFINER
   with the pinned search_path and executable by exactly the roles of :data:`ROLE_OF`; every
-  internal ``dq__*`` helper by no role. A new function fails the test until it is added there.
+  internal ``dq__*`` helper lives in the private schema ``<install>_internal`` and is executable by
+  no role, which may not even use that schema. A new function fails the test until it is added there.
 * A second install in another schema of the same database (tables from the numbered
   ``migrations/*.sql`` steps, functions from ``sql/``, both run with that schema first on the
   search_path) is independent: its functions see only its tables, its NOTIFY channels and pg_cron
@@ -135,21 +136,24 @@ def test_every_file_pins_the_search_path_first() -> None:
 
 def test_privileges_are_those_of_the_table(conn: psycopg.Connection[Any]) -> None:
     rows = conn.execute(
-        "SELECT p.oid, p.oid::regprocedure::text, p.proname, p.prokind, p.prosecdef, p.proconfig "
-        "FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'dq\\_%' ORDER BY 2"
+        "SELECT p.oid, p.oid::regprocedure::text, p.proname, p.prokind, p.prosecdef, p.proconfig, n.nspname "
+        "FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+        "WHERE n.nspname IN ('public', 'public_internal') ORDER BY 2"
     ).fetchall()
     assert len(rows) > 60
     public_names = set()
-    for oid, sig, name, kind, secdef, config in rows:
+    for oid, sig, name, kind, secdef, config, schema in rows:
         executable_by = {
             role
             for role in ("public", *ROLES)
             if conn.execute("SELECT has_function_privilege(%s, %s, 'EXECUTE')", (role, oid)).fetchone()[0]
         }
-        if name.startswith("dq__"):
+        if schema == "public_internal":
+            assert name.startswith("dq__"), sig
             assert executable_by == set(), sig
             assert not secdef, sig
             continue
+        assert not name.startswith("dq__"), f"{sig}: an internal helper in the install schema"
         public_names.add(name)
         assert name in ROLE_OF, f"{sig} is not in ROLE_OF: add it with the role that may execute it"
         assert executable_by == MAY_EXECUTE[ROLE_OF[name]], sig
@@ -157,8 +161,12 @@ def test_privileges_are_those_of_the_table(conn: psycopg.Connection[Any]) -> Non
             assert not secdef and config is None, sig
         else:
             assert secdef, sig
-            assert "search_path=public, pg_temp" in config, sig
+            assert "search_path=public, public_internal, pg_temp" in config, sig
     assert public_names == set(ROLE_OF)
+    # No application role may use the private schema: the helpers are reached only by the owner.
+    for role in ("public", *ROLES):
+        assert conn.execute("SELECT has_schema_privilege(%s, 'public_internal', 'USAGE')", (role,)).fetchone() == (
+            False,), role
 
 
 def test_views_are_granted_to_dq_admin_only(conn: psycopg.Connection[Any]) -> None:
@@ -187,11 +195,13 @@ def install_into(dsn: str, schema: str) -> None:
 
 
 OTHER = "Other Q"  # a name that needs quoting
+OTHER_INTERNAL = "Other Q_internal"  # its private schema
 
 
 def in_other(query: str) -> sql.Composed:
-    """``query`` with ``{o}`` replaced by the quoted name of the second schema."""
-    return sql.SQL(query).format(o=sql.Identifier(OTHER))  # type: ignore[arg-type]
+    """``query`` with ``{o}`` replaced by the quoted name of the second schema, ``{oi}`` by its
+    private schema's."""
+    return sql.SQL(query).format(o=sql.Identifier(OTHER), oi=sql.Identifier(OTHER_INTERNAL))  # type: ignore[arg-type]
 
 
 def one(conn: psycopg.Connection[Any], query: str | sql.Composable, *params: Any) -> Any:
@@ -203,6 +213,7 @@ def one(conn: psycopg.Connection[Any], query: str | sql.Composable, *params: Any
 def test_a_second_schema_is_an_independent_install(dsn: str) -> None:
     install_into(dsn, OTHER)
     other = sql.Identifier(OTHER).as_string(None)
+    other_internal = sql.Identifier(OTHER_INTERNAL).as_string(None)
     with psycopg.connect(dsn, autocommit=True) as conn:
         # Every function of the second install pins its own schema.
         configs = conn.execute(
@@ -210,9 +221,14 @@ def test_a_second_schema_is_an_independent_install(dsn: str) -> None:
             "WHERE p.pronamespace = %s::regnamespace AND p.proconfig IS NOT NULL",
             (other,),
         ).fetchall()
-        assert configs == [(f"search_path={other}, pg_temp",)]
-        assert one(conn, in_other("SELECT {o}.dq__schema()")) == OTHER
-        assert one(conn, "SELECT public.dq__schema()") == "public"
+        assert configs == [(f"search_path={other}, {other_internal}, pg_temp",)]
+        assert one(conn, in_other("SELECT {oi}.dq__schema()")) == OTHER
+        assert one(conn, "SELECT public_internal.dq__schema()") == "public"
+        # Its helpers live in its own private schema, and none in the install schema.
+        assert one(conn, "SELECT count(*) FROM pg_proc WHERE pronamespace = %s::regnamespace "
+                   "AND proname LIKE 'dq\\_\\_%%'", other) == 0
+        assert one(conn, "SELECT count(*) FROM pg_proc WHERE pronamespace = %s::regnamespace", other_internal) == one(
+            conn, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'public_internal'::regnamespace") > 40
 
         # One queue name, one key in both: each install sees only its own message.
         assert one(conn, "SELECT public.dq_offer('q', 'k', 'in public'::text)") == "created"
@@ -228,18 +244,18 @@ def test_a_second_schema_is_an_independent_install(dsn: str) -> None:
         # Channels and pg_cron jobs differ; public keeps the names of earlier releases.
         assert one(conn, "SELECT public.dq_channel('q')") == "dq_" + one(conn, "SELECT md5('q')")
         assert one(conn, in_other("SELECT {o}.dq_channel('q')")) == "dq_" + one(conn, "SELECT md5(%s)", other + ".q")
-        assert conn.execute("SELECT * FROM public.dq__pg_cron_jobs() ORDER BY 1").fetchall() == [
+        assert conn.execute("SELECT * FROM public_internal.dq__pg_cron_jobs() ORDER BY 1").fetchall() == [
             ("dq-archive-prune", "*/10 * * * *", "CALL dq_prune_archive_all()"),
             ("dq-cron-prune-history", "17 3 * * *", "SELECT dq_cron_prune_run_details()"),
             ("dq-cron-tick", "* * * * *", "SELECT dq_cron_tick()"),
         ]
-        assert conn.execute(in_other("SELECT * FROM {o}.dq__pg_cron_jobs() ORDER BY 1")).fetchall() == [
+        assert conn.execute(in_other("SELECT * FROM {oi}.dq__pg_cron_jobs() ORDER BY 1")).fetchall() == [
             (f"dq-archive-prune@{OTHER}", "*/10 * * * *", f"CALL {other}.dq_prune_archive_all()"),
             (f"dq-cron-prune-history@{OTHER}", "17 3 * * *", f"SELECT {other}.dq_cron_prune_run_details()"),
             (f"dq-cron-tick@{OTHER}", "* * * * *", f"SELECT {other}.dq_cron_tick()"),
         ]
         # Each tick job's command runs its own install's tick, whatever the search_path.
-        tick_command = in_other("SELECT command FROM {o}.dq__pg_cron_jobs() WHERE jobname LIKE 'dq-cron-tick%%'")
+        tick_command = in_other("SELECT command FROM {oi}.dq__pg_cron_jobs() WHERE jobname LIKE 'dq-cron-tick%%'")
         conn.execute("SELECT public.dq_cron_install('s', 'cq', 'every 1 hour', 'x'::text)")
         conn.execute("DELETE FROM public.dq_messages")
         conn.execute(in_other("SELECT {o}.dq_cron_install('s', 'cq', 'every 1 hour', 'x'::text)"))

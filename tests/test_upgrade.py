@@ -11,7 +11,9 @@ old one goes away only in a later release). The one exception is ``REMOVED``: an
 whose presence breaks calls of another one (its replacement is named beside it, and docs/api.md
 tells operators to stop older workers before migrating); it goes away with the final apply of
 ``sql/``, never in a schema step. At the end the database must equal a fresh install
-(schema dump) and the messages must be intact and usable with their old lock tokens.
+(schema dump) and the messages must be intact and usable with their old lock tokens; the install
+schema must hold only the public API (the old release's internal helpers, which lived there, are
+gone), so that psql's ``\\df`` lists only the API.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from typing import Any
 import psycopg
 import pytest
 from sqlhelpers import schema_dump
+from test_internals import check_only_the_api, install_functions, psql_names
 from test_migrations import new_database, schema_steps  # noqa: F401  (fixture)
+from test_sql_install import ROLE_OF
 from yoyo import get_backend, read_migrations
 
 from pyqueue.migrate import migrate, yoyo_uri
@@ -70,6 +74,8 @@ def test_upgrade_from_previous_release_keeps_messages_and_functions(
     install_release(snapshot, dsn, tmp_path)
     with psycopg.connect(dsn, autocommit=True) as conn:
         old_functions = public_functions(conn)
+        old_helpers = [f for f in install_functions(conn) if f.startswith("dq__")]
+        assert old_helpers, "the old release kept its helpers in the install schema"
         assert "dq_offer(text,text,bytea,timestamp with time zone,boolean,text)" in old_functions
         old_steps = {r[0] for r in conn.execute("SELECT migration_id FROM _yoyo_migration")}
         # Messages in every state, written by the old release's functions.
@@ -122,4 +128,7 @@ def test_upgrade_from_previous_release_keeps_messages_and_functions(
                              "WHERE queue = 'times' ORDER BY key").fetchall()  # decoded by psycopg: readable
         assert [(k, a.year, b.year) for k, a, b in times] == [("minus", 1, 1), ("plus", 9999, 9999)]
         assert [r[0] for r in conn.execute("SELECT key FROM dq_poll_many('times', 5, '1 minute')")] == ["minus"]
+        # Nothing internal is left in the install schema: \df lists the API.
+        check_only_the_api(conn)
+    assert psql_names(dsn, "\\df dq_*") == set(ROLE_OF)
     assert schema_dump(dsn) == schema_dump(template_dsn)
