@@ -25,7 +25,7 @@ from uuid import uuid4
 import psycopg
 
 from . import limits
-from ._ops import M, Op, Ops, QueueOps
+from ._ops import M, Op, Ops, QueueOps, check_int
 from .durations import Seconds, as_timedelta
 
 __all__ = [
@@ -240,9 +240,24 @@ def poll_waiting(
     an :class:`psycopg.OperationalError` it retries once on a fresh one, unless the wait is over.
     A poll whose result was lost with the connection only delays those messages until their lock
     expires (at-least-once)."""
+    check_int(max_count, "max_count", 1, limits.POLL_MAX_COUNT)  # every argument checked before any I/O
     lock_td = as_timedelta(lock_timeout, "lock_timeout")
-    deadline = time.monotonic() + as_timedelta(wait, "wait", allow_zero=True).total_seconds()
+    wait_s = as_timedelta(wait, "wait", allow_zero=True).total_seconds()
     check_s = as_timedelta(idle_check, "idle_check").total_seconds()
+    return _poll_waiting(ops, state, cls, client, max_count, lock_td, wait_s, check_s)
+
+
+def _poll_waiting(
+    ops: QueueOps,
+    state: Listening,
+    cls: type[M],
+    client: Any,
+    max_count: int,
+    lock_td: timedelta,
+    wait_s: float,
+    check_s: float,
+) -> Routine[list[M]]:
+    deadline = time.monotonic() + wait_s
     for attempt in (1, 2):
         try:
             yield Acquire()
@@ -295,8 +310,12 @@ def transaction(
 ) -> Routine[list[M]]:
     """Exactly-once processing, run inside the driver's transaction: poll, hand the messages to the
     caller (:class:`Handoff`), and when the caller's block ends normally acknowledge them in the
-    same transaction; returns them."""
-    messages: list[M] = yield Run(ops.poll(max_count, lock_timeout, cls, client))
+    same transaction; returns them. The arguments are checked at the call, before any I/O."""
+    return _transaction(ops, ops.poll(max_count, lock_timeout, cls, client))
+
+
+def _transaction(ops: QueueOps, poll: Op[list[M]]) -> Routine[list[M]]:
+    messages: list[M] = yield Run(poll)
     yield Handoff(messages)
     yield Run(ops.ack_many(messages))
     return messages

@@ -106,7 +106,7 @@ class DelayedQueue(Driver):
     @property
     def cron(self) -> QueueCron:
         """This queue's recurring schedules (docs/cron.md): ``q.cron.install(name, schedule=…,
-        payload=…, tz=…)``, ``uninstall(name)``, ``pause``, ``resume``, ``list()``, ``tick()``."""
+        payload=…, timezone=…)``, ``uninstall(name)``, ``pause``, ``resume``, ``list()``, ``tick()``."""
         from .cron import QueueCron
 
         return QueueCron(self)
