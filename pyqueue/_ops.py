@@ -160,6 +160,8 @@ class Statements:
     release_locks: str = "SELECT {s}dq_release_locks(%(queue)s) AS released"
     redrive: str = "SELECT {s}dq_redrive(%(queue)s, %(max_count)s) AS moved"
     cancel: str = "SELECT {s}dq_cancel(%(queue)s, %(key)s) AS cancelled"
+    # A cursor (open until the transaction ends) over the live rows with id >= id_from matching filters.
+    export_messages: str = "SELECT {s}dq_export_messages(%(id_from)s, NULL, %(filters)s::jsonb) AS cursor"
     get: str = "SELECT {stored} FROM {s}dq_get(%(queue)s, %(key)s)"
     next_due: str = "SELECT {s}dq_next_due(%(queue)s) AS next_due"
     channel: str = "SELECT {s}dq_channel(%(queue)s) AS channel"
@@ -632,6 +634,17 @@ class QueueOps(Ops):
             return StoredMessage(**{**row, "raw_payload": bytes(row["raw_payload"])}, _registry=self.serializers)
 
         return Op(self.sql.get, self._q(key=check_str(key, "key")), decode)
+
+    def dead_letters_of(self, message: LockedMessage[Any]) -> Op[str]:
+        """Opens a cursor (inside a transaction) over the dead letters ``message`` may have become:
+        rows of this key that died in this queue, inserted after it (ids only grow)."""
+        filters = Jsonb([["key", "=", message.key], ["dead_from", "=", self.queue]])
+        return Op(self.sql.export_messages, {"id_from": message.id, "filters": filters}, _value("cursor", str))
+
+    @staticmethod
+    def fetch_all(cursor: str) -> Op[list[dict[str, Any]]]:
+        """Every row left in the named cursor, as ``{column: value}``."""
+        return Op(sql.SQL("FETCH ALL FROM {}").format(sql.Identifier(cursor)), None, _records(dict))
 
     def next_due(self) -> Op[datetime | None]:
         return Op(self.sql.next_due, self._q(), _value("next_due"))

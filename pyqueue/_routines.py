@@ -305,6 +305,22 @@ def _wait_cycle(
             yield Sleep(sleep_s) if state.available is False else Notified(sleep_s)
 
 
+def dead_letter_queue_of(ops: QueueOps, message: Any) -> Routine[str | None]:
+    """Where a delivery that was just nacked went, run inside the driver's transaction (the
+    cursor of ``dq_export_messages`` lives until its end): None while the message is still in its
+    queue (it will be delivered again), else the dead-letter queue it was moved to at the queue's
+    ``max_deliveries`` (None too if it left otherwise, cancelled meanwhile). One ``dq_get`` in the
+    usual case; the dead letter is looked up only when the message left."""
+    stored = yield Run(ops.get(message.key))
+    if stored is not None and stored.id == message.id:
+        return None
+    cursor = yield Run(ops.dead_letters_of(message))
+    rows = yield Run(ops.fetch_all(cursor))
+    if not rows:
+        return None
+    return str(max(rows, key=lambda r: (r["dead_at"], r["id"]))["queue"])
+
+
 def transaction(
     ops: QueueOps, cls: type[M], client: Any, max_count: int, lock_timeout: Seconds
 ) -> Routine[list[M]]:

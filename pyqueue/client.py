@@ -258,6 +258,12 @@ class DelayedQueue(Driver):
         """Heartbeat (``dq_extend``): invisible until now + timeout; None if the lock was lost."""
         return self._run(self._ops.extend(lock_token, timeout), conn)
 
+    def _dead_letter_queue_of(self, message: Message) -> str | None:
+        """After a nack: the dead-letter queue ``message`` was moved to, or None (see
+        :func:`pyqueue._routines.dead_letter_queue_of`); the worker's log says which."""
+        with self._conn(None) as c, c.transaction():
+            return self._step(routines.dead_letter_queue_of(self._ops, message), c)
+
     # -- operations ----------------------------------------------------------------------------
     def configure(
         self, *, max_deliveries: int | None = None, dead_letter_queue: str | None = None,
