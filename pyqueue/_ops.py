@@ -159,6 +159,7 @@ class Statements:
     purge: str = "SELECT {s}dq_purge(%(queue)s, %(confirm)s) AS purged"
     release_locks: str = "SELECT {s}dq_release_locks(%(queue)s) AS released"
     redrive: str = "SELECT {s}dq_redrive(%(queue)s, %(max_count)s) AS moved"
+    dead_letters: str = "SELECT * FROM {s}dq_dead_letters(%(queue)s, %(max_rows)s::integer)"
     cancel: str = "SELECT {s}dq_cancel(%(queue)s, %(key)s) AS cancelled"
     # A cursor (open until the transaction ends) over the live rows with id >= id_from matching filters.
     export_messages: str = "SELECT {s}dq_export_messages(%(id_from)s, NULL, %(filters)s::jsonb) AS cursor"
@@ -621,6 +622,12 @@ class QueueOps(Ops):
     def redrive(self, max_count: int) -> Op[int]:
         params = self._q(max_count=check_int(max_count, "max_count", 1, limits.REDRIVE_MAX_COUNT))
         return Op(self.sql.redrive, params, _value("moved", int, 0))
+
+    def dead_letters(self, max_rows: int) -> Op[list[dict[str, Any]]]:
+        """``dq_dead_letters``: this dead-letter queue's dead letters, oldest death first, each as
+        ``{column: value}`` (key, dead_from, last_error, payload_text …)."""
+        params = self._q(max_rows=check_int(max_rows, "max_rows", 1, limits.REDRIVE_MAX_COUNT))
+        return Op(self.sql.dead_letters, params, _records(dict))
 
     # -- read --------------------------------------------------------------------------------------
     def cancel(self, key: str) -> Op[bool]:
