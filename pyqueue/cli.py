@@ -175,26 +175,64 @@ def _first_stops_second_exits(worker: Worker | Any) -> Callable[[int], None]:
     return on_signal
 
 
-def _stats_table(rows: list[Any], title: str) -> Any:
+#: The columns of ``pyqueue stats`` in display order: header, and the cell of a row (a QueueStats).
+_STATS_COLUMNS: tuple[tuple[str, Callable[[Any], str]], ...] = (
+    ("ready", lambda r: f"{'~' if r.approximate else ''}{r.ready:,}"),
+    ("scheduled", lambda r: f"{'~' if r.approximate else ''}{r.scheduled:,}"),
+    ("in flight", lambda r: f"{r.in_flight:,}"),
+    ("redelivered", lambda r: f"{r.redelivered:,}"),
+    ("dead", lambda r: f"{r.dead:,}"),
+    ("held", lambda r: f"{'~' if r.approximate else ''}{r.held:,}"),
+    ("expired", lambda r: f"{'~' if r.approximate else ''}{r.expired:,}"),
+    ("oldest ready", lambda r: "-" if r.oldest_ready_age is None else str(r.oldest_ready_age).split(".")[0]),
+    ("next due", lambda r: r.next_due.isoformat(timespec="seconds") if r.next_due else "-"),
+    ("acked/min", lambda r: "-" if r.acked_last_minute is None else f"{r.acked_last_minute:,}"),
+    ("acked/h", lambda r: "-" if r.acked_last_hour is None else f"{r.acked_last_hour:,}"),
+    ("paused", lambda r: "yes" if r.paused else "no"),
+)
+#: Which columns a narrow terminal loses first (the queue, ready, scheduled, in flight and dead stay).
+_STATS_DROP_ORDER = ("acked/h", "next due", "held", "expired", "acked/min", "redelivered", "oldest ready",
+                     "paused")
+
+
+def _stats_title(rows: list[Any]) -> str:
+    """The title of ``pyqueue stats``: the time, and ``(~ estimated)`` only when a figure is."""
+    estimated = " (~ estimated)" if any(r.approximate for r in rows) else ""
+    return f"dq_stats at {datetime.now().astimezone().isoformat(timespec='seconds')}{estimated}"
+
+
+def _stats_table(rows: list[Any], title: str, width: int | None = None) -> Any:
+    """The stats as a rich table that fits ``width`` terminal columns (None: no limit): the least
+    needed columns are left out (and named in the caption) until it fits; a queue name never
+    loses characters: one longer than the room left folds onto the next line."""
+    from rich.console import Console
+    from rich.measure import Measurement
     from rich.table import Table
 
-    table = Table(title=title)
-    # The queue names are never shortened (a narrow terminal squeezes the figures instead).
-    table.add_column("queue", justify="left", no_wrap=True, min_width=max((len(r.queue) for r in rows), default=5))
-    for name in ("ready", "scheduled", "in flight", "redelivered", "dead", "held", "expired",
-                 "oldest ready", "next due", "acked/min", "acked/h", "paused"):
-        table.add_column(name, justify="right")
-    for r in rows:
-        mark = "~" if r.approximate else ""
-        table.add_row(
-            r.queue, f"{mark}{r.ready:,}", f"{mark}{r.scheduled:,}", f"{r.in_flight:,}", f"{r.redelivered:,}",
-            f"{r.dead:,}", f"{mark}{r.held:,}", f"{mark}{r.expired:,}",
-            str(r.oldest_ready_age).split(".")[0] if r.oldest_ready_age is not None else "-",
-            r.next_due.isoformat(timespec="seconds") if r.next_due else "-",
-            "-" if r.acked_last_minute is None else f"{r.acked_last_minute:,}",
-            "-" if r.acked_last_hour is None else f"{r.acked_last_hour:,}",
-            "yes" if r.paused else "no",
-        )
+    dropped: list[str] = []
+
+    def build() -> Table:
+        caption = f"left out to fit {width} columns: {', '.join(dropped)}" if dropped else None
+        table = Table(title=title, caption=caption)
+        table.add_column("queue", justify="left", overflow="fold")
+        kept = [(name, cell) for name, cell in _STATS_COLUMNS if name not in dropped]
+        for name, _ in kept:
+            table.add_column(name, justify="right", no_wrap=True)
+        for r in rows:
+            table.add_row(r.queue, *(cell(r) for _, cell in kept))
+        return table
+
+    table = build()
+    if width is None:
+        return table
+    console = Console(width=width)
+    unbounded = console.options.update_width(1_000_000)  # measured without the terminal's limit
+    for name in _STATS_DROP_ORDER:
+        # It fits when its natural width (every name and figure whole, on one line) is within the width.
+        if Measurement.get(console, unbounded, table).maximum <= width:
+            break
+        dropped.append(name)
+        table = build()
     return table
 
 
@@ -211,8 +249,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     with translating(), psycopg.connect(_dsn(args), autocommit=True) as conn:
         def render() -> Any:
             rows = [r for r in all_stats(conn, schema=args.schema) if args.queue is None or r.queue == args.queue]
-            title = f"dq_stats at {datetime.now().astimezone().isoformat(timespec='seconds')} (~ estimated)"
-            return _stats_table(rows, title)
+            return _stats_table(rows, _stats_title(rows), console.width)
 
         if not args.watch:
             console.print(render())

@@ -103,3 +103,47 @@ def test_queue_dead_letters_and_redrive(dsn: str, conn) -> None:
     assert stored(conn, "jobs", "doomed") == ("json", b'{"x":1}')
     out = cli(dsn, "queue", "dead-letters", "jobs-dead")
     assert out.returncode == 0 and out.stdout == "" and "0 dead letter(s)" in out.stderr
+
+
+STATS_QUEUES = ("email-notifications", "billing.invoices.retry", "webhooks-outbound-partner-acme", "sms",
+                "reports-nightly-export")
+
+
+def test_stats_fits_80_columns_with_whole_queue_names(dsn: str, conn) -> None:
+    """At 80 columns every queue name is printed whole (never ``emai…``), no line is wider than the
+    terminal, the columns left out are named, and the title claims no estimate when every figure is
+    exact; wide terminals keep every column."""
+    for name in STATS_QUEUES:
+        conn.execute("SELECT dq_offer(%s, 'k', 'x'::text)", (name,))
+    out = cli(dsn, "stats", columns=80)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), out.stdout
+    assert "…" not in out.stdout, out.stdout
+    body = [line.split("│")[1].strip() for line in lines if line.startswith("│")]
+    assert sorted(body) == sorted(STATS_QUEUES), out.stdout
+    assert "~" not in out.stdout and "estimated" not in out.stdout, out.stdout
+    assert "ready" in lines[2] and "dead" in lines[2], out.stdout
+    assert "left out to fit 80 columns:" in out.stdout, out.stdout
+    wide = cli(dsn, "stats", columns=220)
+    assert wide.returncode == 0 and "left out" not in wide.stdout and "…" not in wide.stdout, wide.stdout
+    header = wide.stdout.splitlines()[2]
+    for column in ("ready", "scheduled", "in flight", "redelivered", "dead", "held", "expired", "oldest ready",
+                   "next due", "acked/min", "acked/h", "paused"):
+        assert column in header, wide.stdout
+
+
+def test_stats_title_says_estimated_only_when_a_figure_is(dsn: str, conn) -> None:
+    """Past dq_queue_stats' exact limit (20,000 rows of a queue) the figures are estimated: the
+    title says so then, and the estimated figures carry ``~``."""
+    from pyqueue import DelayedQueue
+
+    with DelayedQueue(dsn, "bulk") as q:
+        q.offer_many([(f"k{i}", "x") for i in range(20_001)])
+    conn.execute("ANALYZE dq_messages")
+    out = cli(dsn, "stats", "--queue", "bulk", columns=80)
+    assert out.returncode == 0, out.stderr
+    assert "(~ estimated)" in out.stdout.splitlines()[0], out.stdout
+    assert "~" in out.stdout.split("bulk", 1)[1], out.stdout
+    out = cli(dsn, "stats", "--queue", "sms-none", columns=80)
+    assert out.returncode == 0 and "estimated" not in out.stdout, out.stdout
