@@ -241,11 +241,16 @@ def check_queue_name(queue: object, name: str = "queue") -> str:
     return queue
 
 
+def _check_kind(value: object, name: str, kind: type, expected: str, optional: bool) -> Any:
+    """``value`` if it is a ``kind`` (or None when ``optional``), else InvalidArgument naming ``name``."""
+    if isinstance(value, kind) or (optional and value is None):
+        return value
+    raise InvalidArgument(f"{name} must be {expected}{' or None' if optional else ''}, got {_got(value)}")
+
+
 def check_str(value: object, name: str, *, optional: bool = False) -> Any:
     """``value`` if it is a str (or None when ``optional``); the database checks its length."""
-    if isinstance(value, str) or (optional and value is None):
-        return value
-    raise InvalidArgument(f"{name} must be a str{' or None' if optional else ''}, got {_got(value)}")
+    return _check_kind(value, name, str, "a str", optional)
 
 
 def check_int(
@@ -266,9 +271,7 @@ def check_int(
 
 def check_bool(value: object, name: str, *, optional: bool = False) -> Any:
     """``value`` if it is a bool (or None when ``optional``)."""
-    if isinstance(value, bool) or (optional and value is None):
-        return value
-    raise InvalidArgument(f"{name} must be True or False{' or None' if optional else ''}, got {_got(value)}")
+    return _check_kind(value, name, bool, "True or False", optional)
 
 
 def check_instant(value: object, name: str) -> datetime | None:

@@ -244,32 +244,23 @@ def poll_waiting(
     lock_td = as_timedelta(lock_timeout, "lock_timeout")
     wait_s = as_timedelta(wait, "wait", allow_zero=True).total_seconds()
     check_s = as_timedelta(idle_check, "idle_check").total_seconds()
-    return _poll_waiting(ops, state, cls, client, max_count, lock_td, wait_s, check_s)
 
+    def steps() -> Routine[list[M]]:
+        deadline = time.monotonic() + wait_s
+        for attempt in (1, 2):
+            try:
+                yield Acquire()
+                messages = yield from _wait_cycle(ops, state, cls, client, max_count, lock_td, deadline, check_s)
+            except psycopg.OperationalError:
+                yield Release(keep=False)
+                if attempt == 2 or time.monotonic() >= deadline:
+                    raise
+                continue
+            yield Release(keep=True)
+            return messages
+        raise AssertionError("unreachable")
 
-def _poll_waiting(
-    ops: QueueOps,
-    state: Listening,
-    cls: type[M],
-    client: Any,
-    max_count: int,
-    lock_td: timedelta,
-    wait_s: float,
-    check_s: float,
-) -> Routine[list[M]]:
-    deadline = time.monotonic() + wait_s
-    for attempt in (1, 2):
-        try:
-            yield Acquire()
-            messages = yield from _wait_cycle(ops, state, cls, client, max_count, lock_td, deadline, check_s)
-        except psycopg.OperationalError:
-            yield Release(keep=False)
-            if attempt == 2 or time.monotonic() >= deadline:
-                raise
-            continue
-        yield Release(keep=True)
-        return messages
-    raise AssertionError("unreachable")
+    return steps()
 
 
 def _wait_cycle(
