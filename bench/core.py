@@ -115,7 +115,7 @@ DQ = Side(
     offer="SELECT dq_offer(%s::text, %s::text, %s::bytea)",
     offer_many="SELECT key, outcome FROM dq_offer_many(%s::text, %s::text[], %s::bytea[])",
     poll="SELECT id, key, payload, lock_token FROM dq_poll_many(%s::text, %s::int)",
-    ack="SELECT dq_ack(%s::uuid[])",
+    ack="SELECT dq_ack_many(%s::uuid[])",
     wait="SELECT extract(epoch FROM dq_wait(%(queue)s::text, make_interval(secs => %(max_wait)s::float8)))::float8",
     channel="SELECT dq_channel(%(queue)s::text)",
     fill="""

@@ -144,7 +144,7 @@ class Statements:
     )
     # binary: 16 bytes a token, no text array to build or parse
     ack: str = "SELECT {s}dq_ack(%(lock_token)s::uuid) AS acked"
-    ack_many: str = "SELECT {s}dq_ack(%(lock_tokens)b::uuid[]) AS acked"
+    ack_many: str = "SELECT {s}dq_ack_many(%(lock_tokens)b::uuid[]) AS acked"
     nack: str = "SELECT {s}dq_nack(%(lock_token)s::uuid, %(delay)s::interval, %(error)s::text) AS nacked"
     extend: str = "SELECT {s}dq_extend(%(lock_token)s::uuid, %(timeout)s::interval) AS locked_until"
     configure: str = (

@@ -154,7 +154,7 @@ class AsyncDelayedQueue(AsyncDriver):
         return await self._run(self._ops.ack(lock_token), conn)
 
     async def ack_many(self, messages: Iterable[AsyncMessage | UUID], *, conn: AsyncConnection | None = None) -> int:
-        """Acknowledge many deliveries in one statement (``dq_ack(uuid[])``); returns how many held."""
+        """Acknowledge many deliveries in one statement (``dq_ack_many(uuid[])``); returns how many held."""
         return await self._run(self._ops.ack_many(messages), conn)
 
     async def nack(

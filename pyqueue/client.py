@@ -240,7 +240,7 @@ class DelayedQueue(Driver):
         return self._run(self._ops.ack(lock_token), conn)
 
     def ack_many(self, messages: Iterable[Message | UUID], *, conn: Connection | None = None) -> int:
-        """Acknowledge many deliveries in one statement (``dq_ack(uuid[])``); returns how many held."""
+        """Acknowledge many deliveries in one statement (``dq_ack_many(uuid[])``); returns how many held."""
         return self._run(self._ops.ack_many(messages), conn)
 
     def nack(

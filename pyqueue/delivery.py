@@ -113,7 +113,7 @@ class State(enum.Enum):
 
     RUNNING = "running"  #: its handler runs; the heartbeat extends its lock
     LOST = "lost"  #: the heartbeat found its lock gone while the handler ran: nothing will be sent for it
-    DONE = "done"  #: the handler returned: acknowledged with the next dq_ack(uuid[])
+    DONE = "done"  #: the handler returned: acknowledged with the next dq_ack_many(uuid[])
     FAILED = "failed"  #: the handler raised: nacked with the backoff
     SETTLED = "settled"  #: the handler acknowledged or nacked it itself: nothing more is sent
 
@@ -165,7 +165,7 @@ class Deliveries:
         self.stats = stats
         self._lock = stats._lock
         self._running: dict[UUID, Delivery] = {}  # handler still running: RUNNING or LOST
-        self._to_ack: list[UUID] = []  # DONE, to acknowledge with the next dq_ack(uuid[])
+        self._to_ack: list[UUID] = []  # DONE, to acknowledge with the next dq_ack_many(uuid[])
 
     def __len__(self) -> int:
         """Deliveries still held: handlers running, and finished ones not yet acknowledged."""
@@ -570,7 +570,7 @@ class WorkerCore(Generic[Q, H]):
         return self._deliveries.received(message, bisect_left(LATENESS_BUCKETS_MS, lateness_ms))
 
     def _flush_steps(self) -> Steps:
-        """Acknowledge the DONE deliveries in one ``dq_ack(uuid[])``."""
+        """Acknowledge the DONE deliveries in one ``dq_ack_many(uuid[])``."""
         tokens = self._deliveries.take_acks()
         if not tokens:
             return

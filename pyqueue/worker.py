@@ -4,7 +4,7 @@ The worker sleeps on LISTEN/NOTIFY while the queue is idle (``DelayedQueue.poll(
 most one query per ``idle_check`` besides wake-ups), polls in batches of at most the free
 handler slots plus ``prefetch`` messages polled ahead while every slot is busy (so the next batch
 is fetched while the current one runs), runs the handler in a thread pool, acknowledges finished
-messages together with one ``dq_ack(uuid[])`` sent beside the polls (the next poll does not wait
+messages together with one ``dq_ack_many(uuid[])`` sent beside the polls (the next poll does not wait
 for it), extends the
 locks of running handlers every ``lock_timeout / 3`` (a heartbeat, as SQS's
 ChangeMessageVisibility), and negatively acknowledges a message whose handler raised with an

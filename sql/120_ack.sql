@@ -117,7 +117,11 @@ COMMENT ON FUNCTION dq_ack(uuid) IS
 REVOKE ALL ON FUNCTION dq_ack(uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_ack(uuid) TO dq_consumer;
 
-CREATE OR REPLACE FUNCTION dq_ack(lock_tokens uuid[])
+-- The batch acknowledge was an overload dq_ack(uuid[]) before dq_ack_many: with both, a quoted
+-- token (SELECT dq_ack('6f1c…')) matched either and failed as "not unique". Removed here, in the
+-- transaction that creates dq_ack_many, so a database never has neither.
+DROP FUNCTION IF EXISTS dq_ack(uuid[]);
+CREATE OR REPLACE FUNCTION dq_ack_many(lock_tokens uuid[])
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -131,11 +135,11 @@ DECLARE
     v_grouped  boolean;
     v_archived integer;
 BEGIN
-    IF dq_ack.lock_tokens IS NULL THEN
-        PERFORM dq__raise_null('dq_ack', 'lock_tokens');
+    IF dq_ack_many.lock_tokens IS NULL THEN
+        PERFORM dq__raise_null('dq_ack_many', 'lock_tokens');
     END IF;
     WITH gone AS (
-        DELETE FROM dq_messages m WHERE m.lock_token = ANY (dq_ack.lock_tokens)
+        DELETE FROM dq_messages m WHERE m.lock_token = ANY (dq_ack_many.lock_tokens)
         RETURNING m, m.message_group IS NOT NULL AS g
     )
     SELECT array_agg(gone.m), bool_or(gone.g) INTO v_gone, v_grouped FROM gone;
@@ -143,10 +147,10 @@ BEGIN
     RETURN coalesce(cardinality(v_gone), 0);
 END;
 $$;
-COMMENT ON FUNCTION dq_ack(uuid[]) IS
-  'dq_ack(lock_tokens uuid[]) -> integer: deletes the messages still held under these tokens and returns how many; stale tokens delete nothing. Errors: 22004 NULL array.';
-REVOKE ALL ON FUNCTION dq_ack(uuid[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION dq_ack(uuid[]) TO dq_consumer;
+COMMENT ON FUNCTION dq_ack_many(uuid[]) IS
+  'dq_ack_many(lock_tokens uuid[]) -> integer: deletes the messages still held under these tokens (archived like dq_ack) and returns how many; stale tokens and NULL elements delete nothing. Errors: 22004 NULL array. Source: DeleteMessageBatch (SQS Developer Guide).';
+REVOKE ALL ON FUNCTION dq_ack_many(uuid[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_ack_many(uuid[]) TO dq_consumer;
 
 CREATE OR REPLACE FUNCTION dq_nack(lock_token uuid, delay interval DEFAULT '0', error text DEFAULT NULL)
 RETURNS boolean

@@ -130,9 +130,7 @@ BEGIN
     IF v_groups IS NOT NULL THEN
         v_settled := dq__settle_groups(v_queues, v_groups);
     END IF;
-    IF v_count > 0 THEN
-        RAISE NOTICE 'dq_redrive: % dead letters of % sent back to their queues', v_count, dq_redrive.dead_letter_queue;
-    END IF;
+    RAISE NOTICE 'dq_redrive: % dead letters of % sent back to their queues', v_count, dq_redrive.dead_letter_queue;
     RETURN v_count;
 END;
 $$;
@@ -140,3 +138,52 @@ COMMENT ON FUNCTION dq_redrive(text, integer) IS
   'dq_redrive(dead_letter_queue text, max_count integer 1..100000 default 1000) -> integer: sends up to max_count dead letters back to the queues they died in (each to its own, due now, delivery_count 0, as ordinary messages); one whose key is live again there stays in the dead-letter queue, and one held by a consumer (lock not expired) is skipped. Errors: 22004/22023/22001 dead_letter_queue, 22004/22023 max_count. Source: dead-letter queue redrive (SQS Developer Guide).';
 REVOKE ALL ON FUNCTION dq_redrive(text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_redrive(text, integer) TO dq_admin;
+
+-- Payload bytes as text for people: the bytes decoded as UTF-8 when they are valid UTF-8 (JSON and
+-- text payloads), else '\x' and their hex digits (what psql shows for bytea). The decode is tried
+-- in a block with an exception handler (a subtransaction per call: for reading a few rows only).
+CREATE OR REPLACE FUNCTION dq__payload_text(payload bytea)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN pg_catalog.convert_from(payload, 'UTF8');
+EXCEPTION WHEN character_not_in_repertoire OR untranslatable_character THEN
+    RETURN '\x' || pg_catalog.encode(payload, 'hex');
+END;
+$$;
+COMMENT ON FUNCTION dq__payload_text(bytea) IS
+  'Internal: a payload as text: decoded as UTF-8 when valid, else \x and hex digits.';
+REVOKE ALL ON FUNCTION dq__payload_text(bytea) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- The dead letters of a dead-letter queue, for operators (dq_admin may not read dq_messages):
+-- oldest death first. A plain read: no lock is taken, nothing changes.
+CREATE OR REPLACE FUNCTION dq_dead_letters(dead_letter_queue text, max_rows integer DEFAULT 100)
+RETURNS TABLE (key text, dead_from text, dead_from_id bigint, dead_at timestamptz,
+               dead_delivery_count integer, delivery_count integer, last_error text,
+               last_error_at timestamptz, payload_type text, payload_text text, headers jsonb,
+               locked_until timestamptz)
+LANGUAGE plpgsql VOLATILE  -- reads clock_timestamp()
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+BEGIN
+    dq_dead_letters.dead_letter_queue := dq__check_name('dq_dead_letters', 'dead_letter_queue',
+                                                        dq_dead_letters.dead_letter_queue, 100);
+    dq_dead_letters.max_rows := dq__check_range('dq_dead_letters', 'max_rows', dq_dead_letters.max_rows, 1, 100000);
+    RETURN QUERY
+    SELECT m.key, m.dead_from, m.dead_from_id, m.dead_at, m.dead_delivery_count, m.delivery_count,
+           m.last_error, m.last_error_at, m.payload_type, dq__payload_text(m.payload), m.headers,
+           CASE WHEN m.lock_token IS NOT NULL AND m.scheduled_at > clock_timestamp() THEN m.scheduled_at END
+      FROM dq_messages m
+     WHERE m.queue = dq_dead_letters.dead_letter_queue AND m.dead_from IS NOT NULL
+     ORDER BY m.dead_at, m.id
+     LIMIT dq_dead_letters.max_rows;
+END;
+$$;
+COMMENT ON FUNCTION dq_dead_letters(text, integer) IS
+  'dq_dead_letters(dead_letter_queue text, max_rows integer 1..100000 default 100) -> the dead letters of the queue, oldest death first: key, dead_from (the queue it died in), dead_from_id (its id there), dead_at (timestamptz), dead_delivery_count (deliveries there), delivery_count (deliveries from the dead-letter queue), last_error and last_error_at (the handler''s error, or the lock expiry), payload_type, payload_text (the payload decoded as UTF-8, or \x and hex digits when it is not UTF-8), headers, locked_until (NULL unless a consumer holds it). A plain read, no lock. Errors: 22004/22023/22001 dead_letter_queue, 22004/22023 max_rows. Source: dead-letter queues (SQS Developer Guide).';
+REVOKE ALL ON FUNCTION dq_dead_letters(text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_dead_letters(text, integer) TO dq_admin;

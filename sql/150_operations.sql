@@ -153,6 +153,12 @@ BEGIN
     END IF;
     -- A limit lifted or raised may let waiting consumers take more at once.
     v_woken := dq__wake_blocked(dq_configure_queue.queue);
+    RAISE NOTICE 'dq_configure_queue: queue % configured: max_deliveries %, dead_letter_queue %, archive %, retention %, notify %, max_payload_bytes %, max_in_flight %, rate_limit %',
+        v_row.queue, coalesce(v_row.max_deliveries::text, 'unlimited'), coalesce(v_row.dead_letter_queue, 'none'),
+        CASE WHEN v_row.archive THEN 'on' ELSE 'off' END, coalesce(v_row.retention::text, 'forever'),
+        CASE WHEN v_row.notify THEN 'on' ELSE 'off' END,
+        coalesce(v_row.max_payload_bytes::text, 'default'), coalesce(v_row.max_in_flight::text, 'none'),
+        coalesce(v_row.rate_limit || ' per ' || v_row.rate_period, 'none');
     RETURN v_row;
 END;
 $$;

@@ -236,7 +236,8 @@ REVOKE ALL ON FUNCTION dq__cron_zone(text, text) FROM PUBLIC, dq_producer, dq_co
 
 
 -- The configuration hash of a definition: 16 hex digits of SHA-256 over a length-prefixed encoding
--- of queue, the schedule (lower case, whitespace collapsed), the zone, payload_type and payload.
+-- of queue, the schedule (lower case, whitespace collapsed), the zone, payload_type and payload (a
+-- json payload in jsonb's text form: key order and spacing do not count).
 -- The lookahead is not part of it: it changes how far ahead occurrences are materialised, not
 -- which instants exist or what they carry, so changing it must not replace installed messages.
 CREATE OR REPLACE FUNCTION dq_cron_config_hash(queue text, schedule text, timezone text, payload bytea, payload_type text)
@@ -249,10 +250,12 @@ AS $$
                     char_length($1), $1,
                     char_length(lower(btrim(regexp_replace($2, '\s+', ' ', 'g')))),
                     lower(btrim(regexp_replace($2, '\s+', ' ', 'g'))),
-                    char_length($3), $3, char_length($5), $5), 'UTF8') || $4), 'hex'), 16)
+                    char_length($3), $3, char_length($5), $5), 'UTF8')
+                    || CASE WHEN $5 = 'json' THEN convert_to(convert_from($4, 'UTF8')::jsonb::text, 'UTF8') ELSE $4 END),
+               'hex'), 16)
 $$;
 COMMENT ON FUNCTION dq_cron_config_hash(text, text, text, bytea, text) IS
-  'dq_cron_config_hash(queue, schedule, timezone, payload, payload_type) -> text: 16 hex digits of SHA-256 over the definition (schedule case- and whitespace-normalised; lookahead excluded). NULL when an argument is NULL. Errors: none.';
+  'dq_cron_config_hash(queue, schedule, timezone, payload, payload_type) -> text: 16 hex digits of SHA-256 over the definition (schedule case- and whitespace-normalised; a json payload as jsonb text, so key order and spacing do not count; lookahead excluded). NULL when an argument is NULL. Errors: 22P02/22021 when payload_type is json and the payload is not UTF-8 JSON.';
 REVOKE ALL ON FUNCTION dq_cron_config_hash(text, text, text, bytea, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_config_hash(text, text, text, bytea, text) TO dq_admin;
 

@@ -163,6 +163,7 @@ AS $$
 DECLARE
     v_spec  dq_cron_spec;
     v_zone  text;
+    v_times timestamptz[];
 BEGIN
     dq_cron_occurrences.schedule := dq__check_text('dq_cron_occurrences', 'schedule', dq_cron_occurrences.schedule, 1000);
     IF dq_cron_occurrences.after IS NULL THEN
@@ -182,12 +183,19 @@ BEGIN
     dq_cron_occurrences.max_count := dq__check_range('dq_cron_occurrences', 'max_count', dq_cron_occurrences.max_count, 1, 10000);
     v_spec := dq__cron_parse('dq_cron_occurrences', dq_cron_occurrences.schedule);
     v_zone := dq__cron_zone('dq_cron_occurrences', dq_cron_occurrences.timezone);
-    RETURN QUERY SELECT x FROM unnest(dq__cron_between(v_spec, v_zone, dq_cron_occurrences.after,
-                                                       dq_cron_occurrences.until, dq_cron_occurrences.max_count)) x;
+    v_times := dq__cron_between(v_spec, v_zone, dq_cron_occurrences.after, dq_cron_occurrences.until,
+                                dq_cron_occurrences.max_count);
+    -- A schedule that never fires is refused as dq_cron_install refuses it (an empty window of one
+    -- that fires is just empty).
+    IF cardinality(v_times) = 0 AND cardinality(dq__cron_between(v_spec, v_zone, now(), 'infinity', 1)) = 0 THEN
+        RAISE EXCEPTION 'dq_cron_occurrences: schedule "%" never fires (no occurrence in the next 50 years)',
+            left(dq_cron_occurrences.schedule, 60) USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY SELECT x FROM unnest(v_times) x;
 END;
 $$;
 COMMENT ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) IS
-  'dq_cron_occurrences(schedule text <=1000 chars, timezone text IANA name default ''UTC'', after timestamptz default now(), until timestamptz default infinity (then at most 50 years ahead), max_count integer 1..10000 default 10) -> SETOF timestamptz: the instants at which the schedule fires in (after, until], earliest first, by the rules of docs/cron.md (DST gap: shifted forward; ambiguous: first instant). Changes nothing; never returns a time after 9999-12-30 UTC. Errors: 22004 NULL, 22023 bad schedule/timezone/max_count, 22008 after (or a finite until) outside 0001-01-02 .. 9999-12-30 UTC, 22001 schedule too long.';
+  'dq_cron_occurrences(schedule text <=1000 chars, timezone text IANA name default ''UTC'', after timestamptz default now(), until timestamptz default infinity (then at most 50 years ahead), max_count integer 1..10000 default 10) -> SETOF timestamptz: the instants at which the schedule fires in (after, until], earliest first, by the rules of docs/cron.md (DST gap: shifted forward; ambiguous: first instant). Changes nothing; never returns a time after 9999-12-30 UTC. Errors: 22004 NULL, 22023 bad schedule/timezone/max_count or a schedule that never fires (as dq_cron_install), 22008 after (or a finite until) outside 0001-01-02 .. 9999-12-30 UTC, 22001 schedule too long.';
 REVOKE ALL ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) TO dq_admin;
 

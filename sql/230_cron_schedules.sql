@@ -177,6 +177,16 @@ BEGIN
         PERFORM dq__check_payload_size('dq_cron_install', 'payload', dq_cron_install.queue,
                                        octet_length(dq_cron_install.payload));
     END IF;
+    -- A JSON payload is stored (and hashed) in jsonb's text form, so the same document installed
+    -- from SQL (jsonb) and from a client (compact JSON bytes) is the same definition.
+    IF v_type = 'json' THEN
+        BEGIN
+            dq_cron_install.payload := convert_to(convert_from(dq_cron_install.payload, 'UTF8')::jsonb::text, 'UTF8');
+        EXCEPTION WHEN invalid_text_representation OR character_not_in_repertoire OR untranslatable_character THEN
+            RAISE EXCEPTION 'dq_cron_install: payload is not valid JSON (payload_type json): %', SQLERRM
+                USING ERRCODE = '22023';
+        END;
+    END IF;
     v_spec := dq__cron_parse('dq_cron_install', dq_cron_install.schedule);
     v_zone := dq__cron_zone('dq_cron_install', dq_cron_install.timezone);
     IF cardinality(dq__cron_between(v_spec, v_zone, now(), 'infinity', 1)) = 0 THEN
@@ -197,6 +207,8 @@ BEGIN
         ON CONFLICT ON CONSTRAINT dq_cron_pkey DO NOTHING;
         IF FOUND THEN
             PERFORM dq__cron_advance(dq_cron_install.name, now());
+            RAISE NOTICE 'dq_cron_install: schedule % installed (queue %, "%" in %)', dq_cron_install.name,
+                dq_cron_install.queue, dq_cron_install.schedule, v_zone;
             RETURN v_hash;
         END IF;
     END LOOP;
@@ -207,6 +219,10 @@ BEGIN
             UPDATE dq_cron c SET lookahead = dq_cron_install.lookahead, updated_at = now()
              WHERE c.name = dq_cron_install.name;
             PERFORM dq__cron_advance(dq_cron_install.name, now());
+            RAISE NOTICE 'dq_cron_install: schedule % unchanged but its lookahead, now %', dq_cron_install.name,
+                dq_cron_install.lookahead;
+        ELSE
+            RAISE NOTICE 'dq_cron_install: schedule % unchanged', dq_cron_install.name;
         END IF;
         RETURN v_hash;
     END IF;
@@ -226,6 +242,8 @@ BEGIN
     ELSE
         PERFORM dq__cron_advance(dq_cron_install.name, now());
     END IF;
+    RAISE NOTICE 'dq_cron_install: schedule % replaced (queue %, "%" in %); its future occurrences are the new definition''s',
+        dq_cron_install.name, dq_cron_install.queue, dq_cron_install.schedule, v_zone;
     RETURN v_hash;
 END;
 $$;
@@ -278,14 +296,17 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_queue text;
+    v_queue   text;
+    v_deleted integer;
 BEGIN
     dq_cron_uninstall.name := dq__check_name('dq_cron_uninstall', 'name', dq_cron_uninstall.name, 100);
     DELETE FROM dq_cron c WHERE c.name = dq_cron_uninstall.name RETURNING c.queue INTO v_queue;
     IF v_queue IS NULL THEN
+        RAISE NOTICE 'dq_cron_uninstall: no schedule named %; nothing changed', dq_cron_uninstall.name;
         RETURN false;
     END IF;
-    PERFORM dq_uninstall_tick(v_queue, dq_cron_uninstall.name, NULL);
+    v_deleted := dq_uninstall_tick(v_queue, dq_cron_uninstall.name, NULL);
+    RAISE NOTICE 'dq_cron_uninstall: schedule % removed with % future occurrences', dq_cron_uninstall.name, v_deleted;
     RETURN true;
 END;
 $$;
@@ -302,7 +323,8 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_queue text;
+    v_queue   text;
+    v_deleted integer;
 BEGIN
     dq_cron_pause.name := dq__check_name('dq_cron_pause', 'name', dq_cron_pause.name, 100);
     UPDATE dq_cron c
@@ -311,9 +333,11 @@ BEGIN
      WHERE c.name = dq_cron_pause.name
     RETURNING c.queue INTO v_queue;
     IF v_queue IS NULL THEN
+        RAISE NOTICE 'dq_cron_pause: no schedule named %; nothing changed', dq_cron_pause.name;
         RETURN false;
     END IF;
-    PERFORM dq_uninstall_tick(v_queue, dq_cron_pause.name, NULL);
+    v_deleted := dq_uninstall_tick(v_queue, dq_cron_pause.name, NULL);
+    RAISE NOTICE 'dq_cron_pause: schedule % paused; % future occurrences deleted', dq_cron_pause.name, v_deleted;
     RETURN true;
 END;
 $$;
@@ -335,11 +359,15 @@ BEGIN
     dq_cron_resume.name := dq__check_name('dq_cron_resume', 'name', dq_cron_resume.name, 100);
     SELECT c.paused INTO v_paused FROM dq_cron c WHERE c.name = dq_cron_resume.name FOR UPDATE;
     IF NOT FOUND THEN
+        RAISE NOTICE 'dq_cron_resume: no schedule named %; nothing changed', dq_cron_resume.name;
         RETURN false;
     END IF;
     IF v_paused THEN
         UPDATE dq_cron c SET paused = false, updated_at = now() WHERE c.name = dq_cron_resume.name;
         PERFORM dq__cron_advance(dq_cron_resume.name, now());
+        RAISE NOTICE 'dq_cron_resume: schedule % resumed from now', dq_cron_resume.name;
+    ELSE
+        RAISE NOTICE 'dq_cron_resume: schedule % was not paused; nothing changed', dq_cron_resume.name;
     END IF;
     RETURN true;
 END;

@@ -4,11 +4,13 @@ by the real installer, and a fresh copy of it per test that needs one (see pyque
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pyqueue import testing
 
@@ -45,3 +47,23 @@ def conn(dsn: str) -> Iterator[psycopg.Connection]:
     """An autocommit connection to this test's database."""
     with psycopg.connect(dsn, autocommit=True) as c:
         yield c
+
+
+@pytest.fixture
+def login(dsn: str, conn: psycopg.Connection) -> Iterator[Callable[[str], str]]:
+    """``login(role)``: the DSN of a new LOGIN role that is a member of ``role`` (dq_producer,
+    dq_consumer, dq_admin) and has nothing else. Roles are cluster-wide: uniquely named, dropped
+    after the test with what they own."""
+    made: list[str] = []
+
+    def make(role: str) -> str:
+        name = f"login_{role}_{uuid.uuid4().hex[:8]}"
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD 'pw' IN ROLE {}").format(
+            sql.Identifier(name), sql.Identifier(role)))
+        made.append(name)
+        return make_conninfo(dsn, user=name, password="pw")
+
+    yield make
+    for name in made:
+        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))

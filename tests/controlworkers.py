@@ -76,7 +76,7 @@ def limited_consumer(barrier: Any, dsn: str, queue: str, seconds: float, seed: i
                 time.sleep(0.002)
                 continue
             time.sleep(rnd.uniform(0, 0.01))
-            row = conn.execute("SELECT dq_ack(%s::uuid[])", ([r[0] for r in rows],)).fetchone()
+            row = conn.execute("SELECT dq_ack_many(%s::uuid[])", ([r[0] for r in rows],)).fetchone()
             assert row is not None
             acked += int(row[0])
     return acked
@@ -111,7 +111,7 @@ def rate_consumer(barrier: Any, dsn: str, queue: str, seconds: float) -> list[fl
             if not rows:
                 time.sleep(0.002)
                 continue
-            conn.execute("SELECT dq_ack(%s::uuid[])", ([r[0] for r in rows],))
+            conn.execute("SELECT dq_ack_many(%s::uuid[])", ([r[0] for r in rows],))
             claimed.extend(float(r[1]) for r in rows)
     return claimed
 

@@ -288,7 +288,7 @@ def drain_worker(barrier: Any, dsn: str, queue: str, batch: int) -> list[str]:
             if not rows:
                 return keys
             assert all(r[2] == 1 for r in rows), "a message was delivered a second time"
-            acked = conn.execute("SELECT dq_ack(%s::uuid[])", ([r[1] for r in rows],)).fetchone()
+            acked = conn.execute("SELECT dq_ack_many(%s::uuid[])", ([r[1] for r in rows],)).fetchone()
             assert acked is not None and acked[0] == len(rows), (acked, len(rows))
             keys.extend(r[0] for r in rows)
 

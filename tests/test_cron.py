@@ -411,7 +411,7 @@ def _tick_or_consume(barrier: Any, dsn: str, role: str, seconds: float) -> Any:
             else:
                 tokens = [r[0] for r in c.execute("SELECT lock_token FROM dq_poll_many('cq', 100, '1 minute')")]
                 if tokens:
-                    row = c.execute("SELECT dq_ack(%s::uuid[])", (tokens,)).fetchone()
+                    row = c.execute("SELECT dq_ack_many(%s::uuid[])", (tokens,)).fetchone()
                     assert row is not None and row[0] == len(tokens)
                     total += len(tokens)
                 else:
@@ -474,7 +474,7 @@ def test_a_ticker_outage_shorter_than_the_lookahead_loses_no_occurrence(conn, ds
             while time.monotonic() < deadline:
                 tokens = [r[0] for r in consumer.execute("SELECT lock_token FROM dq_poll_many('cq', 100, '1 minute')")]
                 if tokens:
-                    consumer.execute("SELECT dq_ack(%s::uuid[])", (tokens,))
+                    consumer.execute("SELECT dq_ack_many(%s::uuid[])", (tokens,))
                 time.sleep(0.05)
 
         gaps = [rng.uniform(1.0, 3.0) for _ in range(5)]

@@ -145,6 +145,11 @@ CASES = [
     case("cr-name-null", "SELECT dq_cron_resume(NULL)", "22004", "dq_cron_resume:", "name"),
     case("co-schedule-bad", "SELECT * FROM dq_cron_occurrences('61 * * * *')", "22023",
          "dq_cron_occurrences:", "schedule", "minute"),
+    # The preview refuses what dq_cron_install refuses, rather than returning no rows.
+    case("co-never", "SELECT * FROM dq_cron_occurrences('0 0 30 2 *')", "22023",
+         "dq_cron_occurrences:", "schedule", "never fires"),
+    case("co-never-window", "SELECT * FROM dq_cron_occurrences('0 0 31 4 *', 'UTC', '2030-01-01', '2031-01-01')",
+         "22023", "dq_cron_occurrences:", "schedule", "never fires"),
     case("co-zone-bad", "SELECT * FROM dq_cron_occurrences('@daily', 'Nowhere')", "22023",
          "dq_cron_occurrences:", "timezone"),
     case("co-max-count", "SELECT * FROM dq_cron_occurrences('@daily', 'UTC', now(), 'infinity', 10001)", "22023",
@@ -202,3 +207,12 @@ def test_prune_run_details_without_pg_cron_is_a_notice_and_zero(conn):
     assert conn.execute("SELECT to_regclass('cron.job_run_details')").fetchone() == (None,)
     assert conn.execute("SELECT dq_cron_prune_run_details()").fetchone() == (0,)
     assert any("pg_cron is not installed" in n for n in notices), notices
+
+
+def test_an_empty_window_of_a_schedule_that_fires_is_no_error(conn):
+    """Only a schedule that never fires is refused: a window without an occurrence is just empty."""
+    rows = conn.execute("SELECT * FROM dq_cron_occurrences('0 0 29 2 *', 'UTC', '2027-03-01', '2027-12-31')").fetchall()
+    assert rows == []
+    (first,) = conn.execute("SELECT * FROM dq_cron_occurrences('0 0 29 2 *', 'UTC', '2027-03-01', 'infinity', 1)"
+                            ).fetchone()
+    assert (first.year, first.month, first.day) == (2028, 2, 29)

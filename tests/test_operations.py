@@ -27,7 +27,7 @@ def test_archive_on_moves_acked_cancelled_and_dead_rows_with_their_outcome(conn)
         conn.execute("SELECT dq_offer('a', %s, 'x', now() - interval '1 minute')", (key,))
     tokens = poll(conn, "a", 2)  # k1, k2
     assert one(conn, "SELECT dq_ack(%s::uuid)", (tokens[0],))[0] is True
-    assert one(conn, "SELECT dq_ack(%s::uuid[])", ([tokens[1]],))[0] == 1
+    assert one(conn, "SELECT dq_ack_many(%s::uuid[])", ([tokens[1]],))[0] == 1
     assert one(conn, "SELECT dq_cancel('a', 'gone')")[0] is True
     conn.execute("SELECT dq_cancel('a', 'k3')")
     for _ in range(2):  # poison: two failed deliveries, dead on the third poll
@@ -125,8 +125,8 @@ def test_stats_are_exact_on_a_crafted_queue(conn) -> None:
 def test_stats_past_the_exact_limit_are_estimated_and_flagged(conn) -> None:
     conn.execute(
         "INSERT INTO dq_messages (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially) "
-        "SELECT 'big', 'k' || g, 'x', 'bytes', now() + g * interval '1 second', now() "
-        "FROM generate_series(1, 30000) g")
+        "SELECT 'big', 'k' || g, 'x', 'bytes', now() + interval '1 hour' + g * interval '1 second', now() "
+        "FROM generate_series(1, 30000) g")  # due in an hour: none becomes ready during a slow ANALYZE
     conn.execute("SELECT dq_offer('big', 'due', 'x', now() - interval '1 second')")
     conn.execute("ANALYZE dq_messages")
     ready, scheduled, approximate = conn.execute(
@@ -157,7 +157,7 @@ def test_purge_needs_confirm_and_release_makes_in_flight_due(conn) -> None:
     notices: list[str] = []
     conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
     assert one(conn, "SELECT dq_release_locks('p')")[0] == 2
-    assert one(conn, "SELECT dq_ack(%s::uuid[])", (tokens,))[0] == 0  # the old holders lost their locks
+    assert one(conn, "SELECT dq_ack_many(%s::uuid[])", (tokens,))[0] == 0  # the old holders lost their locks
     assert len(poll(conn, "p", 3)) == 3  # all due now
     assert one(conn, "SELECT max(delivery_count) FROM dq_messages")[0] == 2  # the crashed delivery counts
     assert one(conn, "SELECT dq_purge('p', confirm => true)")[0] == 3
@@ -169,10 +169,12 @@ def test_purge_needs_confirm_and_release_makes_in_flight_due(conn) -> None:
 PRODUCER = ["SELECT dq_offer('jobs', 'k', 'x')", "SELECT * FROM dq_offer_many('jobs', ARRAY['m'], ARRAY['x']::bytea[])",
             "SELECT dq_cancel('jobs', 'm')"]
 CONSUMER = ["SELECT * FROM dq_poll_many('jobs', 1, '1 minute')", "SELECT * FROM dq_poll_or_wait('jobs', 1, '1 minute')",
-            "SELECT dq_ack(gen_random_uuid())", "SELECT dq_nack(gen_random_uuid())",
+            "SELECT dq_ack(gen_random_uuid())", "SELECT dq_ack_many(ARRAY[gen_random_uuid()])",
+            "SELECT dq_nack(gen_random_uuid())",
             "SELECT dq_extend(gen_random_uuid(), '1 minute')", "SELECT * FROM dq_get('jobs', 'k')",
             "SELECT dq_next_due('jobs')", "SELECT dq_channel('jobs')", "SELECT dq_wait('jobs', '1 second')"]
 ADMIN = ["SELECT dq_configure_queue('jobs', archive => true)", "SELECT dq_redrive('jobs.dead')",
+         "SELECT * FROM dq_dead_letters('jobs.dead')",
          "SELECT dq_purge('nothing', confirm => true)", "SELECT dq_release_locks('jobs')",
          "SELECT * FROM dq_stats", "SELECT dq_prune_archive()", "SELECT * FROM dq_cron_schedules",
          "SELECT dq_cron_install('nightly', 'jobs', 'daily at 03:00', 'x'::bytea)", "SELECT dq_cron_tick()",

@@ -53,12 +53,12 @@ def test_ack_keeps_using_the_lock_token_index_after_the_table_grew(conn) -> None
     """The same hazard for dq_ack, whose plan PL/pgSQL may cache as generic after five calls."""
     conn.execute("ANALYZE dq_messages")
     for _ in range(8):
-        conn.execute("SELECT dq_ack(ARRAY[gen_random_uuid()])")
+        conn.execute("SELECT dq_ack_many(ARRAY[gen_random_uuid()])")
         conn.execute("SELECT dq_ack(gen_random_uuid())")
     conn.execute(
         "INSERT INTO dq_messages (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, lock_token) "
         "SELECT 'q', 'k' || g, 'x', 'bytes', now() + interval '1 minute', now(), gen_random_uuid() "
         "FROM generate_series(1, 20000) g")
-    plans = nested_plans(conn, "SELECT dq_ack(ARRAY[gen_random_uuid()]), dq_ack(gen_random_uuid())")
+    plans = nested_plans(conn, "SELECT dq_ack_many(ARRAY[gen_random_uuid()]), dq_ack(gen_random_uuid())")
     assert "Seq Scan on dq_messages" not in plans, plans
     assert "JIT:" not in plans, plans

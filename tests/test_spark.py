@@ -489,7 +489,7 @@ def test_dq_admin_reads_the_archive(spark: SparkSession, conn: psycopg.Connectio
     for i in range(5):
         conn.execute("SELECT dq_offer(%s, %s, 'x'::bytea, now() - interval '1 second')", (queue, f"a{i}"))
     tokens = [r[0] for r in conn.execute("SELECT lock_token FROM dq_poll_many(%s, 5, '1 hour')", (queue,))]
-    conn.execute("SELECT dq_ack(%s::uuid[])", (tokens[:4],))
+    conn.execute("SELECT dq_ack_many(%s::uuid[])", (tokens[:4],))
     conn.execute("SELECT dq_cancel(%s, %s)", (queue, "a4"))
     df = (
         spark.read.format("delayedqueue")

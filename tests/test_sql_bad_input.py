@@ -231,7 +231,7 @@ CASES = [
          "22004", "dq_poll_many:", "lock_timeout", "NULL"),
     # ---- dq_ack, dq_nack, dq_extend
     case("ack-token-null", "SELECT dq_ack(NULL::uuid)", "22004", "dq_ack:", "lock_token", "NULL"),
-    case("ack-tokens-array-null", "SELECT dq_ack(NULL::uuid[])", "22004", "dq_ack:", "lock_tokens", "NULL"),
+    case("ack-tokens-array-null", "SELECT dq_ack_many(NULL::uuid[])", "22004", "dq_ack_many:", "lock_tokens", "NULL"),
     case("nack-token-null", "SELECT dq_nack(NULL::uuid)", "22004", "dq_nack:", "lock_token", "NULL"),
     case("nack-delay-null", "SELECT dq_nack(%(token)s::uuid, NULL)", "22004", "dq_nack:", "delay", "NULL"),
     case("nack-delay-negative", "SELECT dq_nack(%(token)s::uuid, interval '-1 second')",

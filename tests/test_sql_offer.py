@@ -515,6 +515,6 @@ def test_poll_then_ack_deletes_exactly_the_acked_messages(conn):
     tokens = [d["lock_token"] for d in deliveries]
     assert conn.execute("SELECT dq_ack(%s::uuid)", (tokens[0],)).fetchone()[0] is True
     assert conn.execute("SELECT dq_ack(%s::uuid)", (tokens[0],)).fetchone()[0] is False
-    assert conn.execute("SELECT dq_ack(%s::uuid[])", (tokens,)).fetchone()[0] == 2
-    assert conn.execute("SELECT dq_ack(%s::uuid[])", (tokens,)).fetchone()[0] == 0
+    assert conn.execute("SELECT dq_ack_many(%s::uuid[])", (tokens,)).fetchone()[0] == 2
+    assert conn.execute("SELECT dq_ack_many(%s::uuid[])", (tokens,)).fetchone()[0] == 0
     assert conn.execute("SELECT count(*) FROM dq_messages").fetchone()[0] == 0
