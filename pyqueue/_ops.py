@@ -13,10 +13,12 @@ and psycopg's automatic prepared statements keep working.
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
+from uuid import UUID
 
 from psycopg import sql
 from psycopg.types.json import Jsonb
@@ -157,7 +159,10 @@ class Statements:
     purge: str = "SELECT {s}dq_purge(%(queue)s, %(confirm)s) AS purged"
     release_locks: str = "SELECT {s}dq_release_locks(%(queue)s) AS released"
     redrive: str = "SELECT {s}dq_redrive(%(queue)s, %(max_count)s) AS moved"
+    dead_letters: str = "SELECT * FROM {s}dq_dead_letters(%(queue)s, %(max_rows)s::integer)"
     cancel: str = "SELECT {s}dq_cancel(%(queue)s, %(key)s) AS cancelled"
+    # A cursor (open until the transaction ends) over the live rows with id >= id_from matching filters.
+    export_messages: str = "SELECT {s}dq_export_messages(%(id_from)s, NULL, %(filters)s::jsonb) AS cursor"
     get: str = "SELECT {stored} FROM {s}dq_get(%(queue)s, %(key)s)"
     next_due: str = "SELECT {s}dq_next_due(%(queue)s) AS next_due"
     channel: str = "SELECT {s}dq_channel(%(queue)s) AS channel"
@@ -223,20 +228,93 @@ def statements(schema: str | None) -> Statements:
     return Statements(**texts)
 
 
-def check_queue_name(queue: object) -> str:
+def _got(value: object) -> str:
+    """How an error message shows a wrong argument: its type and a short repr."""
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def check_queue_name(queue: object, name: str = "queue") -> str:
     """``queue`` if it is a valid queue name; raises :class:`pyqueue.InvalidArgument` before any I/O."""
     if not isinstance(queue, str) or not 1 <= len(queue) <= limits.QUEUE_CHARS:
-        raise InvalidArgument(f"queue must be a str of 1 to {limits.QUEUE_CHARS} characters")
+        raise InvalidArgument(f"{name} must be a str of 1 to {limits.QUEUE_CHARS} characters, got {_got(queue)}")
     return queue
+
+
+def _check_kind(value: object, name: str, kind: type, expected: str, optional: bool) -> Any:
+    """``value`` if it is a ``kind`` (or None when ``optional``), else InvalidArgument naming ``name``."""
+    if isinstance(value, kind) or (optional and value is None):
+        return value
+    raise InvalidArgument(f"{name} must be {expected}{' or None' if optional else ''}, got {_got(value)}")
+
+
+def check_str(value: object, name: str, *, optional: bool = False) -> Any:
+    """``value`` if it is a str (or None when ``optional``); the database checks its length."""
+    return _check_kind(value, name, str, "a str", optional)
+
+
+def check_int(
+    value: object, name: str, lo: int | None = None, hi: int | None = None, *, optional: bool = False
+) -> Any:
+    """``value`` if it is an int (not a bool) within ``lo`` .. ``hi`` when given (or None when
+    ``optional``); raises :class:`pyqueue.InvalidArgument` naming ``name``."""
+    if optional and value is None:
+        return None
+    in_range = (lo is None or value >= lo) and (hi is None or value <= hi) \
+        if isinstance(value, int) and not isinstance(value, bool) else False
+    if not in_range:
+        bounds = f" from {lo} to {hi}" if lo is not None and hi is not None else (
+            f" of at least {lo}" if lo is not None else "")
+        raise InvalidArgument(f"{name} must be an int{bounds}{' or None' if optional else ''}, got {_got(value)}")
+    return value
+
+
+def check_bool(value: object, name: str, *, optional: bool = False) -> Any:
+    """``value`` if it is a bool (or None when ``optional``)."""
+    return _check_kind(value, name, bool, "True or False", optional)
+
+
+def check_instant(value: object, name: str) -> datetime | None:
+    """``value`` if it is None or a timezone-aware datetime (a naive one has no defined instant)."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidArgument(f"{name} must be a timezone-aware datetime or None, got {_got(value)}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidArgument(f"{name} must be timezone-aware (a naive datetime has no defined instant)")
+    return value
+
+
+def check_lock_token(value: object, name: str = "lock_token") -> UUID:
+    """``value`` as a :class:`uuid.UUID`: a UUID, or its text form (as ``Message.lock_token``
+    prints); anything else raises :class:`pyqueue.InvalidArgument` before any I/O."""
+    if isinstance(value, UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return UUID(value)
+        except ValueError:
+            pass
+    raise InvalidArgument(f"{name} must be a UUID (the lock_token of a delivery), got {_got(value)}")
 
 
 def check_at(at: datetime | None, delay: Seconds | None) -> tuple[datetime | None, timedelta | None]:
     """The delivery time of an offer: ``at`` (timezone-aware) or ``delay`` (≥ 0), not both."""
     if at is not None and delay is not None:
         raise InvalidArgument("pass either at or delay, not both")
-    if at is not None and at.tzinfo is None:
-        raise InvalidArgument("at must be timezone-aware (a naive datetime has no defined instant)")
-    return at, (None if delay is None else as_timedelta(delay, "delay", allow_zero=True))
+    return check_instant(at, "at"), (None if delay is None else as_timedelta(delay, "delay", allow_zero=True))
+
+
+def cron_timezone(timezone: str, tz: str | None) -> str:
+    """The time zone of ``QueueCron.install`` (and its async twin): ``timezone``, or the value of the
+    deprecated ``tz`` keyword with a :class:`DeprecationWarning` (it goes in the next release)."""
+    if tz is None:
+        return timezone
+    warnings.warn("install(tz=...) is deprecated, use timezone=... (the name the SQL function and "
+                  "the CLI use)", DeprecationWarning, stacklevel=3)
+    if timezone != "UTC" and timezone != tz:
+        raise InvalidArgument("pass either timezone or the deprecated tz, not both")
+    return tz
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,10 +349,10 @@ def check_controls(
             f"priority is {priority!r}, it must be an int from {limits.PRIORITY_MIN} to {limits.PRIORITY_MAX}")
     if expires_at is not None and ttl is not None:
         raise InvalidArgument("pass either expires_at or ttl, not both")
-    if expires_at is not None and expires_at.tzinfo is None:
-        raise InvalidArgument("expires_at must be timezone-aware (a naive datetime has no defined instant)")
-    return Controls(priority, group, expires_at, None if ttl is None else as_timedelta(ttl, "ttl"),
-                    None if headers is None else Jsonb(headers))
+    if headers is not None and not isinstance(headers, Mapping):
+        raise InvalidArgument(f"headers must be a mapping (a JSON object) or None, got {_got(headers)}")
+    return Controls(priority, check_str(group, "group", optional=True), check_instant(expires_at, "expires_at"),
+                    None if ttl is None else as_timedelta(ttl, "ttl"), None if headers is None else Jsonb(headers))
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,7 +387,12 @@ class Ops:
         lookahead: timedelta,
         serializers: SerializerRegistry,
     ) -> Op[str]:
-        data, ptype = serializers.encode(payload, payload_type)
+        check_str(name, "name")
+        check_queue_name(queue)
+        check_str(schedule, "schedule")
+        check_str(timezone, "timezone")
+        lookahead = as_timedelta(lookahead, "lookahead")
+        data, ptype = serializers.encode(payload, check_str(payload_type, "payload_type", optional=True))
         params = {"name": name, "queue": queue, "schedule": schedule, "payload": data, "timezone": timezone,
                   "payload_type": ptype, "lookahead": lookahead}
         return Op(self.sql.cron_install, params, _value("config_hash", str))
@@ -388,9 +471,11 @@ class QueueOps(Ops):
         ttl: Seconds | None = None,
         headers: Mapping[str, Any] | None = None,
     ) -> Op[OfferOutcome]:
+        check_str(key, "key")
+        check_bool(can_update, "can_update")
         at, delay_td = check_at(at, delay)
         c = check_controls(priority, group, expires_at, ttl, headers)
-        data, ptype = self.serializers.encode(payload, payload_type)
+        data, ptype = self.serializers.encode(payload, check_str(payload_type, "payload_type", optional=True))
         params = self._q(key=key, payload=data, at=at, delay=delay_td, can_update=can_update, payload_type=ptype,
                          priority=c.priority, group=c.group, expires_at=c.expires_at, ttl=c.ttl, headers=c.headers)
         return Op(self.sql.offer, params, _value("outcome", OfferOutcome))
@@ -404,10 +489,21 @@ class QueueOps(Ops):
         ats: list[datetime | None] = []
         delays: list[timedelta | None] = []
         controls: list[Controls] = []
-        for item in items:
-            req = item if isinstance(item, OfferRequest) else OfferRequest(item[0], item[1])
+        check_bool(can_update, "can_update")
+        if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+            raise InvalidArgument(
+                f"items must be an iterable of OfferRequest or (key, payload) pairs, got {_got(items)}")
+        for i, item in enumerate(items):
+            if isinstance(item, OfferRequest):
+                req = item
+            elif isinstance(item, (tuple, list)) and len(item) == 2:
+                req = OfferRequest(item[0], item[1])
+            else:
+                raise InvalidArgument(f"items[{i}] must be an OfferRequest or a (key, payload) pair, got {_got(item)}")
+            check_str(req.key, f"items[{i}].key")
             at, delay_td = check_at(req.at, req.delay)
-            data, ptype = self.serializers.encode(req.payload, req.payload_type)
+            ptype_given = check_str(req.payload_type, f"items[{i}].payload_type", optional=True)
+            data, ptype = self.serializers.encode(req.payload, ptype_given)
             keys.append(req.key)
             payloads.append(data)
             types.append(ptype)
@@ -435,7 +531,8 @@ class QueueOps(Ops):
     # -- poll --------------------------------------------------------------------------------------
     def poll(self, max_count: int, lock_timeout: Seconds, cls: type[M], client: Any) -> Op[list[M]]:
         """``dq_poll_many``; the rows become ``cls`` objects bound to ``client``."""
-        params = self._q(max_count=max_count, lock_timeout=as_timedelta(lock_timeout, "lock_timeout"))
+        params = self._q(max_count=check_int(max_count, "max_count", 1, limits.POLL_MAX_COUNT),
+                         lock_timeout=as_timedelta(lock_timeout, "lock_timeout"))
 
         def decode(names: Sequence[str], rows: Rows) -> list[M]:
             return [delivery_from_row(cls, row, client, names) for row in rows]
@@ -463,20 +560,24 @@ class QueueOps(Ops):
 
     # -- finish a delivery -------------------------------------------------------------------------
     def ack(self, lock_token: Any) -> Op[bool]:
-        return Op(self.sql.ack, {"lock_token": lock_token}, _value("acked", bool, False))
+        return Op(self.sql.ack, {"lock_token": check_lock_token(lock_token)}, _value("acked", bool, False))
 
     def ack_many(self, messages: Iterable[Any]) -> Op[int]:
         """Acknowledge deliveries or lock tokens (UUIDs); no statement when there are none."""
-        tokens = [m.lock_token if isinstance(m, LockedMessage) else m for m in messages]
+        if isinstance(messages, (str, bytes, UUID, LockedMessage)) or not isinstance(messages, Iterable):
+            raise InvalidArgument(f"messages must be an iterable of deliveries or lock tokens, got {_got(messages)}")
+        tokens = [m.lock_token if isinstance(m, LockedMessage) else check_lock_token(m, f"messages[{i}]")
+                  for i, m in enumerate(messages)]
         decode = _value("acked", int, 0)
         return Op(self.sql.ack_many, {"lock_tokens": tokens}, decode) if tokens else Op(None, None, decode)
 
     def nack(self, lock_token: Any, delay: Seconds, error: str | None) -> Op[bool]:
-        params = {"lock_token": lock_token, "delay": as_timedelta(delay, "delay", allow_zero=True), "error": error}
+        params = {"lock_token": check_lock_token(lock_token), "delay": as_timedelta(delay, "delay", allow_zero=True),
+                  "error": check_str(error, "error", optional=True)}
         return Op(self.sql.nack, params, _value("nacked", bool, False))
 
     def extend(self, lock_token: Any, timeout: Seconds) -> Op[datetime | None]:
-        params = {"lock_token": lock_token, "timeout": as_timedelta(timeout, "timeout")}
+        params = {"lock_token": check_lock_token(lock_token), "timeout": as_timedelta(timeout, "timeout")}
         return Op(self.sql.extend, params, _value("locked_until"))
 
     # -- operations --------------------------------------------------------------------------------
@@ -493,9 +594,15 @@ class QueueOps(Ops):
         rate_period: Seconds | None = None,
     ) -> Op[None]:
         params = self._q(
-            max_deliveries=max_deliveries, dead_letter_queue=dead_letter_queue, archive=archive,
-            retention=None if retention is None else as_timedelta(retention, "retention"), notify=notify,
-            max_payload_bytes=max_payload_bytes, max_in_flight=max_in_flight, rate_limit=rate_limit,
+            max_deliveries=check_int(max_deliveries, "max_deliveries", optional=True),
+            dead_letter_queue=None if dead_letter_queue is None else check_queue_name(
+                dead_letter_queue, "dead_letter_queue"),
+            archive=check_bool(archive, "archive", optional=True),
+            retention=None if retention is None else as_timedelta(retention, "retention"),
+            notify=check_bool(notify, "notify", optional=True),
+            max_payload_bytes=check_int(max_payload_bytes, "max_payload_bytes", optional=True),
+            max_in_flight=check_int(max_in_flight, "max_in_flight", optional=True),
+            rate_limit=check_int(rate_limit, "rate_limit", optional=True),
             rate_period=None if rate_period is None else as_timedelta(rate_period, "rate_period"),
         )
         return Op(self.sql.configure, params, _none)
@@ -510,17 +617,24 @@ class QueueOps(Ops):
         return Op(self.sql.stats, self._q(), lambda names, rows: _records(_queue_stats)(names, rows)[0])
 
     def purge(self, confirm: bool) -> Op[int]:
-        return Op(self.sql.purge, self._q(confirm=confirm), _value("purged", int, 0))
+        return Op(self.sql.purge, self._q(confirm=check_bool(confirm, "confirm")), _value("purged", int, 0))
 
     def release_locks(self) -> Op[int]:
         return Op(self.sql.release_locks, self._q(), _value("released", int, 0))
 
     def redrive(self, max_count: int) -> Op[int]:
-        return Op(self.sql.redrive, self._q(max_count=max_count), _value("moved", int, 0))
+        params = self._q(max_count=check_int(max_count, "max_count", 1, limits.REDRIVE_MAX_COUNT))
+        return Op(self.sql.redrive, params, _value("moved", int, 0))
+
+    def dead_letters(self, max_rows: int) -> Op[list[dict[str, Any]]]:
+        """``dq_dead_letters``: this dead-letter queue's dead letters, oldest death first, each as
+        ``{column: value}`` (key, dead_from, last_error, payload_text …)."""
+        params = self._q(max_rows=check_int(max_rows, "max_rows", 1, limits.REDRIVE_MAX_COUNT))
+        return Op(self.sql.dead_letters, params, _records(dict))
 
     # -- read --------------------------------------------------------------------------------------
     def cancel(self, key: str) -> Op[bool]:
-        return Op(self.sql.cancel, self._q(key=key), _value("cancelled", bool, False))
+        return Op(self.sql.cancel, self._q(key=check_str(key, "key")), _value("cancelled", bool, False))
 
     def get(self, key: str) -> Op[StoredMessage | None]:
         def decode(names: Sequence[str], rows: Rows) -> StoredMessage | None:
@@ -529,7 +643,18 @@ class QueueOps(Ops):
             row = dict(zip(names, rows[0], strict=True))
             return StoredMessage(**{**row, "raw_payload": bytes(row["raw_payload"])}, _registry=self.serializers)
 
-        return Op(self.sql.get, self._q(key=key), decode)
+        return Op(self.sql.get, self._q(key=check_str(key, "key")), decode)
+
+    def dead_letters_of(self, message: LockedMessage[Any]) -> Op[str]:
+        """Opens a cursor (inside a transaction) over the dead letters ``message`` may have become:
+        rows of this key that died in this queue, inserted after it (ids only grow)."""
+        filters = Jsonb([["key", "=", message.key], ["dead_from", "=", self.queue]])
+        return Op(self.sql.export_messages, {"id_from": message.id, "filters": filters}, _value("cursor", str))
+
+    @staticmethod
+    def fetch_all(cursor: str) -> Op[list[dict[str, Any]]]:
+        """Every row left in the named cursor, as ``{column: value}``."""
+        return Op(sql.SQL("FETCH ALL FROM {}").format(sql.Identifier(cursor)), None, _records(dict))
 
     def next_due(self) -> Op[datetime | None]:
         return Op(self.sql.next_due, self._q(), _value("next_due"))

@@ -25,7 +25,7 @@ from uuid import uuid4
 import psycopg
 
 from . import limits
-from ._ops import M, Op, Ops, QueueOps
+from ._ops import M, Op, Ops, QueueOps, check_int
 from .durations import Seconds, as_timedelta
 
 __all__ = [
@@ -240,21 +240,27 @@ def poll_waiting(
     an :class:`psycopg.OperationalError` it retries once on a fresh one, unless the wait is over.
     A poll whose result was lost with the connection only delays those messages until their lock
     expires (at-least-once)."""
+    check_int(max_count, "max_count", 1, limits.POLL_MAX_COUNT)  # every argument checked before any I/O
     lock_td = as_timedelta(lock_timeout, "lock_timeout")
-    deadline = time.monotonic() + as_timedelta(wait, "wait", allow_zero=True).total_seconds()
+    wait_s = as_timedelta(wait, "wait", allow_zero=True).total_seconds()
     check_s = as_timedelta(idle_check, "idle_check").total_seconds()
-    for attempt in (1, 2):
-        try:
-            yield Acquire()
-            messages = yield from _wait_cycle(ops, state, cls, client, max_count, lock_td, deadline, check_s)
-        except psycopg.OperationalError:
-            yield Release(keep=False)
-            if attempt == 2 or time.monotonic() >= deadline:
-                raise
-            continue
-        yield Release(keep=True)
-        return messages
-    raise AssertionError("unreachable")
+
+    def steps() -> Routine[list[M]]:
+        deadline = time.monotonic() + wait_s
+        for attempt in (1, 2):
+            try:
+                yield Acquire()
+                messages = yield from _wait_cycle(ops, state, cls, client, max_count, lock_td, deadline, check_s)
+            except psycopg.OperationalError:
+                yield Release(keep=False)
+                if attempt == 2 or time.monotonic() >= deadline:
+                    raise
+                continue
+            yield Release(keep=True)
+            return messages
+        raise AssertionError("unreachable")
+
+    return steps()
 
 
 def _wait_cycle(
@@ -290,13 +296,33 @@ def _wait_cycle(
             yield Sleep(sleep_s) if state.available is False else Notified(sleep_s)
 
 
+def dead_letter_queue_of(ops: QueueOps, message: Any) -> Routine[str | None]:
+    """Where a delivery that was just nacked went, run inside the driver's transaction (the
+    cursor of ``dq_export_messages`` lives until its end): None while the message is still in its
+    queue (it will be delivered again), else the dead-letter queue it was moved to at the queue's
+    ``max_deliveries`` (None too if it left otherwise, cancelled meanwhile). One ``dq_get`` in the
+    usual case; the dead letter is looked up only when the message left."""
+    stored = yield Run(ops.get(message.key))
+    if stored is not None and stored.id == message.id:
+        return None
+    cursor = yield Run(ops.dead_letters_of(message))
+    rows = yield Run(ops.fetch_all(cursor))
+    if not rows:
+        return None
+    return str(max(rows, key=lambda r: (r["dead_at"], r["id"]))["queue"])
+
+
 def transaction(
     ops: QueueOps, cls: type[M], client: Any, max_count: int, lock_timeout: Seconds
 ) -> Routine[list[M]]:
     """Exactly-once processing, run inside the driver's transaction: poll, hand the messages to the
     caller (:class:`Handoff`), and when the caller's block ends normally acknowledge them in the
-    same transaction; returns them."""
-    messages: list[M] = yield Run(ops.poll(max_count, lock_timeout, cls, client))
+    same transaction; returns them. The arguments are checked at the call, before any I/O."""
+    return _transaction(ops, ops.poll(max_count, lock_timeout, cls, client))
+
+
+def _transaction(ops: QueueOps, poll: Op[list[M]]) -> Routine[list[M]]:
+    messages: list[M] = yield Run(poll)
     yield Handoff(messages)
     yield Run(ops.ack_many(messages))
     return messages

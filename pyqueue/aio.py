@@ -169,6 +169,11 @@ class AsyncDelayedQueue(AsyncDriver):
         """Heartbeat (``dq_extend``): invisible until now + timeout; None if the lock was lost."""
         return await self._run(self._ops.extend(lock_token, timeout), conn)
 
+    async def _dead_letter_queue_of(self, message: AsyncMessage) -> str | None:
+        """As :meth:`pyqueue.DelayedQueue._dead_letter_queue_of`."""
+        async with self._conn(None) as c, c.transaction():
+            return await self._step(routines.dead_letter_queue_of(self._ops, message), c)
+
     # -- operations ----------------------------------------------------------------------------
     async def configure(
         self, *, max_deliveries: int | None = None, dead_letter_queue: str | None = None,

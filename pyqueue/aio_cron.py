@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from ._async import run
-from ._ops import Op, Ops
+from ._ops import Op, Ops, cron_timezone
 from .errors import translating
 from .model import CronSchedule
 from .serializers import SerializerRegistry
@@ -87,12 +87,13 @@ class AsyncQueueCron:
         self._ops = queue._ops
 
     async def install(
-        self, name: str, *, schedule: str, payload: Any, tz: str = "UTC", payload_type: str | None = None,
-        lookahead: timedelta = timedelta(hours=1),
+        self, name: str, *, schedule: str, payload: Any, timezone: str = "UTC",
+        payload_type: str | None = None, lookahead: timedelta = timedelta(hours=1), tz: str | None = None,
     ) -> str:
         """Create or replace the named schedule sending ``payload`` to this queue; returns the config hash."""
         ops = self._ops
-        op = ops.cron_install(name, ops.queue, schedule, payload, tz, payload_type, lookahead, ops.serializers)
+        op = ops.cron_install(name, ops.queue, schedule, payload, cron_timezone(timezone, tz), payload_type, lookahead,
+                              ops.serializers)
         return await self._queue._run(op)
 
     async def uninstall(self, name: str) -> bool:

@@ -1,4 +1,4 @@
-"""Command line: ``pyqueue migrate | offer | poll | worker | stats | next-due | queue | cron``.
+"""Command line: ``pyqueue migrate | offer | poll | ack | worker | stats | next-due | queue | cron``.
 
 ``pyqueue migrate --dsn DSN`` installs or upgrades the database (same as ``yoyo apply``).
 The DSN defaults to the ``DQ_DSN`` environment variable. Every command takes ``--schema NAME``,
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -47,11 +48,26 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _payload(text: str, as_json: bool, as_text: bool, command: str) -> object:
+    """The payload of ``--payload``: JSON (payload_type json) when the text parses as JSON, unless
+    ``--text``; with ``--json`` text that is not JSON is an error."""
+    if as_text:
+        return text
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        if as_json:
+            raise SystemExit(
+                f"pyqueue {command}: --payload is not JSON ({exc}); drop --json to store it as text") from None
+        return text
+
+
 def _cmd_offer(args: argparse.Namespace) -> int:
-    payload: object = json.loads(args.payload) if args.json else args.payload
+    payload = _payload(args.payload, args.json, args.text, "offer")
     with DelayedQueue(_dsn(args), args.queue, pool_size=1, schema=args.schema) as q:
         outcome = q.offer(args.key, payload, delay=timedelta(seconds=args.delay), can_update=not args.no_update)
     print(outcome.value)
+    print(f"payload_type {q.serializers.infer_type(payload)}", file=sys.stderr)
     return 0
 
 
@@ -62,9 +78,26 @@ def _cmd_poll(args: argparse.Namespace) -> int:
             print(json.dumps({"key": m.key, "payload_type": m.payload_type,
                               "payload": m.raw_payload.decode("utf-8", "backslashreplace"),
                               "scheduled_at": m.scheduled_at.isoformat(),
-                              "delivery_count": m.delivery_count}))
+                              "delivery_count": m.delivery_count, "lock_token": str(m.lock_token),
+                              "locked_until": m.locked_until.isoformat()}))
         if args.ack:
             q.ack_many(messages)
+        elif messages:
+            print(f"pyqueue poll: {len(messages)} message(s) stay locked until acknowledged "
+                  f"(pyqueue ack --queue {args.queue} LOCK_TOKEN...) or until their lock expires "
+                  f"(locked_until; then they are delivered again)", file=sys.stderr)
+    return 0
+
+
+def _cmd_ack(args: argparse.Namespace) -> int:
+    """Acknowledge deliveries by lock token; exit 1 when some token no longer held its message."""
+    with DelayedQueue(_dsn(args), args.queue, pool_size=1, schema=args.schema) as q:
+        acked = q.ack_many(args.lock_tokens)
+    print(f"acknowledged {acked} of {len(args.lock_tokens)}")
+    if acked < len(args.lock_tokens):
+        print("pyqueue ack: a token whose lock expired (or was acknowledged already) acknowledges nothing",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -142,26 +175,64 @@ def _first_stops_second_exits(worker: Worker | Any) -> Callable[[int], None]:
     return on_signal
 
 
-def _stats_table(rows: list[Any], title: str) -> Any:
+#: The columns of ``pyqueue stats`` in display order: header, and the cell of a row (a QueueStats).
+_STATS_COLUMNS: tuple[tuple[str, Callable[[Any], str]], ...] = (
+    ("ready", lambda r: f"{'~' if r.approximate else ''}{r.ready:,}"),
+    ("scheduled", lambda r: f"{'~' if r.approximate else ''}{r.scheduled:,}"),
+    ("in flight", lambda r: f"{r.in_flight:,}"),
+    ("redelivered", lambda r: f"{r.redelivered:,}"),
+    ("dead", lambda r: f"{r.dead:,}"),
+    ("held", lambda r: f"{'~' if r.approximate else ''}{r.held:,}"),
+    ("expired", lambda r: f"{'~' if r.approximate else ''}{r.expired:,}"),
+    ("oldest ready", lambda r: "-" if r.oldest_ready_age is None else str(r.oldest_ready_age).split(".")[0]),
+    ("next due", lambda r: r.next_due.isoformat(timespec="seconds") if r.next_due else "-"),
+    ("acked/min", lambda r: "-" if r.acked_last_minute is None else f"{r.acked_last_minute:,}"),
+    ("acked/h", lambda r: "-" if r.acked_last_hour is None else f"{r.acked_last_hour:,}"),
+    ("paused", lambda r: "yes" if r.paused else "no"),
+)
+#: Which columns a narrow terminal loses first (the queue, ready, scheduled, in flight and dead stay).
+_STATS_DROP_ORDER = ("acked/h", "next due", "held", "expired", "acked/min", "redelivered", "oldest ready",
+                     "paused")
+
+
+def _stats_title(rows: list[Any]) -> str:
+    """The title of ``pyqueue stats``: the time, and ``(~ estimated)`` only when a figure is."""
+    estimated = " (~ estimated)" if any(r.approximate for r in rows) else ""
+    return f"dq_stats at {datetime.now().astimezone().isoformat(timespec='seconds')}{estimated}"
+
+
+def _stats_table(rows: list[Any], title: str, width: int | None = None) -> Any:
+    """The stats as a rich table that fits ``width`` terminal columns (None: no limit): the least
+    needed columns are left out (and named in the caption) until it fits; a queue name never
+    loses characters: one longer than the room left folds onto the next line."""
+    from rich.console import Console
+    from rich.measure import Measurement
     from rich.table import Table
 
-    table = Table(title=title)
-    # The queue names are never shortened (a narrow terminal squeezes the figures instead).
-    table.add_column("queue", justify="left", no_wrap=True, min_width=max((len(r.queue) for r in rows), default=5))
-    for name in ("ready", "scheduled", "in flight", "redelivered", "dead", "held", "expired",
-                 "oldest ready", "next due", "acked/min", "acked/h", "paused"):
-        table.add_column(name, justify="right")
-    for r in rows:
-        mark = "~" if r.approximate else ""
-        table.add_row(
-            r.queue, f"{mark}{r.ready:,}", f"{mark}{r.scheduled:,}", f"{r.in_flight:,}", f"{r.redelivered:,}",
-            f"{r.dead:,}", f"{mark}{r.held:,}", f"{mark}{r.expired:,}",
-            str(r.oldest_ready_age).split(".")[0] if r.oldest_ready_age is not None else "-",
-            r.next_due.isoformat(timespec="seconds") if r.next_due else "-",
-            "-" if r.acked_last_minute is None else f"{r.acked_last_minute:,}",
-            "-" if r.acked_last_hour is None else f"{r.acked_last_hour:,}",
-            "yes" if r.paused else "no",
-        )
+    dropped: list[str] = []
+
+    def build() -> Table:
+        caption = f"left out to fit {width} columns: {', '.join(dropped)}" if dropped else None
+        table = Table(title=title, caption=caption)
+        table.add_column("queue", justify="left", overflow="fold")
+        kept = [(name, cell) for name, cell in _STATS_COLUMNS if name not in dropped]
+        for name, _ in kept:
+            table.add_column(name, justify="right", no_wrap=True)
+        for r in rows:
+            table.add_row(r.queue, *(cell(r) for _, cell in kept))
+        return table
+
+    table = build()
+    if width is None:
+        return table
+    console = Console(width=width)
+    unbounded = console.options.update_width(1_000_000)  # measured without the terminal's limit
+    for name in _STATS_DROP_ORDER:
+        # It fits when its natural width (every name and figure whole, on one line) is within the width.
+        if Measurement.get(console, unbounded, table).maximum <= width:
+            break
+        dropped.append(name)
+        table = build()
     return table
 
 
@@ -178,8 +249,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     with translating(), psycopg.connect(_dsn(args), autocommit=True) as conn:
         def render() -> Any:
             rows = [r for r in all_stats(conn, schema=args.schema) if args.queue is None or r.queue == args.queue]
-            title = f"dq_stats at {datetime.now().astimezone().isoformat(timespec='seconds')} (~ estimated)"
-            return _stats_table(rows, title)
+            return _stats_table(rows, _stats_title(rows), console.width)
 
         if not args.watch:
             console.print(render())
@@ -200,16 +270,37 @@ def _cmd_queue(args: argparse.Namespace) -> int:
             print("paused" if q.pause() else "already paused")
         elif args.queue_command == "resume":
             print("resumed" if q.resume() else "was not paused")
+        elif args.queue_command == "redrive":
+            moved = q.redrive(args.max_count)
+            print(f"moved {moved} dead letter(s) back to the queues they died in")
+        elif args.queue_command == "dead-letters":
+            rows = q._run(q._ops.dead_letters(args.max_rows))
+            for row in rows:
+                print(json.dumps(row, default=_json_default, ensure_ascii=False))
+            print(f"{len(rows)} dead letter(s) in {args.name!r}, oldest first"
+                  + (f" (the first {args.max_rows}; --max-rows for more)" if len(rows) == args.max_rows else ""),
+                  file=sys.stderr)
         else:  # configure
-            settings = {"max_in_flight": args.max_in_flight, "rate_limit": args.rate_limit,
-                        "rate_period": args.rate_period}
+            settings = {name: getattr(args, name) for name in _CONFIGURE}
             if all(v is None for v in settings.values()):
-                print("pyqueue queue configure: give --max-in-flight, --rate-limit or --rate-period",
-                      file=sys.stderr)
+                print("pyqueue queue configure: give at least one of "
+                      + ", ".join("--" + name.replace("_", "-") for name in _CONFIGURE), file=sys.stderr)
                 return 2
             q.configure(**settings)
             print("ok")
     return 0
+
+
+#: The settings of ``pyqueue queue configure``: the parameters of ``DelayedQueue.configure``.
+_CONFIGURE = ("max_deliveries", "dead_letter_queue", "archive", "retention", "notify", "max_payload_bytes",
+              "max_in_flight", "rate_limit", "rate_period")
+
+
+def _json_default(value: object) -> str:
+    """Timestamps in ISO 8601 for the JSON lines of the CLI."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -268,8 +359,17 @@ def _cron_tick_loop(dsn: str, every: timedelta, schema: str | None) -> int:
     return 0
 
 
+def _version() -> str:
+    """The installed version of the distribution pgdelayq (its package metadata)."""
+    try:
+        return importlib.metadata.version("pgdelayq")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (pgdelayq is not installed; running from a source tree)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyqueue", description="Delayed message queue in PostgreSQL")
+    parser.add_argument("--version", action="version", version=f"pyqueue (pgdelayq) {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     # The options of every command (the cron subcommands included).
     common = argparse.ArgumentParser(add_help=False)
@@ -288,18 +388,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queue", required=True)
     p.add_argument("--key", required=True)
     p.add_argument("--payload", required=True)
-    p.add_argument("--json", action="store_true", help="the payload is JSON (payload_type json)")
+    kind = p.add_mutually_exclusive_group()
+    kind.add_argument("--json", action="store_true", help="the payload must be JSON (an error otherwise)")
+    kind.add_argument("--text", action="store_true",
+                      help="store the payload as text even when it is JSON (default: JSON text is stored as "
+                           "payload_type json, anything else as text)")
     p.add_argument("--delay", type=float, default=0.0, help="seconds from now (database clock)")
     p.add_argument("--no-update", action="store_true", help="ignore if the key exists")
     p.set_defaults(func=_cmd_offer)
 
-    p = add("poll", "poll due messages and print them as JSON lines")
+    p = add("poll", "poll due messages and print them as JSON lines (with their lock_token); they stay locked "
+                    "until acknowledged (--ack, or pyqueue ack) or until --lock-timeout passes")
     p.add_argument("--queue", required=True)
     p.add_argument("--max-count", type=int, default=1)
     p.add_argument("--lock-timeout", type=float, default=300.0, help="seconds")
     p.add_argument("--wait", type=float, default=None, help="seconds to wait for a message")
     p.add_argument("--ack", action="store_true", help="acknowledge what was printed")
     p.set_defaults(func=_cmd_poll)
+
+    p = add("ack", "acknowledge (delete) polled messages by their lock tokens; exit 1 when one was stale")
+    p.add_argument("--queue", required=True)
+    p.add_argument("lock_tokens", nargs="+", metavar="LOCK_TOKEN", help="a lock_token printed by pyqueue poll")
+    p.set_defaults(func=_cmd_ack)
 
     p = add("worker", "consume a queue with a handler until SIGTERM/SIGINT")
     p.add_argument("--queue", required=True)
@@ -328,7 +438,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queue", required=True)
     p.set_defaults(func=_cmd_next_due)
 
-    p = sub.add_parser("queue", help="a queue's delivery controls: pause, resume, configure (role dq_admin)")
+    p = sub.add_parser("queue", help="operate a queue (role dq_admin): pause, resume, configure, redrive, "
+                                     "dead-letters")
     queue_sub = p.add_subparsers(dest="queue_command", required=True)
 
     def add_queue(name: str, help_: str) -> argparse.ArgumentParser:
@@ -339,14 +450,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_queue("pause", "stop deliveries (offers, acks and nacks keep working); prints paused or already paused")
     add_queue("resume", "deliver again and wake waiting consumers; prints resumed or was not paused")
-    c = add_queue("configure", "set the concurrency and rate limits (0 clears a limit; an option left out "
-                               "keeps its value)")
+    c = add_queue("configure", "set the queue's settings (dq_configure_queue; an option left out keeps its "
+                               "value, 0 clears a limit)")
+    c.add_argument("--max-deliveries", type=int, default=None,
+                   help="deliveries before a message goes to --dead-letter-queue (give both)")
+    c.add_argument("--dead-letter-queue", default=None, help="where messages go after --max-deliveries")
+    c.add_argument("--archive", action=argparse.BooleanOptionalAction, default=None,
+                   help="keep acknowledged, dead and cancelled messages in the archive")
+    c.add_argument("--retention", type=_duration, default=None,
+                   help="how long archive rows are kept: seconds, or 30s, 2h, ...")
+    c.add_argument("--notify", action=argparse.BooleanOptionalAction, default=None,
+                   help="wake idle consumers by NOTIFY (on by default)")
+    c.add_argument("--max-payload-bytes", type=int, default=None, help="the largest payload an offer may carry")
     c.add_argument("--max-in-flight", type=int, default=None,
                    help="at most N messages of the queue locked at once, across all consumers (0: no limit)")
     c.add_argument("--rate-limit", type=int, default=None,
                    help="at most N deliveries start in any window of --rate-period (0: no limit)")
     c.add_argument("--rate-period", type=_duration, default=None,
                    help="the window of --rate-limit: seconds, or 500ms, 30s, 1m, 1h (at most 1 day)")
+
+    c = add_queue("redrive", "send up to --max-count dead letters of this dead-letter queue back to the queues "
+                             "they died in (dq_redrive); prints how many moved")
+    c.add_argument("--max-count", type=int, default=1000, help="default 1000")
+    c = add_queue("dead-letters", "print the dead letters of this dead-letter queue as JSON lines, oldest first "
+                                  "(dq_dead_letters: key, dead_from, last_error, payload_text, ...)")
+    c.add_argument("--max-rows", type=int, default=100, help="default 100")
 
     p = sub.add_parser("cron", help="recurring messages: tick, install, uninstall, pause, resume, list")
     cron_sub = p.add_subparsers(dest="cron_command", required=True)

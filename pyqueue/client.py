@@ -106,7 +106,7 @@ class DelayedQueue(Driver):
     @property
     def cron(self) -> QueueCron:
         """This queue's recurring schedules (docs/cron.md): ``q.cron.install(name, schedule=…,
-        payload=…, tz=…)``, ``uninstall(name)``, ``pause``, ``resume``, ``list()``, ``tick()``."""
+        payload=…, timezone=…)``, ``uninstall(name)``, ``pause``, ``resume``, ``list()``, ``tick()``."""
         from .cron import QueueCron
 
         return QueueCron(self)
@@ -257,6 +257,12 @@ class DelayedQueue(Driver):
     def extend(self, lock_token: UUID, timeout: Seconds, *, conn: Connection | None = None) -> datetime | None:
         """Heartbeat (``dq_extend``): invisible until now + timeout; None if the lock was lost."""
         return self._run(self._ops.extend(lock_token, timeout), conn)
+
+    def _dead_letter_queue_of(self, message: Message) -> str | None:
+        """After a nack: the dead-letter queue ``message`` was moved to, or None (see
+        :func:`pyqueue._routines.dead_letter_queue_of`); the worker's log says which."""
+        with self._conn(None) as c, c.transaction():
+            return self._step(routines.dead_letter_queue_of(self._ops, message), c)
 
     # -- operations ----------------------------------------------------------------------------
     def configure(

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from ._ops import Op, Ops
+from ._ops import Op, Ops, cron_timezone
 from ._sync import run
 from .durations import Seconds, as_timedelta
 from .errors import InvalidArgument, translating
@@ -176,17 +176,20 @@ class QueueCron:
         self._ops = queue._ops
 
     def install(
-        self, name: str, *, schedule: str, payload: Any, tz: str = "UTC", payload_type: str | None = None,
-        lookahead: timedelta = timedelta(hours=1),
+        self, name: str, *, schedule: str, payload: Any, timezone: str = "UTC",
+        payload_type: str | None = None, lookahead: timedelta = timedelta(hours=1), tz: str | None = None,
     ) -> str:
         """Create or replace the named schedule sending ``payload`` to this queue (see :func:`install`:
-        the same parameters, ``tz`` being the IANA zone name; the queue's serializers encode the payload).
+        the same parameters, ``timezone`` being the IANA zone name; the queue's serializers encode the
+        payload). ``tz`` is the former name of ``timezone``: it still works in this release, with a
+        :class:`DeprecationWarning`.
 
         :returns: the configuration hash (16 hex digits).
         :raises pyqueue.errors.InvalidArgument: bad schedule, zone or lookahead (22023).
         """
         ops = self._ops
-        op = ops.cron_install(name, ops.queue, schedule, payload, tz, payload_type, lookahead, ops.serializers)
+        op = ops.cron_install(name, ops.queue, schedule, payload, cron_timezone(timezone, tz), payload_type, lookahead,
+                              ops.serializers)
         return self._queue._run(op)
 
     def uninstall(self, name: str) -> bool:

@@ -30,7 +30,7 @@ from types import FrameType
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
-from .durations import Seconds, as_timedelta
+from .durations import Seconds, as_timedelta, format_duration
 from .errors import InvalidArgument, PyQueueError
 from .limits import POLL_MAX_COUNT
 
@@ -362,6 +362,8 @@ class Op(enum.Enum):
     FINISHED = "finished"  #: () → None: no handler runs any more: end the heartbeat
     BLOCKING = "blocking"  #: (function, *arguments) → its result: a blocking call (in a thread if async)
     NACK = "nack"  #: (message, delay, error) → bool: ``message.nack``
+    #: (message) → str | None: after a nack, the dead-letter queue the message went to, or None
+    DEAD_LETTER_QUEUE = "dead_letter_queue"
     EXTEND = "extend"  #: (message, timeout) → datetime | None: ``message.extend``
     PAUSE = "pause"  #: (seconds) → bool: True once the heartbeat must end
     SPAWN = "spawn"  #: (steps) → None: drive these steps beside the run loop (a task, or a thread)
@@ -598,13 +600,32 @@ class WorkerCore(Generic[Q, H]):
         """The handler raised ``exc``: FAILED and nacked with the backoff (nothing is sent for a LOST one)."""
         message = delivery.message
         delay = self.backoff.delay(message.delivery_count)
-        self._log.warning("handler failed for key %r (delivery %d): %r; retry in %.1f s",
-                          message.key, message.delivery_count, exc, delay.total_seconds())
-        if self._deliveries.raised(delivery) is State.FAILED:
+        failed = "handler failed for key %r (delivery %d): %r"
+        if self._deliveries.raised(delivery) is not State.FAILED:
+            self._log.warning(failed + "; its lock was lost: not nacked", message.key, message.delivery_count, exc)
+            return
+        try:
+            nacked = yield (Op.NACK, message, delay, f"{type(exc).__name__}: {exc}"[:2000])
+        except PyQueueError as nack_exc:
+            self._log.warning(failed + "; nack failed: %s (the lock will expire)", message.key,
+                              message.delivery_count, exc, nack_exc)
+            return
+        # At the queue's max_deliveries the nack moved the message to its dead-letter queue.
+        dead_letter_queue = None
+        if nacked:
             try:
-                yield (Op.NACK, message, delay, f"{type(exc).__name__}: {exc}"[:2000])
-            except PyQueueError as nack_exc:
-                self._log.warning("nack failed for key %r: %s (the lock will expire)", message.key, nack_exc)
+                dead_letter_queue = yield (Op.DEAD_LETTER_QUEUE, message)
+            except PyQueueError as look_exc:
+                self._log.info("could not tell where key %r went after its nack: %s", message.key, look_exc)
+        if dead_letter_queue is not None:
+            self._log.warning(failed + "; dead-lettered: moved to queue %r (the queue's max_deliveries was "
+                              "reached), not retried", message.key, message.delivery_count, exc, dead_letter_queue)
+        elif nacked:
+            self._log.warning(failed + "; retry in %s", message.key, message.delivery_count, exc,
+                              format_duration(delay))
+        else:
+            self._log.warning(failed + "; its lock was lost before the nack: not retried by this worker",
+                              message.key, message.delivery_count, exc)
 
     # -- the heartbeat -------------------------------------------------------------------------
     def _to_extend(self) -> list[Delivery]:

@@ -109,15 +109,77 @@ log = logging.getLogger("pyqueue.spark")
 
 
 def register(spark: SparkSession) -> None:
-    """Register the ``delayedqueue`` data source with ``spark`` and enable Python filter pushdown.
+    """Register the ``delayedqueue`` data source with ``spark``, make sure Spark's Python workers
+    can run it, and enable Python filter pushdown.
 
-    Sets ``spark.sql.python.filterPushdown.enabled`` to ``true`` for the session: Spark refuses to
-    read from a Python data source that pushes filters while that setting is off (its default).
+    Spark runs the data source in Python worker processes started from its own interpreter
+    setting, not from the interpreter running this code: ``PYSPARK_PYTHON`` as it was when the
+    SparkContext was created, else ``python3`` found on PATH (Spark docs, "Python Package
+    Management"). From a virtualenv that is not activated, that ``python3`` lacks psycopg and the
+    job fails inside the worker with ``No module named 'psycopg'``. So, with a classic
+    (non-Connect) session:
+
+    * when the workers' interpreter is this one, nothing changes;
+    * when it cannot import psycopg and pyqueue and ``PYSPARK_PYTHON`` was not set, on a local
+      master (``local[…]``, workers on this machine) the session's Python workers are switched to
+      this interpreter (``sys.executable``), logged at INFO;
+    * otherwise, when it cannot import them, :class:`RuntimeError` says to set ``PYSPARK_PYTHON``
+      (or ``spark.pyspark.python``) to an interpreter where pgdelayq is installed. A cluster
+      master's workers run elsewhere and are not checked.
+
+    Also sets ``spark.sql.python.filterPushdown.enabled`` to ``true`` for the session: Spark
+    refuses to read from a Python data source that pushes filters while that setting is off (its
+    default).
 
     :param spark: the session to register with.
+    :raises RuntimeError: the workers' interpreter cannot import psycopg or pyqueue and cannot be
+        set from here.
     """
+    _check_worker_python(spark)
     spark.dataSource.register(DelayedQueueDataSource)
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+
+
+#: What a worker's interpreter must import to run the data source.
+_WORKER_IMPORTS = "import psycopg, pyqueue.spark"
+
+
+def _check_worker_python(spark: SparkSession) -> None:
+    """Check, or on a local master set, the interpreter of the session's Python workers (see
+    :func:`register`). The data source's functions take ``SparkContext.pythonExec`` when they are
+    registered, so setting it before the registration is what the workers run."""
+    import os
+    import shutil
+    import subprocess
+
+    sc = getattr(spark, "_sc", None)  # None for a Spark Connect session: nothing to check from here
+    if sc is None or not isinstance(getattr(sc, "pythonExec", None), str):
+        return
+    configured = sc.pythonExec
+    found = shutil.which(configured)
+    if found is not None and os.path.realpath(found) == os.path.realpath(sys.executable):
+        return
+    master = sc.master or ""
+    if not master.startswith("local"):
+        return
+    if found is not None:
+        probe = subprocess.run([found, "-c", _WORKER_IMPORTS], capture_output=True, text=True, timeout=120)
+        if probe.returncode == 0:
+            return
+        reason = (probe.stderr.strip().splitlines() or ["it failed"])[-1]
+    else:
+        reason = "it is not found on PATH"
+    explicit = os.environ.get("PYSPARK_PYTHON") or sc.getConf().get("spark.pyspark.python")
+    if not explicit:
+        log.info("Spark's Python workers would run %r, which cannot import psycopg and pyqueue (%s): "
+                 "running them with this interpreter, %s", configured, reason, sys.executable)
+        sc.pythonExec = sys.executable
+        return
+    raise RuntimeError(
+        f"{NAME}: Spark's Python workers run {configured!r} (PYSPARK_PYTHON / spark.pyspark.python), which "
+        f"cannot import psycopg and pyqueue ({reason}). Set PYSPARK_PYTHON to an interpreter where pgdelayq "
+        f"is installed, for example this one: PYSPARK_PYTHON={sys.executable}, before the SparkSession is "
+        f"created.")
 
 
 # --------------------------------------------------------------------------- options

@@ -118,6 +118,7 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
             Op.RUNNING: self._running, Op.WAIT: self._wait_handlers, Op.POLL: self._poll, Op.START: self._start,
             Op.SLEEP: self._sleep, Op.ACK: self.queue.ack_many, Op.DRAIN: self._drain, Op.FINISHED: self._finished.set,
             Op.BLOCKING: _call, Op.NACK: _nack, Op.EXTEND: _extend,
+            Op.DEAD_LETTER_QUEUE: self.queue._dead_letter_queue_of,
             Op.PAUSE: self._finished.wait, Op.SPAWN: self._spawn, Op.JOIN: self._join,
         }
         self._spawned: set[Future[Any]] = set()  # steps driven beside the run loop (acknowledgements)

@@ -319,11 +319,11 @@ def test_configure_stats_purge_and_release(q: DelayedQueue, conn) -> None:
 
 def test_queue_cron_accessor_installs_lists_pauses_and_uninstalls(q, conn):
     """``q.cron``: schedules of this queue (sync and asyncio), one call each."""
-    h = q.cron.install("digest", schedule="*/10 * * * *", payload={"kind": "digest"}, tz="Europe/Bucharest",
+    h = q.cron.install("digest", schedule="*/10 * * * *", payload={"kind": "digest"}, timezone="Europe/Bucharest",
                        lookahead=timedelta(hours=1))
     assert len(h) == 16
     # The same definition again changes nothing.
-    assert q.cron.install("digest", schedule="*/10 * * * *", payload={"kind": "digest"}, tz="Europe/Bucharest",
+    assert q.cron.install("digest", schedule="*/10 * * * *", payload={"kind": "digest"}, timezone="Europe/Bucharest",
                           lookahead=timedelta(hours=1)) == h
     conn.execute("SELECT dq_cron_install('elsewhere', 'other', '@daily', 'x'::text)")
     listed = q.cron.list()
@@ -349,6 +349,6 @@ def test_queue_cron_accessor_installs_lists_pauses_and_uninstalls(q, conn):
         q.cron.install("bad", schedule="61 * * * *", payload="x")
     assert info.value.sqlstate == "22023" and "minute" in str(info.value)
     with pytest.raises(pyqueue.InvalidArgument) as info:
-        q.cron.install("bad", schedule="@daily", payload="x", tz="Mars/Olympus")
+        q.cron.install("bad", schedule="@daily", payload="x", timezone="Mars/Olympus")
     assert info.value.sqlstate == "22023" and "timezone" in str(info.value)
     assert conn.execute("SELECT count(*) FROM dq_cron WHERE name = 'bad'").fetchone() == (0,)

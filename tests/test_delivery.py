@@ -284,7 +284,9 @@ def test_handler_failure_is_nacked_with_the_backoff() -> None:
     steps = Stepper(c.failed_steps(d, ValueError("bad")))
     assert steps.step(None) == (Op.NACK, d.message, timedelta(seconds=4), "ValueError: bad")
     assert d.state is State.FAILED
-    assert steps.step(True) is None
+    # Nacked: then where it went (its queue, or the dead-letter queue at max_deliveries), for the log.
+    assert steps.step(True) == (Op.DEAD_LETTER_QUEUE, d.message)
+    assert steps.step(None) is None
     lost = c._received(message())
     c._deliveries.lock_lost(lost)
     assert Stepper(c.failed_steps(lost, ValueError("late"))).step(None) is None  # nothing to nack

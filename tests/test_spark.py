@@ -605,3 +605,72 @@ def test_export_reads_ranges_of_the_primary_key_with_the_filters(conn: psycopg.C
     assert "Index Scan using dq_messages_pkey on dq_messages" in plans, plans
     assert "Index Scan Backward using dq_messages_pkey on dq_messages" in plans, plans
     assert "Seq Scan" not in plans, plans
+
+
+# --------------------------------------------------------------------------- the workers' interpreter
+
+WORKER_PYTHON_SCRIPT = """
+import sys
+from pyspark.sql import SparkSession
+import pyqueue.spark
+
+spark = (SparkSession.builder.master("local[1]").appName("pyqueue-worker-python")
+         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+         .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=error").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+try:
+    pyqueue.spark.register(spark)
+except RuntimeError as exc:
+    print("REGISTER FAILED:", exc, flush=True)
+    spark.stop()
+    sys.exit(3)
+print("workers run:", spark.sparkContext.pythonExec, flush=True)
+df = spark.createDataFrame([("k1", "hello")], "key string, payload string")
+(df.write.format("delayedqueue").option("dsn", sys.argv[1]).option("queue", sys.argv[2]).mode("append").save())
+print("written", flush=True)
+spark.stop()
+"""
+
+
+def run_without_venv(tmp_path: Any, dsn: str, queue: str, **env: str) -> Any:
+    """The script above, run by this virtualenv's interpreter as a user would without activating
+    it: PATH has only the system directories (their ``python3`` lacks psycopg), no PYSPARK_*."""
+    import subprocess
+
+    script = tmp_path / "job.py"
+    script.write_text(WORKER_PYTHON_SCRIPT)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "VIRTUAL_ENV"))}
+    java = shutil.which("java")
+    path = "/usr/bin:/bin" + (f":{os.path.dirname(java)}" if java else "")
+    return subprocess.run([sys.executable, str(script), dsn, queue], capture_output=True, text=True, timeout=300,
+                          env={**base, "PATH": path, **env}, cwd=tmp_path)
+
+
+def test_register_runs_workers_with_this_interpreter_outside_an_activated_venv(
+    dsn: str, conn: psycopg.Connection[Any], tmp_path: Any
+) -> None:
+    """Spark would start ``python3`` from PATH (no psycopg there); register() runs the local
+    workers with this interpreter instead, and the write succeeds."""
+    import subprocess
+
+    assert subprocess.run(["/usr/bin/python3", "-c", "import psycopg"], capture_output=True).returncode != 0
+    queue = queue_name()
+    out = run_without_venv(tmp_path, dsn, queue)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"workers run: {sys.executable}" in out.stdout and "written" in out.stdout, out.stdout
+    assert set(messages(conn, queue)) == {"k1"}
+
+
+def test_register_says_to_set_pyspark_python_when_it_cannot(
+    dsn: str, conn: psycopg.Connection[Any], tmp_path: Any
+) -> None:
+    """PYSPARK_PYTHON set to an interpreter without psycopg: register() does not override the
+    user's choice; it fails at once saying to set PYSPARK_PYTHON, and nothing is written."""
+    queue = queue_name()
+    out = run_without_venv(tmp_path, dsn, queue, PYSPARK_PYTHON="/usr/bin/python3")
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "REGISTER FAILED: delayedqueue: Spark's Python workers run '/usr/bin/python3'" in out.stdout, out.stdout
+    assert "No module named 'psycopg'" in out.stdout
+    assert f"Set PYSPARK_PYTHON to an interpreter where pgdelayq is installed, for example this one: " \
+           f"PYSPARK_PYTHON={sys.executable}" in out.stdout
+    assert messages(conn, queue) == {}

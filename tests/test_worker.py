@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -97,6 +98,24 @@ def test_failed_handler_is_retried_with_backoff(dsn: str, db) -> None:
     assert phases == [("failed", 1), ("done", 2)]
     assert "handler failed for key 'flaky'" in out
     assert db.execute("SELECT count(*) FROM dq_messages").fetchone()[0] == 0
+
+
+def test_dead_lettered_message_is_logged_as_dead_lettered(dsn: str, db, worker_mode: str) -> None:
+    """At the queue's max_deliveries the nack moves the message to its dead-letter queue: the log
+    says so and names that queue, and promises no retry; the earlier failure says when it retries."""
+    db.execute("SELECT dq_configure_queue('jobs', max_deliveries => 2, dead_letter_queue => 'jobs-dead')")
+    db.execute("""SELECT dq_offer('jobs', 'doomed', '{"x": 1}'::jsonb)""")
+    worker = start_worker(dsn, "workerhandlers:always_fail", "--idle-check", "0.5")
+    wait_for(db, "SELECT count(*) FROM dq_messages WHERE queue = 'jobs-dead' AND key = 'doomed'", 1)
+    returncode, out = stop(worker)
+    assert (returncode, db.execute("SELECT count(*) FROM handled WHERE key = 'doomed'").fetchone()[0]) == (0, 2), out
+    first = [line for line in out.splitlines() if "handler failed for key 'doomed' (delivery 1)" in line]
+    second = [line for line in out.splitlines() if "handler failed for key 'doomed' (delivery 2)" in line]
+    assert len(first) == 1 and len(second) == 1, out
+    assert re.search(r"; retry in \d+(\.\d+)? s$", first[0]), first[0]
+    assert second[0].endswith("; dead-lettered: moved to queue 'jobs-dead' (the queue's max_deliveries was "
+                              "reached), not retried"), second[0]
+    assert "retry in" not in second[0]
 
 
 def test_long_handler_keeps_its_lock_by_heartbeat(dsn: str, db) -> None:

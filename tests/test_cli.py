@@ -1,0 +1,149 @@
+"""The command line as a new user runs it: real ``python -m pyqueue`` processes against the test
+server. ``--version``; ``offer --payload`` storing JSON text as JSON; ``poll`` printing the lock
+token and what keeps the message locked, ``ack`` by token; ``queue configure | redrive |
+dead-letters`` for the operator's tasks without SQL; ``stats`` fitting 80 columns."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from datetime import timedelta
+
+import psycopg
+
+
+def cli(dsn: str | None, *args: str, columns: int | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
+    return subprocess.run([sys.executable, "-m", "pyqueue", *args, *(["--dsn", dsn] if dsn else [])],
+                          capture_output=True, text=True, timeout=60, env=env)
+
+
+def stored(conn: psycopg.Connection, queue: str, key: str) -> tuple[str, bytes] | None:
+    row = conn.execute("SELECT payload_type, payload FROM dq_messages WHERE queue = %s AND key = %s",
+                       (queue, key)).fetchone()
+    return None if row is None else (row[0], bytes(row[1]))
+
+
+def test_version_is_the_installed_distribution() -> None:
+    out = cli(None, "--version")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"pyqueue (pgdelayq) {importlib.metadata.version('pgdelayq')}"
+
+
+def test_offer_stores_json_text_as_json_unless_told(dsn: str, conn) -> None:
+    out = cli(dsn, "offer", "--queue", "jobs", "--key", "a", "--payload", '{"x": 1}')
+    assert (out.returncode, out.stdout.strip(), out.stderr.strip()) == (0, "created", "payload_type json"), out.stderr
+    assert stored(conn, "jobs", "a") == ("json", b'{"x":1}')
+    out = cli(dsn, "offer", "--queue", "jobs", "--key", "b", "--payload", '{"x": 1}', "--text")
+    assert out.returncode == 0 and out.stderr.strip() == "payload_type text", out.stderr
+    assert stored(conn, "jobs", "b") == ("text", b'{"x": 1}')
+    out = cli(dsn, "offer", "--queue", "jobs", "--key", "c", "--payload", "hello world")
+    assert out.returncode == 0 and stored(conn, "jobs", "c") == ("text", b"hello world"), out.stderr
+    out = cli(dsn, "offer", "--queue", "jobs", "--key", "d", "--payload", "hello", "--json")
+    assert out.returncode != 0 and "--payload is not JSON" in out.stderr and stored(conn, "jobs", "d") is None
+    out = cli(dsn, "offer", "--queue", "jobs", "--key", "e", "--payload", "[]", "--json", "--text")
+    assert out.returncode == 2 and "not allowed with argument" in out.stderr
+
+
+def test_poll_prints_the_lock_token_and_ack_takes_it(dsn: str, conn) -> None:
+    assert cli(dsn, "offer", "--queue", "jobs", "--key", "a", "--payload", '{"x": 1}').returncode == 0
+    out = cli(dsn, "poll", "--queue", "jobs", "--lock-timeout", "60")
+    assert out.returncode == 0, out.stderr
+    (line,) = out.stdout.splitlines()
+    polled = json.loads(line)
+    assert polled["key"] == "a" and polled["payload"] == '{"x":1}' and polled["delivery_count"] == 1
+    assert "locked_until" in polled
+    assert ("stay locked until acknowledged (pyqueue ack --queue jobs LOCK_TOKEN...) or until their lock "
+            "expires") in out.stderr
+    token = polled["lock_token"]
+    assert conn.execute("SELECT lock_token::text FROM dq_messages WHERE key = 'a'").fetchone() == (token,)
+    assert cli(dsn, "poll", "--queue", "jobs").stdout == ""  # still locked: nothing due
+    out = cli(dsn, "ack", "--queue", "jobs", token)
+    assert (out.returncode, out.stdout.strip()) == (0, "acknowledged 1 of 1"), out.stderr
+    assert stored(conn, "jobs", "a") is None
+    stale = cli(dsn, "ack", "--queue", "jobs", token)
+    assert stale.returncode == 1 and stale.stdout.strip() == "acknowledged 0 of 1"
+    bad = cli(dsn, "ack", "--queue", "jobs", "not-a-uuid")
+    assert bad.returncode == 2 and "lock_token" in bad.stderr and "messages[0] must be a UUID" in bad.stderr
+
+
+def test_queue_configure_sets_every_setting(dsn: str, conn) -> None:
+    out = cli(dsn, "queue", "configure", "jobs", "--max-deliveries", "2", "--dead-letter-queue", "jobs-dead",
+              "--archive", "--retention", "2h", "--no-notify", "--max-payload-bytes", "4096")
+    assert (out.returncode, out.stdout.strip()) == (0, "ok"), out.stderr
+    row = conn.execute("SELECT max_deliveries, dead_letter_queue, archive, retention, notify, max_payload_bytes "
+                       "FROM dq_queues WHERE queue = 'jobs'").fetchone()
+    assert row == (2, "jobs-dead", True, timedelta(hours=2), False, 4096)
+    bad = cli(dsn, "queue", "configure", "jobs", "--max-deliveries", "3", "--dead-letter-queue", "jobs")
+    assert bad.returncode == 2 and "SQLSTATE 22023" in bad.stderr, bad.stderr
+    nothing = cli(dsn, "queue", "configure", "jobs")
+    assert nothing.returncode == 2 and "--max-deliveries" in nothing.stderr and "--rate-period" in nothing.stderr
+
+
+def test_queue_dead_letters_and_redrive(dsn: str, conn) -> None:
+    conn.execute("SELECT dq_configure_queue('jobs', max_deliveries => 1, dead_letter_queue => 'jobs-dead')")
+    assert cli(dsn, "offer", "--queue", "jobs", "--key", "doomed", "--payload", '{"x": 1}').returncode == 0
+    (token,) = conn.execute("SELECT lock_token FROM dq_poll_many('jobs', 1, interval '1 minute')").fetchone()
+    assert conn.execute("SELECT dq_nack(%s, interval '0', 'boom')", (token,)).fetchone() == (True,)
+    out = cli(dsn, "queue", "dead-letters", "jobs-dead")
+    assert out.returncode == 0, out.stderr
+    (line,) = out.stdout.splitlines()
+    dead = json.loads(line)
+    assert (dead["key"], dead["dead_from"], dead["last_error"], dead["payload_type"]) == (
+        "doomed", "jobs", "boom", "json")
+    assert dead["payload_text"] == '{"x":1}' and "dead_at" in dead
+    assert "1 dead letter(s) in 'jobs-dead', oldest first" in out.stderr
+    out = cli(dsn, "queue", "redrive", "jobs-dead", "--max-count", "10")
+    assert (out.returncode, out.stdout.strip()) == (0, "moved 1 dead letter(s) back to the queues they died in")
+    assert stored(conn, "jobs", "doomed") == ("json", b'{"x":1}')
+    out = cli(dsn, "queue", "dead-letters", "jobs-dead")
+    assert out.returncode == 0 and out.stdout == "" and "0 dead letter(s)" in out.stderr
+
+
+STATS_QUEUES = ("email-notifications", "billing.invoices.retry", "webhooks-outbound-partner-acme", "sms",
+                "reports-nightly-export")
+
+
+def test_stats_fits_80_columns_with_whole_queue_names(dsn: str, conn) -> None:
+    """At 80 columns every queue name is printed whole (never ``emai…``), no line is wider than the
+    terminal, the columns left out are named, and the title claims no estimate when every figure is
+    exact; wide terminals keep every column."""
+    for name in STATS_QUEUES:
+        conn.execute("SELECT dq_offer(%s, 'k', 'x'::text)", (name,))
+    out = cli(dsn, "stats", columns=80)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), out.stdout
+    assert "…" not in out.stdout, out.stdout
+    body = [line.split("│")[1].strip() for line in lines if line.startswith("│")]
+    assert sorted(body) == sorted(STATS_QUEUES), out.stdout
+    assert "~" not in out.stdout and "estimated" not in out.stdout, out.stdout
+    assert "ready" in lines[2] and "dead" in lines[2], out.stdout
+    assert "left out to fit 80 columns:" in out.stdout, out.stdout
+    wide = cli(dsn, "stats", columns=220)
+    assert wide.returncode == 0 and "left out" not in wide.stdout and "…" not in wide.stdout, wide.stdout
+    header = wide.stdout.splitlines()[2]
+    for column in ("ready", "scheduled", "in flight", "redelivered", "dead", "held", "expired", "oldest ready",
+                   "next due", "acked/min", "acked/h", "paused"):
+        assert column in header, wide.stdout
+
+
+def test_stats_title_says_estimated_only_when_a_figure_is(dsn: str, conn) -> None:
+    """Past dq_queue_stats' exact limit (20,000 rows of a queue) the figures are estimated: the
+    title says so then, and the estimated figures carry ``~``."""
+    from pyqueue import DelayedQueue
+
+    with DelayedQueue(dsn, "bulk") as q:
+        q.offer_many([(f"k{i}", "x") for i in range(20_001)])
+    conn.execute("ANALYZE dq_messages")
+    out = cli(dsn, "stats", "--queue", "bulk", columns=80)
+    assert out.returncode == 0, out.stderr
+    assert "(~ estimated)" in out.stdout.splitlines()[0], out.stdout
+    assert "~" in out.stdout.split("bulk", 1)[1], out.stdout
+    out = cli(dsn, "stats", "--queue", "sms-none", columns=80)
+    assert out.returncode == 0 and "estimated" not in out.stdout, out.stdout
