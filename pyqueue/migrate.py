@@ -42,7 +42,7 @@ The two files of ``migrations/`` that are not numbered steps (``9999_sql.py`` an
 6. **Install schema.** Everything (the tables, the public functions and views, and yoyo's own
    bookkeeping tables) lives in one schema, default ``public``; the internal helpers (``dq__*``)
    live beside it in its private schema ``<install schema>_internal`` (:func:`private_schema`,
-   created by the step ``0013_private_schema``), so that psql's ``\\df`` lists only the API.
+   created by the step ``0012_private_schema``), so that psql's ``\\df`` lists only the API.
    ``migrate(schema=NAME)`` creates the schema when it is absent and runs yoyo with the URL
    parameter ``schema=NAME`` (yoyo's PostgreSQL backends then ``SET search_path TO NAME`` on each
    of their connections). For plain yoyo: ``CREATE SCHEMA NAME``, then ``yoyo apply --database
@@ -124,7 +124,7 @@ def sql_dir() -> Path:
 def private_schema(schema: str) -> str:
     """The private schema of the install in ``schema``: ``<schema>_internal`` (rule 6).
 
-    The migration step ``0013_private_schema`` and ``sql/000_common.sql`` derive the same name.
+    The migration step ``0012_private_schema`` and ``sql/000_common.sql`` derive the same name.
     """
     return f"{schema}_internal"
 
@@ -209,7 +209,7 @@ def migrate(dsn: str, *, schema: str = "public", up_to: str | None = None) -> li
 
 
 # Everything sql/ defines, as the database holds it (rule 5). %(schema)s: the install schema's oid,
-# %(private)s: its private schema's (NULL before 0013_private_schema).
+# %(private)s: its private schema's (NULL before 0012_private_schema).
 _DEFINITIONS = """
 SELECT 'function ' || p.pronamespace::regnamespace::text || '.' || p.oid::regprocedure::text,
        pg_get_functiondef(p.oid), p.proowner::regrole::text, p.proacl::text, obj_description(p.oid, 'pg_proc')

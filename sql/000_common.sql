@@ -21,7 +21,7 @@
 --                retention, schedules (dq_cron_*, dq_install_tick, dq_uninstall_tick)
 --
 -- Two schemas. The install schema holds the tables and the public API (dq_* functions, procedures
--- and views). Its private schema '<install schema>_internal' (created by migration 0013) holds the
+-- and views). Its private schema '<install schema>_internal' (created by migration 0012) holds the
 -- internal dq__* helpers, so that psql's \df lists only the API. The helpers are called only from
 -- inside our functions (as the owner): no application role may execute them or use that schema.
 --
@@ -53,7 +53,7 @@ DECLARE
     v_fn record;
 BEGIN
     IF pg_catalog.to_regnamespace(pg_catalog.quote_ident(v_private)) IS NULL THEN
-        RAISE EXCEPTION 'sql/000_common.sql: schema % does not exist: apply the migrations first (0013_private_schema)',
+        RAISE EXCEPTION 'sql/000_common.sql: schema % does not exist: apply the migrations first (0012_private_schema)',
             pg_catalog.quote_ident(v_private) USING ERRCODE = '3F000';
     END IF;
     FOR v_fn IN SELECT p.oid::pg_catalog.regprocedure AS sig, p.prokind FROM pg_catalog.pg_proc p

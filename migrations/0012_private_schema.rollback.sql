@@ -1,4 +1,4 @@
--- Rolling back 0013: the helpers go back into the install schema (where earlier releases kept
+-- Rolling back 0012: the helpers go back into the install schema (where earlier releases kept
 -- them), so the functions of sql/ keep working (a schema missing from their pinned search_path is
 -- skipped), and the private schema is dropped. The next full apply moves them again.
 DO $$
