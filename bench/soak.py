@@ -8,15 +8,19 @@ that module) runs for ``--duration`` seconds (default 10 minutes) at a steady ``
 deliver on a small machine, so that a growing backlog is not mistaken for bloat). After a warm-up
 (a tenth of the run, at most 60 s) a fault is injected every ``--fault-every`` seconds, in the
 rotation pinned xmin, SIGKILL of a consumer, ``pg_terminate_backend``, immediate server restart,
-SIGKILL, ``pg_terminate_backend``; the last tenth has no faults (recovery). Immediate restarts are
-at least ``--restart-every`` seconds apart (default 300; a restart that would come sooner is a
-SIGKILL instead). An immediate restart is a crash: recovery discards the cumulative statistics
-autovacuum schedules by and the index free-space-map pages not yet checkpointed (deleted index
-pages recorded as reusable are forgotten until the next VACUUM), and autovacuum resumes only one
-``autovacuum_naptime`` later; a server that crashes more often than autovacuum recovers lets the
-indexes grow (see "Routine Vacuuming" and "The Free Space Map" in the PostgreSQL manual). Crashes
-every 3 minutes grew the indexes of ``dq_messages`` by 3.3 MiB a minute; the default spacing is
-PostgreSQL's default ``checkpoint_timeout``. The pinned
+SIGKILL, ``pg_terminate_backend``; the last tenth has no faults (recovery). Immediate restarts
+happen only in the first half of the fault window, at least ``--restart-every`` seconds apart
+(default 300, PostgreSQL's default ``checkpoint_timeout``); a restart that would come later or
+sooner is a SIGKILL instead. An immediate restart is a crash: recovery discards the cumulative
+statistics autovacuum schedules by and the index free-space map not yet written (deleted index
+pages recorded as reusable are forgotten until the next VACUUM finds them again), and autovacuum
+resumes only about one ``autovacuum_naptime`` later (see "Routine Vacuuming" and "The Free Space
+Map" in the PostgreSQL manual). Until then every page split extends the indexes: each crash adds
+a step (reported as ``dq_messages_index_growth_per_restart_mib``), and a server that crashes
+again before autovacuum recovers lets the indexes grow without bound (crashes every 3 minutes grew
+those of ``dq_messages`` by 3.3 MiB a minute; one a minute, 3 to 52 MiB in 15 minutes). So the
+sizes are judged from two naptimes after the last restart, over the pins, SIGKILLs and
+terminations that follow. The pinned
 transaction lasts 20 s, or 2.5 fault intervals when that is shorter, so it always ends before the
 next restart. Two consumers are never SIGKILLed (a sync and an async ``pyqueue worker``), so that
 their memory can be followed over the whole run; they take the other faults like the rest.
@@ -34,8 +38,9 @@ Every ``--sample-every`` seconds (default: the run / 60, 1 to 10 s) the soak sam
 * the resident set size (RSS) and CPU time of every consumer and producer process (psutil).
 
 Verdict (besides bench.chaos's accounting: nothing lost, every duplicate explained and counted,
-the exactly-once ledger exact, recovery). Samples are taken from the end of the warm-up to the
-producers' stop, and split into thirds by time. Table sizes are judged only when that window is
+the exactly-once ledger exact, recovery). Samples are taken from the end of the warm-up (for
+table sizes: from two naptimes after the last crash restart) to the producers' stop, and split
+into thirds by time. Table sizes are judged only when that window is
 at least 3 × ``autovacuum_naptime`` (3 minutes by default; autovacuum visits a database once per
 naptime, so a shorter run says nothing about whether it keeps up: ``--duration 60`` reports the
 sizes without a verdict):
@@ -168,11 +173,14 @@ class Soak(Chaos):
             i += 1
             if kind == "pin" and t + self.s.pin_s > tl.window_end:
                 kind = "kill"
-            if kind == "restart" and t - last_restart < self.s.restart_every and "kill" in self.s.fault_kinds:
+            # Crash restarts: only in the first half of the fault window (the sizes are judged after
+            # the last one, see judge), at least restart_every apart; otherwise a SIGKILL.
+            late = t >= tl.before_end + (tl.window_end - tl.before_end) / 2
+            if kind == "restart" and (late or t - last_restart < self.s.restart_every):
+                if "kill" not in self.s.fault_kinds:
+                    t += every
+                    continue
                 kind = "kill"
-            elif kind == "restart" and t - last_restart < self.s.restart_every:
-                t += every
-                continue
             if kind == "restart" and kind in self.s.fault_kinds:
                 last_restart = t
             if kind not in self.s.fault_kinds:
@@ -257,11 +265,25 @@ class Soak(Chaos):
     def judge(self, t_prod_end: float, failures: list[str]) -> dict[str, Any]:
         t0 = self.t0
         lo, hi = t0 + self.timeline.before_end, t_prod_end
-        steady = [x for x in self.samples if lo <= x["t"] <= hi]
+        # Sizes are judged from two autovacuum naptimes after the last crash restart: a crash drops
+        # the statistics autovacuum schedules by and the index free-space map not yet checkpointed,
+        # so until autovacuum has run again the indexes grow by what the traffic splits meanwhile (a
+        # step per crash, reported below); after that a table autovacuum keeps in check is flat.
+        restarts = sorted(f.t_end for f in self.faults if f.kind == "restart" and f.error is None and f.t_end)
+        lo_sizes = max(lo, restarts[-1] + 2 * self.naptime_s) if restarts else lo
+        steady = [x for x in self.samples if lo_sizes <= x["t"] <= hi]
         names = sorted({name for x in self.samples for name in x["tables"]})
         # Autovacuum visits the database once per autovacuum_naptime: over a shorter window it may not
         # have run at all, and the sizes say nothing about whether it keeps up.
-        judge_sizes = hi - lo >= NAPTIMES * self.naptime_s
+        judge_sizes = hi - lo_sizes >= NAPTIMES * self.naptime_s
+        steps = []
+        for r in restarts:
+            before = [x["tables"]["dq_messages"]["index_bytes"] for x in self.samples
+                      if x["t"] < r and "dq_messages" in x["tables"]]
+            after = [x["tables"]["dq_messages"]["index_bytes"] for x in self.samples
+                     if r <= x["t"] <= r + 2 * self.naptime_s and "dq_messages" in x["tables"]]
+            if before and after:
+                steps.append(round((max(after) - before[-1]) / MIB, 2))
         judged: dict[str, Any] = {}
         for name in names:
             series = [(x["t"], x["tables"][name]) for x in steady if name in x["tables"]]
@@ -364,6 +386,8 @@ class Soak(Chaos):
                                  f"{RSS_SLACK // MIB} MiB; at least one sync and one async worker judged",
             },
             "warmup_s": round(self.timeline.before_end, 1),
+            "sizes_judged_from_s": round(lo_sizes - t0, 1),
+            "dq_messages_index_growth_per_restart_mib": steps,
             "sample_every_s": self.s.sample_every,
             "samples": len(self.samples),
             "tables": judged,
@@ -406,7 +430,8 @@ def soak_tables(report: dict[str, Any]) -> list[Table]:
 
     soak = report["soak"]
     sizes = Table(title=f"Tables over the soak ({soak['samples']} samples every {soak['sample_every_s']:g} s, "
-                        f"judged after a {soak['warmup_s']:g} s warm-up)")
+                        f"sizes judged from {soak.get('sizes_judged_from_s', soak['warmup_s']):g} s: "
+                        "two naptimes after the last crash restart)")
     for col in ("table", "rows first → last", "dead tuples max", "autovacuums", "size, first → last third",
                 "criterion", "verdict"):
         sizes.add_column(col, justify="left" if col in ("table", "criterion") else "right")
@@ -417,7 +442,8 @@ def soak_tables(report: dict[str, Any]) -> list[Table]:
                       str(row["max_dead_tuples"]), str(row["autovacuums_seen"]), size_text(row),
                       row.get("criterion", "reported, not judged"), verdict)
     sizes.caption = ("rows: pg_stat_user_tables.n_live_tup (reset by each crash restart); autovacuums: distinct "
-                     "last_autovacuum times seen")
+                     "last_autovacuum times seen; dq_messages indexes grew by "
+                     f"{soak.get('dq_messages_index_growth_per_restart_mib', [])} MiB at the crash restarts")
     idx = Table(title="Indexes of the queue tables (median size of the first and last third, MiB)")
     for col in ("index", "table", "first third", "last third"):
         idx.add_column(col, justify="left" if col in ("index", "table") else "right")
@@ -465,7 +491,10 @@ def markdown(report: dict[str, Any]) -> str:
         row(f"offered/s, delivered/s ({phase if phase == 'whole run' else 'during faults'})",
             lambda m, ph=phase: f"{m['throughput'][ph]['offered_per_s']:,.0f}, "
                                 f"{m['throughput'][ph]['delivered_per_s']:,.0f}")
-    lines += ["", "Faults: " + ", ".join(f"{k} {v}" for k, v in report["faults_injected"].items()) + ".", "",
+    lines += ["", "Faults: " + ", ".join(f"{k} {v}" for k, v in report["faults_injected"].items()) + ". "
+              f"Sizes judged from {soak.get('sizes_judged_from_s', soak['warmup_s']):g} s (two autovacuum naptimes "
+              "after the last crash restart); the indexes of dq_messages grew by "
+              f"{soak.get('dq_messages_index_growth_per_restart_mib', [])} MiB at the crash restarts.", "",
               "| table | size, first → last third | growth MiB/min (heap, indexes) | dead tuples max | autovacuums "
               "| verdict |",
               "|---|---:|---:|---:|---:|---|"]

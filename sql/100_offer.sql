@@ -250,10 +250,183 @@ GRANT EXECUTE ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text,
 
 
 SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
+-- The first error of a dq_offer_many call, NULL when there is none: every check of the input, in one
+-- pass over the arrays (element positions are 1-based ordinals). The public function raises it, so
+-- the error's context names only the function the user called. Reads the queue's payload limit
+-- only for payloads over the floor of every queue's limit.
+CREATE OR REPLACE FUNCTION dq__offer_many_error(
+    fn              text,
+    queue           text,
+    keys            text[],
+    payloads        bytea[],
+    scheduled_ats   timestamptz[],
+    can_update      boolean,
+    payload_types   text[] DEFAULT NULL,
+    priorities      integer[] DEFAULT NULL,
+    message_groups  text[] DEFAULT NULL,
+    expires_ats     timestamptz[] DEFAULT NULL,
+    headers         jsonb[] DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_error      jsonb;
+    v_n          integer := coalesce(cardinality(dq__offer_many_error.keys), 0);
+    v_now        timestamptz := now();
+    v_bad_key    bigint;
+    v_bad_pay    bigint;
+    v_bad_sched  bigint;
+    v_bad_type   bigint;
+    v_distinct   bigint;
+    v_dup        text;
+    v_value      text;
+    v_bad_time   bigint;
+    v_big        bigint;
+    v_big_len    integer;
+    v_limit      integer;
+    v_controls   boolean;
+    v_bad_ctl    bigint;
+    r            record;
+BEGIN
+    v_error := dq__name_error(fn, 'queue', dq__offer_many_error.queue, 100);
+    IF v_error IS NOT NULL THEN
+        RETURN v_error;
+    END IF;
+    IF dq__offer_many_error.keys IS NULL THEN
+        v_error := dq__null_error(fn, 'keys');
+        RETURN v_error;
+    END IF;
+    IF dq__offer_many_error.payloads IS NULL THEN
+        v_error := dq__null_error(fn, 'payloads');
+        RETURN v_error;
+    END IF;
+    IF dq__offer_many_error.can_update IS NULL THEN
+        v_error := dq__null_error(fn, 'can_update');
+        RETURN v_error;
+    END IF;
+    IF array_ndims(dq__offer_many_error.keys) > 1 OR array_ndims(dq__offer_many_error.payloads) > 1
+       OR array_ndims(dq__offer_many_error.scheduled_ats) > 1 OR array_ndims(dq__offer_many_error.payload_types) > 1
+       OR array_ndims(dq__offer_many_error.priorities) > 1 OR array_ndims(dq__offer_many_error.message_groups) > 1
+       OR array_ndims(dq__offer_many_error.expires_ats) > 1 OR array_ndims(dq__offer_many_error.headers) > 1 THEN
+        RETURN dq__error('22023', format('%s: arrays must be one-dimensional', fn));
+    END IF;
+    IF v_n > 100000 THEN
+        RETURN dq__error('54000', format('%s: keys has %s elements, the limit is 100000', fn, v_n));
+    END IF;
+    IF coalesce(cardinality(dq__offer_many_error.payloads), 0) <> v_n THEN
+        RETURN dq__error('22023', format('%s: payloads has %s elements, keys has %s', fn,
+            coalesce(cardinality(dq__offer_many_error.payloads), 0), v_n));
+    END IF;
+    FOR r IN SELECT * FROM (VALUES
+            ('scheduled_ats', cardinality(dq__offer_many_error.scheduled_ats)),
+            ('payload_types', cardinality(dq__offer_many_error.payload_types)),
+            ('priorities', cardinality(dq__offer_many_error.priorities)),
+            ('message_groups', cardinality(dq__offer_many_error.message_groups)),
+            ('expires_ats', cardinality(dq__offer_many_error.expires_ats)),
+            ('headers', cardinality(dq__offer_many_error.headers))) AS a(name, n)
+             WHERE a.n IS NOT NULL AND a.n <> v_n LOOP
+        RETURN dq__error('22023', format('%s: %s has %s elements, keys has %s', fn, r.name, r.n, v_n));
+    END LOOP;
+    IF v_n = 0 THEN
+        RETURN NULL;
+    END IF;
+    v_controls := dq__offer_many_error.priorities IS NOT NULL OR dq__offer_many_error.message_groups IS NOT NULL
+               OR dq__offer_many_error.expires_ats IS NOT NULL OR dq__offer_many_error.headers IS NOT NULL;
+
+    -- One pass over the input for every element check.
+    SELECT min(u.i) FILTER (WHERE u.k IS NULL OR u.k = '' OR char_length(u.k) > 200),
+           min(u.i) FILTER (WHERE u.p IS NULL),
+           min(u.i) FILTER (WHERE dq__offer_many_error.scheduled_ats IS NOT NULL AND u.s IS NULL),
+           min(u.i) FILTER (WHERE u.t = '' OR char_length(u.t) > 100),
+           count(DISTINCT u.k),
+           min(u.i) FILTER (WHERE NOT (u.s BETWEEN dq__min_time() AND dq__max_time())),
+           min(u.i) FILTER (WHERE octet_length(u.p) > dq__payload_limit_floor())
+      INTO v_bad_key, v_bad_pay, v_bad_sched, v_bad_type, v_distinct, v_bad_time, v_big
+      FROM unnest(dq__offer_many_error.keys, dq__offer_many_error.payloads,
+                  dq__offer_many_error.scheduled_ats, dq__offer_many_error.payload_types)
+           WITH ORDINALITY AS u(k, p, s, t, i);
+
+    -- Positions are 1-based ordinals (whatever the arrays' lower bounds); values are read by ordinal.
+    IF v_bad_key IS NOT NULL THEN
+        SELECT u.k INTO v_value FROM unnest(dq__offer_many_error.keys) WITH ORDINALITY AS u(k, i) WHERE u.i = v_bad_key;
+        v_error := dq__name_error(fn, format('keys[%s]', v_bad_key), v_value, 200);
+        RETURN v_error;
+    END IF;
+    IF v_bad_pay IS NOT NULL THEN
+        v_error := dq__null_error(fn, format('payloads[%s]', v_bad_pay));
+        RETURN v_error;
+    END IF;
+    IF v_bad_sched IS NOT NULL THEN
+        v_error := dq__null_error(fn, format('scheduled_ats[%s]', v_bad_sched));
+        RETURN v_error;
+    END IF;
+    IF v_bad_time IS NOT NULL THEN
+        v_error := dq__time_error(fn, format('scheduled_ats[%s]', v_bad_time),
+                                   dq__offer_many_error.scheduled_ats[array_lower(dq__offer_many_error.scheduled_ats, 1) + v_bad_time - 1]);
+        RETURN v_error;
+    END IF;
+    -- Payloads over the floor of every queue's limit: compare with this queue's limit, naming the
+    -- first element that is over it.
+    IF v_big IS NOT NULL THEN
+        v_limit := dq__max_payload_bytes(dq__offer_many_error.queue);
+        SELECT u.i, octet_length(u.p) INTO v_big, v_big_len
+          FROM unnest(dq__offer_many_error.payloads) WITH ORDINALITY AS u(p, i)
+         WHERE octet_length(u.p) > v_limit
+         ORDER BY u.i LIMIT 1;
+        IF FOUND THEN
+            v_error := dq__payload_too_large_error(fn, format('payloads[%s]', v_big), dq__offer_many_error.queue, v_big_len, v_limit);
+            RETURN v_error;
+        END IF;
+    END IF;
+    IF v_bad_type IS NOT NULL THEN
+        SELECT u.t INTO v_value FROM unnest(dq__offer_many_error.payload_types) WITH ORDINALITY AS u(t, i)
+         WHERE u.i = v_bad_type;
+        v_error := dq__name_error(fn, format('payload_types[%s]', v_bad_type), v_value, 100);
+        RETURN v_error;
+    END IF;
+    IF v_controls THEN
+        -- The first element whose controls are wrong is checked again by dq__controls_error, which
+        -- describes its error.
+        SELECT u.i INTO v_bad_ctl
+          FROM unnest(dq__offer_many_error.keys, dq__offer_many_error.scheduled_ats, dq__offer_many_error.priorities,
+                      dq__offer_many_error.message_groups, dq__offer_many_error.expires_ats, dq__offer_many_error.headers)
+               WITH ORDINALITY AS u(k, s, p, g, e, h, i)
+         WHERE (dq__offer_many_error.priorities IS NOT NULL AND (u.p IS NULL OR u.p NOT BETWEEN -32768 AND 32767))
+            OR u.g = '' OR char_length(u.g) > 200
+            OR NOT (u.e BETWEEN dq__min_time() AND dq__max_time()) OR u.e <= coalesce(u.s, v_now)
+            OR jsonb_typeof(u.h) <> 'object' OR octet_length(u.h::text) > 8192
+         ORDER BY u.i LIMIT 1;
+        IF FOUND THEN
+            v_error := dq__controls_error(fn, format('[%s]', v_bad_ctl),
+                                       CASE WHEN dq__offer_many_error.priorities IS NULL THEN 0
+                                            ELSE dq__offer_many_error.priorities[array_lower(dq__offer_many_error.priorities, 1) + v_bad_ctl - 1] END,
+                                       dq__offer_many_error.message_groups[array_lower(dq__offer_many_error.message_groups, 1) + v_bad_ctl - 1],
+                                       coalesce(dq__offer_many_error.scheduled_ats[array_lower(dq__offer_many_error.scheduled_ats, 1) + v_bad_ctl - 1], v_now),
+                                       dq__offer_many_error.expires_ats[array_lower(dq__offer_many_error.expires_ats, 1) + v_bad_ctl - 1],
+                                       dq__offer_many_error.headers[array_lower(dq__offer_many_error.headers, 1) + v_bad_ctl - 1]);
+            RETURN v_error;
+        END IF;
+    END IF;
+    IF v_distinct <> v_n THEN
+        SELECT u.k INTO v_dup FROM unnest(dq__offer_many_error.keys) AS u(k)
+         GROUP BY u.k HAVING count(*) > 1 ORDER BY u.k LIMIT 1;
+        RETURN dq__error('22023', format('%s: key "%s" appears more than once in keys', fn, v_dup));
+    END IF;
+
+    RETURN NULL;
+END;
+$$;
+COMMENT ON FUNCTION dq__offer_many_error(text, text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) IS
+  'Internal: the first error of a dq_offer_many (or dq_install_tick, fn) input as {"sqlstate", "message"[, "hint"]}, NULL when the input is valid.';
+REVOKE ALL ON FUNCTION dq__offer_many_error(text, text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
 -- dq_offer_many: dq_offer's semantics for each element, set-based: one validation query and
 -- one INSERT .. ON CONFLICT for the whole batch; element positions in errors are 1-based.
--- dq__offer_many is the body; fn is the public function its errors name, cron_prefix the owner
--- recorded on the rows it writes (dq_install_tick's key_prefix; NULL for dq_offer_many).
+-- dq__offer_many is the body, for input that dq__offer_many_error found valid (its callers check
+-- first and raise); fn is the public function calling, cron_prefix the owner recorded on the rows
+-- it writes (dq_install_tick's key_prefix; NULL for dq_offer_many).
 --
 -- Concurrency: as dq_offer, per row. Rows are inserted in bytewise key order (COLLATE "C", the
 -- key column's collation, whatever the database's), as dead-lettering and redrive insert theirs, so
@@ -278,155 +451,18 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_error    jsonb;
     v_n          integer := coalesce(cardinality(dq__offer_many.keys), 0);
     v_now        timestamptz := now();
-    v_bad_key    bigint;
-    v_bad_pay    bigint;
-    v_bad_sched  bigint;
-    v_bad_type   bigint;
-    v_distinct   bigint;
-    v_dup        text;
-    v_value      text;
     v_keys       text[];
     v_outcomes   text[];
     v_changed_at timestamptz;
-    v_bad_time   bigint;
-    v_big        bigint;
-    v_big_len    integer;
-    v_limit      integer;
     v_woken      boolean;
-    v_controls   boolean;
-    v_bad_ctl    bigint;
     v_groups     text[];
     v_updated    bigint[];
     v_settled    integer;
-    r            record;
 BEGIN
-    v_error := dq__name_error(fn, 'queue', dq__offer_many.queue, 100);
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF dq__offer_many.keys IS NULL THEN
-        v_error := dq__null_error(fn, 'keys');
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF dq__offer_many.payloads IS NULL THEN
-        v_error := dq__null_error(fn, 'payloads');
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF dq__offer_many.can_update IS NULL THEN
-        v_error := dq__null_error(fn, 'can_update');
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF array_ndims(dq__offer_many.keys) > 1 OR array_ndims(dq__offer_many.payloads) > 1
-       OR array_ndims(dq__offer_many.scheduled_ats) > 1 OR array_ndims(dq__offer_many.payload_types) > 1
-       OR array_ndims(dq__offer_many.priorities) > 1 OR array_ndims(dq__offer_many.message_groups) > 1
-       OR array_ndims(dq__offer_many.expires_ats) > 1 OR array_ndims(dq__offer_many.headers) > 1 THEN
-        RAISE EXCEPTION '%: arrays must be one-dimensional', fn USING ERRCODE = '22023';
-    END IF;
-    IF v_n > 100000 THEN
-        RAISE EXCEPTION '%: keys has % elements, the limit is 100000', fn, v_n USING ERRCODE = '54000';
-    END IF;
-    IF coalesce(cardinality(dq__offer_many.payloads), 0) <> v_n THEN
-        RAISE EXCEPTION '%: payloads has % elements, keys has %', fn,
-            coalesce(cardinality(dq__offer_many.payloads), 0), v_n USING ERRCODE = '22023';
-    END IF;
-    FOR r IN SELECT * FROM (VALUES
-            ('scheduled_ats', cardinality(dq__offer_many.scheduled_ats)),
-            ('payload_types', cardinality(dq__offer_many.payload_types)),
-            ('priorities', cardinality(dq__offer_many.priorities)),
-            ('message_groups', cardinality(dq__offer_many.message_groups)),
-            ('expires_ats', cardinality(dq__offer_many.expires_ats)),
-            ('headers', cardinality(dq__offer_many.headers))) AS a(name, n)
-             WHERE a.n IS NOT NULL AND a.n <> v_n LOOP
-        RAISE EXCEPTION '%: % has % elements, keys has %', fn, r.name, r.n, v_n USING ERRCODE = '22023';
-    END LOOP;
     IF v_n = 0 THEN
         RETURN;
-    END IF;
-    v_controls := dq__offer_many.priorities IS NOT NULL OR dq__offer_many.message_groups IS NOT NULL
-               OR dq__offer_many.expires_ats IS NOT NULL OR dq__offer_many.headers IS NOT NULL;
-
-    -- One pass over the input for every element check.
-    SELECT min(u.i) FILTER (WHERE u.k IS NULL OR u.k = '' OR char_length(u.k) > 200),
-           min(u.i) FILTER (WHERE u.p IS NULL),
-           min(u.i) FILTER (WHERE dq__offer_many.scheduled_ats IS NOT NULL AND u.s IS NULL),
-           min(u.i) FILTER (WHERE u.t = '' OR char_length(u.t) > 100),
-           count(DISTINCT u.k),
-           min(u.i) FILTER (WHERE NOT (u.s BETWEEN dq__min_time() AND dq__max_time())),
-           min(u.i) FILTER (WHERE octet_length(u.p) > dq__payload_limit_floor())
-      INTO v_bad_key, v_bad_pay, v_bad_sched, v_bad_type, v_distinct, v_bad_time, v_big
-      FROM unnest(dq__offer_many.keys, dq__offer_many.payloads,
-                  dq__offer_many.scheduled_ats, dq__offer_many.payload_types)
-           WITH ORDINALITY AS u(k, p, s, t, i);
-
-    -- Positions are 1-based ordinals (whatever the arrays' lower bounds); values are read by ordinal.
-    IF v_bad_key IS NOT NULL THEN
-        SELECT u.k INTO v_value FROM unnest(dq__offer_many.keys) WITH ORDINALITY AS u(k, i) WHERE u.i = v_bad_key;
-        v_error := dq__name_error(fn, format('keys[%s]', v_bad_key), v_value, 200);
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF v_bad_pay IS NOT NULL THEN
-        v_error := dq__null_error(fn, format('payloads[%s]', v_bad_pay));
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF v_bad_sched IS NOT NULL THEN
-        v_error := dq__null_error(fn, format('scheduled_ats[%s]', v_bad_sched));
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF v_bad_time IS NOT NULL THEN
-        v_error := dq__time_error(fn, format('scheduled_ats[%s]', v_bad_time),
-                                   dq__offer_many.scheduled_ats[array_lower(dq__offer_many.scheduled_ats, 1) + v_bad_time - 1]);
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    -- Payloads over the floor of every queue's limit: compare with this queue's limit, naming the
-    -- first element that is over it.
-    IF v_big IS NOT NULL THEN
-        v_limit := dq__max_payload_bytes(dq__offer_many.queue);
-        SELECT u.i, octet_length(u.p) INTO v_big, v_big_len
-          FROM unnest(dq__offer_many.payloads) WITH ORDINALITY AS u(p, i)
-         WHERE octet_length(u.p) > v_limit
-         ORDER BY u.i LIMIT 1;
-        IF FOUND THEN
-            v_error := dq__payload_too_large_error(fn, format('payloads[%s]', v_big), dq__offer_many.queue, v_big_len, v_limit);
-            RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
-        END IF;
-    END IF;
-    IF v_bad_type IS NOT NULL THEN
-        SELECT u.t INTO v_value FROM unnest(dq__offer_many.payload_types) WITH ORDINALITY AS u(t, i)
-         WHERE u.i = v_bad_type;
-        v_error := dq__name_error(fn, format('payload_types[%s]', v_bad_type), v_value, 100);
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF v_controls THEN
-        -- The first element whose controls are wrong is checked again by dq__controls_error, which
-        -- describes its error.
-        SELECT u.i INTO v_bad_ctl
-          FROM unnest(dq__offer_many.keys, dq__offer_many.scheduled_ats, dq__offer_many.priorities,
-                      dq__offer_many.message_groups, dq__offer_many.expires_ats, dq__offer_many.headers)
-               WITH ORDINALITY AS u(k, s, p, g, e, h, i)
-         WHERE (dq__offer_many.priorities IS NOT NULL AND (u.p IS NULL OR u.p NOT BETWEEN -32768 AND 32767))
-            OR u.g = '' OR char_length(u.g) > 200
-            OR NOT (u.e BETWEEN dq__min_time() AND dq__max_time()) OR u.e <= coalesce(u.s, v_now)
-            OR jsonb_typeof(u.h) <> 'object' OR octet_length(u.h::text) > 8192
-         ORDER BY u.i LIMIT 1;
-        IF FOUND THEN
-            v_error := dq__controls_error(fn, format('[%s]', v_bad_ctl),
-                                       CASE WHEN dq__offer_many.priorities IS NULL THEN 0
-                                            ELSE dq__offer_many.priorities[array_lower(dq__offer_many.priorities, 1) + v_bad_ctl - 1] END,
-                                       dq__offer_many.message_groups[array_lower(dq__offer_many.message_groups, 1) + v_bad_ctl - 1],
-                                       coalesce(dq__offer_many.scheduled_ats[array_lower(dq__offer_many.scheduled_ats, 1) + v_bad_ctl - 1], v_now),
-                                       dq__offer_many.expires_ats[array_lower(dq__offer_many.expires_ats, 1) + v_bad_ctl - 1],
-                                       dq__offer_many.headers[array_lower(dq__offer_many.headers, 1) + v_bad_ctl - 1]);
-            RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-        END IF;
-    END IF;
-    IF v_distinct <> v_n THEN
-        SELECT u.k INTO v_dup FROM unnest(dq__offer_many.keys) AS u(k)
-         GROUP BY u.k HAVING count(*) > 1 ORDER BY u.k LIMIT 1;
-        RAISE EXCEPTION '%: key "%" appears more than once in keys', fn, v_dup
-            USING ERRCODE = '22023';
     END IF;
 
     IF dq__offer_many.can_update THEN
@@ -533,10 +569,30 @@ CREATE OR REPLACE FUNCTION dq_offer_many(
     expires_ats     timestamptz[] DEFAULT NULL,
     headers         jsonb[] DEFAULT NULL)
 RETURNS TABLE (key text, outcome text)
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path FROM CURRENT
-AS $$ SELECT o.key, o.outcome FROM dq__offer_many('dq_offer_many', $1, $2, $3, $4, $5, $6, NULL, $7, $8, $9, $10) AS o $$;
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_error jsonb;
+BEGIN
+    v_error := dq__offer_many_error('dq_offer_many', dq_offer_many.queue, dq_offer_many.keys, dq_offer_many.payloads,
+                                    dq_offer_many.scheduled_ats, dq_offer_many.can_update, dq_offer_many.payload_types,
+                                    dq_offer_many.priorities, dq_offer_many.message_groups, dq_offer_many.expires_ats,
+                                    dq_offer_many.headers);
+    IF v_error ? 'hint' THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
+    ELSIF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    RETURN QUERY SELECT o.key, o.outcome
+      FROM dq__offer_many('dq_offer_many', dq_offer_many.queue, dq_offer_many.keys, dq_offer_many.payloads,
+                          dq_offer_many.scheduled_ats, dq_offer_many.can_update, dq_offer_many.payload_types, NULL,
+                          dq_offer_many.priorities, dq_offer_many.message_groups, dq_offer_many.expires_ats,
+                          dq_offer_many.headers) AS o;
+END;
+$$;
 COMMENT ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) IS
   'dq_offer_many(queue text, keys text[], payloads bytea[] each <= the queue''s max_payload_bytes (default 1 MiB), scheduled_ats timestamptz[] in 0001-01-02 .. 9999-12-30 UTC, default NULL = now for all, can_update boolean default true, payload_types text[] default NULL = ''bytes'', priorities integer[] default NULL = 0, message_groups text[] default NULL = none, expires_ats timestamptz[] default NULL = none, headers jsonb[] default NULL = none) -> TABLE(key text, outcome text) in input order, outcome and element rules as dq_offer. Set-based (one INSERT .. ON CONFLICT, rows in bytewise key order). Errors: 22004 NULL array or element, 22023 unequal lengths, a repeated key or a bad control (as dq_offer), 22001 key or message group too long, 22008 a scheduled_ats or expires_ats element out of range, 54000 over 100000 elements or a payload or headers over the limit; errors name the element (keys[3]); nothing is written on error.';
 REVOKE ALL ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) FROM PUBLIC;

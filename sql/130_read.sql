@@ -1,4 +1,4 @@
--- Reading and removing by key: dq_cancel, dq_get, dq_next_due.
+-- Reading and removing by key: dq_cancel, dq_get, dq_next_due; dq_list_messages for operators.
 -- Pin the search_path to the install schema (sql/000_common.sql).
 SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
@@ -77,6 +77,54 @@ COMMENT ON FUNCTION dq_get(text, text) IS
   'dq_get(queue text, key text) -> the messages with this key (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, delivery_count, locked_until = NULL unless in flight, priority, message_group, expires_at, headers): the ordinary message first, then dead letters sharing the key (dead-letter queues), oldest first; a plain read, no lock, no lock token. Errors: 22004/22023/22001 queue or key.';
 REVOKE ALL ON FUNCTION dq_get(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_get(text, text) TO dq_consumer;
+
+-- The messages of a queue for operators (dq_admin may not read dq_messages): by due time, at
+-- most max_rows, optionally of one state. A plain read: no lock is taken, nothing changes. It sorts
+-- the queue's rows of that state (an index gives them by priority first): on a queue of millions,
+-- a second or more.
+CREATE OR REPLACE FUNCTION dq_list_messages(queue text, in_state text DEFAULT NULL, max_rows integer DEFAULT 100)
+RETURNS TABLE (key text, state text, scheduled_at timestamptz, delivery_count integer,
+               locked_until timestamptz, last_error text, last_error_at timestamptz,
+               created_at timestamptz, priority integer, message_group text, dead_from text,
+               payload_type text, payload_text text)
+LANGUAGE plpgsql VOLATILE  -- reads clock_timestamp()
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_error jsonb;
+    v_now   timestamptz := clock_timestamp();
+BEGIN
+    v_error := coalesce(dq__name_error('dq_list_messages', 'queue', dq_list_messages.queue, 100),
+                        dq__range_error('dq_list_messages', 'max_rows', dq_list_messages.max_rows, 1, 10000));
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    IF dq_list_messages.in_state NOT IN ('ready', 'scheduled', 'in_flight', 'redelivered') THEN
+        RAISE EXCEPTION 'dq_list_messages: in_state is "%", it must be ready, scheduled, in_flight, redelivered or NULL (all)',
+            left(dq_list_messages.in_state, 40) USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+    SELECT m.key, s.state, m.scheduled_at, m.delivery_count,
+           CASE WHEN s.state = 'in_flight' THEN m.scheduled_at END,
+           m.last_error, m.last_error_at, m.created_at, m.priority::integer, m.message_group, m.dead_from,
+           m.payload_type, dq__payload_text(m.payload)
+      FROM dq_messages m
+     CROSS JOIN LATERAL (SELECT CASE WHEN m.lock_token IS NOT NULL AND m.scheduled_at > v_now THEN 'in_flight'
+                                     WHEN m.scheduled_at <= v_now THEN 'ready'
+                                     ELSE 'scheduled' END AS state) s
+     WHERE m.queue = dq_list_messages.queue
+       AND (dq_list_messages.in_state IS NULL OR s.state = dq_list_messages.in_state
+            OR (dq_list_messages.in_state = 'redelivered' AND m.delivery_count > 1))
+     ORDER BY m.scheduled_at, m.id
+     LIMIT dq_list_messages.max_rows;
+END;
+$$;
+COMMENT ON FUNCTION dq_list_messages(text, text, integer) IS
+  'dq_list_messages(queue text, in_state text default NULL = all: ready, scheduled, in_flight or redelivered (delivered more than once, in any state), max_rows integer 1..10000 default 100) -> the messages of the queue (dead letters included, dead_from set), by due time (scheduled_at; for one in flight, when its lock expires): key, state, scheduled_at, delivery_count, locked_until (in flight only), last_error, last_error_at, created_at, priority, message_group, dead_from, payload_type, payload_text (the payload decoded as UTF-8, or \x and hex digits). A plain read, no lock, no lock token. Errors: 22004/22023/22001 queue, 22004/22023 max_rows, 22023 in_state.';
+REVOKE ALL ON FUNCTION dq_list_messages(text, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_list_messages(text, text, integer) TO dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_next_due(queue text)
 RETURNS timestamptz

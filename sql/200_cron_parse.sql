@@ -236,6 +236,35 @@ $$;
 COMMENT ON FUNCTION dq__cron_zone(text, text) IS
   'Internal: the canonical IANA name of timezone (pg_timezone_names, case-insensitive); 22004 NULL, 22023 unknown.';
 REVOKE ALL ON FUNCTION dq__cron_zone(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- A definition given to a public function (dq_cron_install, dq_cron_occurrences): the parsed
+-- schedule and the canonical zone, or the first error (class 22: 22004, 22023, 22001) as
+-- {"sqlstate", "message"[, "hint"]} for that function to raise itself, so the error's context
+-- names only the function the user called. The parser raises deep inside its helpers; the block
+-- with an exception handler is a subtransaction without writes (no transaction id is assigned),
+-- entered only by installs and previews.
+CREATE OR REPLACE FUNCTION dq__cron_definition(fn text, schedule text, timezone text,
+                                               OUT spec dq_cron_spec, OUT zone text, OUT error jsonb)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_state text;
+    v_msg   text;
+    v_hint  text;
+BEGIN
+    spec := dq__cron_parse(fn, schedule);
+    zone := dq__cron_zone(fn, timezone);
+EXCEPTION WHEN data_exception THEN
+    GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT, v_hint = PG_EXCEPTION_HINT;
+    spec := NULL;
+    zone := NULL;
+    error := jsonb_strip_nulls(jsonb_build_object('sqlstate', v_state, 'message', v_msg, 'hint', nullif(v_hint, '')));
+END;
+$$;
+COMMENT ON FUNCTION dq__cron_definition(text, text, text) IS
+  'Internal: (spec, zone, NULL) for a valid schedule and timezone, else (NULL, NULL, the error as {"sqlstate", "message"[, "hint"]}) naming fn.';
+REVOKE ALL ON FUNCTION dq__cron_definition(text, text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
 

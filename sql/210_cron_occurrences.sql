@@ -164,6 +164,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_error    jsonb;
+    v_def      record;
     v_spec  dq_cron_spec;
     v_zone  text;
     v_times timestamptz[];
@@ -193,8 +194,15 @@ BEGIN
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    v_spec := dq__cron_parse('dq_cron_occurrences', dq_cron_occurrences.schedule);
-    v_zone := dq__cron_zone('dq_cron_occurrences', dq_cron_occurrences.timezone);
+    v_def := dq__cron_definition('dq_cron_occurrences', dq_cron_occurrences.schedule, dq_cron_occurrences.timezone);
+    v_spec := v_def.spec;
+    v_zone := v_def.zone;
+    v_error := v_def.error;
+    IF v_error ? 'hint' THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
+    ELSIF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     v_times := dq__cron_between(v_spec, v_zone, dq_cron_occurrences.after, dq_cron_occurrences.until,
                                 dq_cron_occurrences.max_count);
     -- A schedule that never fires is refused as dq_cron_install refuses it (an empty window of one

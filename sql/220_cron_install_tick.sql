@@ -23,39 +23,24 @@ COMMENT ON FUNCTION dq__cron_key_hash(text, text) IS
   'Internal: the config hash of an occurrence key <key_prefix>/<hash>/<epoch ms>, or NULL when key is not one of key_prefix.';
 REVOKE ALL ON FUNCTION dq__cron_key_hash(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
--- Common argument checks of dq_install_tick and dq_uninstall_tick.
-CREATE OR REPLACE FUNCTION dq__cron_check_prefix(fn text, queue text, key_prefix text, config_hash text, hash_required boolean)
-RETURNS void
-LANGUAGE plpgsql IMMUTABLE
-SET search_path FROM CURRENT
+-- Common argument checks of dq_install_tick and dq_uninstall_tick: the first error, NULL when none
+-- (the caller raises it, so the error's context names the function the user called).
+DROP FUNCTION IF EXISTS dq__cron_check_prefix(text, text, text, text, boolean);
+CREATE OR REPLACE FUNCTION dq__cron_prefix_error(fn text, queue text, key_prefix text, config_hash text,
+                                                 hash_required boolean)
+RETURNS jsonb
+LANGUAGE sql STABLE
 AS $$
-DECLARE
-    v_error    jsonb;
-BEGIN
-    v_error := dq__name_error(fn, 'queue', queue, 100);
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    v_error := dq__name_error(fn, 'key_prefix', key_prefix, 100);
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF config_hash IS NULL AND hash_required THEN
-        v_error := dq__null_error(fn, 'config_hash');
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF config_hash = '' OR char_length(config_hash) > 64 THEN
-        v_error := dq__name_error(fn, 'config_hash', config_hash, 64);
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF strpos(config_hash, '/') > 0 THEN
-        RAISE EXCEPTION '%: config_hash must not contain "/"', fn USING ERRCODE = '22023';
-    END IF;
-END;
+    SELECT coalesce(dq__name_error(fn, 'queue', queue, 100), dq__name_error(fn, 'key_prefix', key_prefix, 100),
+                    CASE WHEN config_hash IS NULL AND hash_required THEN dq__null_error(fn, 'config_hash') END,
+                    CASE WHEN config_hash = '' OR char_length(config_hash) > 64
+                         THEN dq__name_error(fn, 'config_hash', config_hash, 64) END,
+                    CASE WHEN strpos(config_hash, '/') > 0
+                         THEN dq__error('22023', format('%s: config_hash must not contain "/"', fn)) END)
 $$;
-COMMENT ON FUNCTION dq__cron_check_prefix(text, text, text, text, boolean) IS
-  'Internal: 22004/22023/22001 for queue (<=100), key_prefix (<=100), config_hash (<=64, no "/").';
-REVOKE ALL ON FUNCTION dq__cron_check_prefix(text, text, text, text, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+COMMENT ON FUNCTION dq__cron_prefix_error(text, text, text, text, boolean) IS
+  'Internal: NULL, or the 22004/22023/22001 error for queue (<=100), key_prefix (<=100), config_hash (<=64, no "/").';
+REVOKE ALL ON FUNCTION dq__cron_prefix_error(text, text, text, text, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
 -- dq_install_tick: the occurrences of one key prefix, installed in one transaction.
@@ -100,8 +85,11 @@ DECLARE
     v_pays     bytea[];
     v_created  integer;
 BEGIN
-    PERFORM dq__cron_check_prefix('dq_install_tick', dq_install_tick.queue, dq_install_tick.key_prefix,
+    v_error := dq__cron_prefix_error('dq_install_tick', dq_install_tick.queue, dq_install_tick.key_prefix,
                                   dq_install_tick.config_hash, true);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     IF dq_install_tick.scheduled_ats IS NULL THEN
         v_error := dq__null_error('dq_install_tick', 'scheduled_ats');
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
@@ -198,6 +186,13 @@ BEGIN
         RETURN 0;
     END IF;
 
+    v_error := dq__offer_many_error('dq_install_tick', dq_install_tick.queue, v_keys, v_pays, v_times,
+                                    dq_install_tick.can_update, array_fill(v_type, ARRAY[cardinality(v_keys)]));
+    IF v_error ? 'hint' THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
+    ELSIF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     SELECT count(*) FILTER (WHERE o.outcome = 'created') INTO v_created
       FROM dq__offer_many('dq_install_tick', dq_install_tick.queue, v_keys, v_pays, v_times, dq_install_tick.can_update,
                           array_fill(v_type, ARRAY[cardinality(v_keys)]), dq_install_tick.key_prefix) o;
@@ -218,9 +213,13 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_count integer;
+    v_error jsonb;
 BEGIN
-    PERFORM dq__cron_check_prefix('dq_uninstall_tick', dq_uninstall_tick.queue, dq_uninstall_tick.key_prefix,
+    v_error := dq__cron_prefix_error('dq_uninstall_tick', dq_uninstall_tick.queue, dq_uninstall_tick.key_prefix,
                                   dq_uninstall_tick.config_hash, false);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     PERFORM pg_advisory_xact_lock(hashtextextended('dq_install_tick' || chr(1) || dq_uninstall_tick.queue
                                                    || chr(1) || dq_uninstall_tick.key_prefix, 0));
     DELETE FROM dq_messages m

@@ -159,6 +159,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_error    jsonb;
+    v_def      record;
     v_type  text;
     v_spec  dq_cron_spec;
     v_zone  text;
@@ -212,8 +213,15 @@ BEGIN
                 USING ERRCODE = '22023';
         END;
     END IF;
-    v_spec := dq__cron_parse('dq_cron_install', dq_cron_install.schedule);
-    v_zone := dq__cron_zone('dq_cron_install', dq_cron_install.timezone);
+    v_def := dq__cron_definition('dq_cron_install', dq_cron_install.schedule, dq_cron_install.timezone);
+    v_spec := v_def.spec;
+    v_zone := v_def.zone;
+    v_error := v_def.error;
+    IF v_error ? 'hint' THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
+    ELSIF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     IF cardinality(dq__cron_between(v_spec, v_zone, now(), 'infinity', 1)) = 0 THEN
         RAISE EXCEPTION 'dq_cron_install: schedule "%" never fires (no occurrence in the next 50 years)',
             left(dq_cron_install.schedule, 60) USING ERRCODE = '22023';

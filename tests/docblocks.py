@@ -94,6 +94,15 @@ def child_env(dsn: str) -> dict[str, str]:
     return env
 
 
+def run_psql(block: Block, dsn: str, *options: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run an sql block through a real ``psql`` (``-X``, its text on stdin) against ``dsn``, with
+    ``options`` (e.g. ``-v ON_ERROR_STOP=1``). Returns the finished process."""
+    from sqlhelpers import pg_program
+
+    return subprocess.run([pg_program("psql"), dsn, "-X", *options, "-f", "-"], input=block.text,
+                          capture_output=True, text=True, timeout=timeout, env=child_env(dsn))
+
+
 def run_python(block: Block, dsn: str, *, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run a python block in a new interpreter (its text on stdin) against ``dsn``; for a ``worker``
     block, wait for its expected output, then SIGTERM it. Returns the finished process."""

@@ -18,7 +18,6 @@ import subprocess
 from typing import Any
 
 import psycopg
-import pytest
 from sqlhelpers import pg_program
 from test_sql_install import ROLE_OF, ROLES
 
@@ -80,22 +79,10 @@ def test_psql_df_lists_only_the_api(dsn: str) -> None:
     assert psql_names(dsn, "\\df dq__*") == set()
 
 
-#: Helpers that still raise their callers' errors themselves (the batch body of dq_offer_many and
-#: dq_install_tick, the schedule parser, the time zone check, the key-prefix check): a case whose
-#: CONTEXT names one of them is reported as xfail, not passed, until they describe their errors too.
-NOT_YET_RAISED_BY_THE_CALLER = ("dq__offer_many(", "dq__cron_parse(", "dq__cron_field(", "dq__cron_zone(",
-                                "dq__cron_check_prefix(")
-
-
 def check_context_names_only(err: psycopg.Error, function: str) -> None:
     """The error's CONTEXT (psycopg ``diag.context``) names no internal helper, no private schema,
-    and no function but ``function`` (the one the user called; its overloads share its name).
-    Call it last in a test: a known remaining case (:data:`NOT_YET_RAISED_BY_THE_CALLER`) ends
-    the test as xfail."""
+    and no function but ``function`` (the one the user called; its overloads share its name)."""
     context = err.diag.context or ""
-    known = [h for h in NOT_YET_RAISED_BY_THE_CALLER if h in context]
-    if known:
-        pytest.xfail(f"raised inside {known[0].rstrip('(')}: {context.splitlines()[0]}")
     assert "dq__" not in context and "_internal" not in context, context
     named = set(re.findall(r'function "?([\w.]+)', context))
     assert named <= {function}, context

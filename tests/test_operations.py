@@ -174,7 +174,7 @@ CONSUMER = ["SELECT * FROM dq_poll_many('jobs', 1, '1 minute')", "SELECT * FROM 
             "SELECT dq_extend(gen_random_uuid(), '1 minute')", "SELECT * FROM dq_get('jobs', 'k')",
             "SELECT dq_next_due('jobs')", "SELECT dq_channel('jobs')", "SELECT dq_wait('jobs', '1 second')"]
 ADMIN = ["SELECT dq_configure_queue('jobs', archive => true)", "SELECT dq_redrive('jobs.dead')",
-         "SELECT * FROM dq_dead_letters('jobs.dead')",
+         "SELECT * FROM dq_dead_letters('jobs.dead')", "SELECT * FROM dq_list_messages('jobs')",
          "SELECT dq_purge('nothing', confirm => true)", "SELECT dq_release_locks('jobs')",
          "SELECT * FROM dq_stats", "SELECT dq_prune_archive()", "SELECT * FROM dq_cron_schedules",
          "SELECT dq_cron_install('nightly', 'jobs', 'daily at 03:00', 'x'::bytea)", "SELECT dq_cron_tick()",

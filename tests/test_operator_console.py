@@ -54,8 +54,36 @@ def test_a_dq_admin_login_reads_dead_letters_with_their_errors_and_payloads(
             consumer.execute("SELECT * FROM dq_dead_letters('emails.dead')")
 
 
-def test_dq_dead_letters_rejects_bad_input_and_changes_nothing(conn: psycopg.Connection[Any]) -> None:
+def test_a_dq_admin_login_lists_a_queue_by_state(conn: psycopg.Connection[Any], login: Callable[[str], str]) -> None:
+    conn.execute("""SELECT dq_offer('jobs', 'due', '{"n": 1}'::jsonb, now() - interval '1 minute'),
+                           dq_offer('jobs', 'held', 'x', now() - interval '30 seconds'),
+                           dq_offer('jobs', 'later', '\\x00ff'::bytea, now() + interval '1 hour'),
+                           dq_offer('other', 'due', 'x')""")
+    (token,) = conn.execute("SELECT lock_token FROM dq_poll_many('jobs', 1, '1 minute')").fetchone()  # 'due'
+    conn.execute("SELECT dq_nack(%s, '0', 'boom')", (token,))  # delivered once, due again
+    assert conn.execute("SELECT count(*) FROM dq_poll_many('jobs', 2, '10 minutes')").fetchone()[0] == 2
+    conn.execute("SELECT dq_offer('jobs', 'fresh', 'x', now() - interval '1 second')")
+    with psycopg.connect(login("dq_admin"), autocommit=True) as admin:
+        rows = admin.execute("SELECT key, state, delivery_count, locked_until IS NOT NULL, last_error, payload_type, "
+                             "payload_text FROM dq_list_messages('jobs')").fetchall()
+        assert sorted(rows) == sorted([("fresh", "ready", 0, False, None, "text", "x"),
+                                       ("due", "in_flight", 2, True, "boom", "json", '{"n": 1}'),
+                                       ("held", "in_flight", 1, True, None, "text", "x"),
+                                       ("later", "scheduled", 0, False, None, "bytes", "\\x00ff")])
+        assert (rows[0][0], rows[-1][0]) == ("fresh", "later")  # by due time; in flight: by lock expiry
+        by_state = {s: sorted(r[0] for r in admin.execute("SELECT key FROM dq_list_messages('jobs', %s)", (s,)))
+                    for s in ("ready", "scheduled", "in_flight", "redelivered")}
+        assert by_state == {"ready": ["fresh"], "scheduled": ["later"], "in_flight": ["due", "held"],
+                            "redelivered": ["due"]}
+        assert [r[0] for r in admin.execute("SELECT key FROM dq_list_messages('jobs', max_rows => 1)")] == ["fresh"]
+
+
+def test_dq_dead_letters_and_dq_list_messages_reject_bad_input(conn: psycopg.Connection[Any]) -> None:
     for statement, sqlstate, fragment in [
+        ("SELECT * FROM dq_list_messages(NULL)", "22004", "queue"),
+        ("SELECT * FROM dq_list_messages('q', 'stuck')", "22023", "in_state"),
+        ("SELECT * FROM dq_list_messages('q', NULL, 0)", "22023", "max_rows"),
+        ("SELECT * FROM dq_list_messages('q', NULL, 10001)", "22023", "max_rows"),
         ("SELECT * FROM dq_dead_letters(NULL)", "22004", "dead_letter_queue"),
         ("SELECT * FROM dq_dead_letters('')", "22023", "dead_letter_queue"),
         ("SELECT * FROM dq_dead_letters('q', 0)", "22023", "max_rows"),
@@ -64,7 +92,7 @@ def test_dq_dead_letters_rejects_bad_input_and_changes_nothing(conn: psycopg.Con
         with pytest.raises(psycopg.Error) as info:
             conn.execute(statement)
         assert info.value.sqlstate == sqlstate, statement
-        assert (info.value.diag.message_primary or "").startswith("dq_dead_letters:")
+        assert (info.value.diag.message_primary or "").startswith(statement.split("FROM ")[1].split("(")[0] + ":")
         assert fragment in (info.value.diag.message_primary or "")
 
 
@@ -72,7 +100,7 @@ def test_dq_dead_letters_rejects_bad_input_and_changes_nothing(conn: psycopg.Con
 # workers call on a schedule (a NOTICE there would fill pg_cron's run log): the rest must print one.
 QUIET = {
     "dq_queue_stats", "dq_export_archive", "dq_export_archive_bounds", "dq_cron_config_hash", "dq_cron_occurrences",
-    "dq_cron_list", "dq_dead_letters",  # read only
+    "dq_cron_list", "dq_dead_letters", "dq_list_messages",  # read only
     "dq_install_tick", "dq_uninstall_tick", "dq_cron_tick",  # called by pg_cron and the cron ticker
     "dq_prune_archive",  # one batch of dq_prune_archive_all (pg_cron's retention job), which prints the total
     "dq_cron_prune_run_details",  # pg_cron's history job

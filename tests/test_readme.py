@@ -9,18 +9,14 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
-from docblocks import ROOT, block_after, child_env, run_python
-from sqlhelpers import message, pg_program
+from docblocks import ROOT, block_after, run_psql, run_python
+from sqlhelpers import message
 
 README = ROOT / "README.md"
 
 
 def run_psql_block(dsn: str) -> subprocess.CompletedProcess[str]:
-    block = block_after(README, "From psql (`make psql`)", "sql")
-    return subprocess.run(
-        [pg_program("psql"), dsn, "-X", "-v", "ON_ERROR_STOP=1", "-f", "-"],
-        input=block.text, capture_output=True, text=True, timeout=60, env=child_env(dsn),
-    )
+    return run_psql(block_after(README, "From psql (`make psql`)", "sql"), dsn, "-v", "ON_ERROR_STOP=1")
 
 
 def test_readme_psql_example_runs_top_to_bottom(conn: psycopg.Connection[Any], dsn: str) -> None:

@@ -58,6 +58,7 @@ ROLE_OF = {
     "dq_resume_queue": "dq_admin",
     "dq_redrive": "dq_admin",
     "dq_dead_letters": "dq_admin",
+    "dq_list_messages": "dq_admin",
     "dq_purge": "dq_admin",
     "dq_release_locks": "dq_admin",
     "dq_prune_archive": "dq_admin",
