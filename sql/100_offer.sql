@@ -101,11 +101,8 @@ DECLARE
     v_left     text;
     v_settled  integer;
 BEGIN
-    v_error := dq__name_error('dq_offer', 'queue', dq_offer.queue, 100);
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    v_error := dq__name_error('dq_offer', 'key', dq_offer.key, 200);
+    v_error := coalesce(dq__name_error('dq_offer', 'queue', dq_offer.queue, 100),
+                        dq__name_error('dq_offer', 'key', dq_offer.key, 200));
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;

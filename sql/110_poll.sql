@@ -56,11 +56,8 @@ DECLARE
     v_expiring boolean := false;  -- some ungrouped candidate is past its expires_at
     v_maxcount integer := 0;      -- the highest delivery_count of the ungrouped candidates
 BEGIN
-    v_error := dq__name_error('dq_poll_many', 'queue', dq_poll_many.queue, 100);
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    v_error := dq__range_error('dq_poll_many', 'max_count', dq_poll_many.max_count, 1, 10000);
+    v_error := coalesce(dq__name_error('dq_poll_many', 'queue', dq_poll_many.queue, 100),
+                        dq__range_error('dq_poll_many', 'max_count', dq_poll_many.max_count, 1, 10000));
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;

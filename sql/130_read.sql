@@ -22,11 +22,8 @@ DECLARE
     v_gone     dq_messages[];
     v_archived integer;
 BEGIN
-    v_error := dq__name_error('dq_cancel', 'queue', dq_cancel.queue, 100);
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    v_error := dq__name_error('dq_cancel', 'key', dq_cancel.key, 200);
+    v_error := coalesce(dq__name_error('dq_cancel', 'queue', dq_cancel.queue, 100),
+                        dq__name_error('dq_cancel', 'key', dq_cancel.key, 200));
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -54,11 +51,8 @@ AS $$
 DECLARE
     v_error    jsonb;
 BEGIN
-    v_error := dq__name_error('dq_get', 'queue', dq_get.queue, 100);
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    v_error := dq__name_error('dq_get', 'key', dq_get.key, 200);
+    v_error := coalesce(dq__name_error('dq_get', 'queue', dq_get.queue, 100),
+                        dq__name_error('dq_get', 'key', dq_get.key, 200));
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;

@@ -93,11 +93,8 @@ DECLARE
     v_groups  text[];
     v_settled integer;
 BEGIN
-    v_error := dq__name_error('dq_redrive', 'dead_letter_queue', dq_redrive.dead_letter_queue, 100);
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    v_error := dq__range_error('dq_redrive', 'max_count', dq_redrive.max_count, 1, 100000);
+    v_error := coalesce(dq__name_error('dq_redrive', 'dead_letter_queue', dq_redrive.dead_letter_queue, 100),
+                        dq__range_error('dq_redrive', 'max_count', dq_redrive.max_count, 1, 100000));
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -183,11 +180,8 @@ AS $$
 DECLARE
     v_error    jsonb;
 BEGIN
-    v_error := dq__name_error('dq_dead_letters', 'dead_letter_queue', dq_dead_letters.dead_letter_queue, 100);
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    v_error := dq__range_error('dq_dead_letters', 'max_rows', dq_dead_letters.max_rows, 1, 100000);
+    v_error := coalesce(dq__name_error('dq_dead_letters', 'dead_letter_queue', dq_dead_letters.dead_letter_queue, 100),
+                        dq__range_error('dq_dead_letters', 'max_rows', dq_dead_letters.max_rows, 1, 100000));
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;

@@ -166,15 +166,9 @@ DECLARE
     v_hash  text;
     r       dq_cron;
 BEGIN
-    v_error := dq__name_error('dq_cron_install', 'name', dq_cron_install.name, 100);
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    v_error := dq__name_error('dq_cron_install', 'queue', dq_cron_install.queue, 100);
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    v_error := dq__text_error('dq_cron_install', 'schedule', dq_cron_install.schedule, 1000);
+    v_error := coalesce(dq__name_error('dq_cron_install', 'name', dq_cron_install.name, 100),
+                        dq__name_error('dq_cron_install', 'queue', dq_cron_install.queue, 100),
+                        dq__text_error('dq_cron_install', 'schedule', dq_cron_install.schedule, 1000));
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
