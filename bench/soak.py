@@ -374,8 +374,9 @@ class Soak(Chaos):
         busy = [c for t, c in self.cpu if lo <= t <= hi]
         return {
             "criteria": {
-                "window": "samples from the end of the warm-up to the producers' stop, split in thirds by time; "
-                      f"sizes judged only when that window is at least {NAPTIMES} x autovacuum_naptime",
+                "window": "samples from the end of the warm-up (table sizes: from two autovacuum_naptime after the "
+                          "last crash restart) to the producers' stop, split in thirds by time; sizes judged only "
+                          f"when that window is at least {NAPTIMES} x autovacuum_naptime",
                 "queue_tables": f"heap (total - indexes) and indexes (pg_indexes_size) each: median size of the "
                                 f"last third <= {QUEUE_TABLE_GROWTH:g} x the first third's + "
                                 f"{QUEUE_TABLE_SLACK // MIB} MiB",
