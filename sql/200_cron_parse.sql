@@ -275,7 +275,7 @@ SELECT dq__search_path(internal => false);
 -- which instants exist or what they carry, so changing it must not replace installed messages.
 CREATE OR REPLACE FUNCTION dq_cron_config_hash(queue text, schedule text, timezone text, payload bytea, payload_type text)
 RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT  -- NULL for a NULL argument (format() would hash it as '')
 SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
