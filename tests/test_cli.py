@@ -1,7 +1,8 @@
 """The command line as a new user runs it: real ``python -m pyqueue`` processes against the test
 server. ``--version``; ``offer --payload`` storing JSON text as JSON; ``poll`` printing the lock
 token and what keeps the message locked, ``ack`` by token; ``queue configure | redrive |
-dead-letters`` for the operator's tasks without SQL; ``stats`` fitting 80 columns."""
+dead-letters`` for the operator's tasks without SQL; ``stats`` fitting 80 columns; ``next-due``;
+``cron uninstall``."""
 
 from __future__ import annotations
 
@@ -147,3 +148,26 @@ def test_stats_title_says_estimated_only_when_a_figure_is(dsn: str, conn) -> Non
     assert "~" in out.stdout.split("bulk", 1)[1], out.stdout
     out = cli(dsn, "stats", "--queue", "sms-none", columns=80)
     assert out.returncode == 0 and "estimated" not in out.stdout, out.stdout
+
+
+def test_next_due_prints_when_the_next_message_is_visible(dsn: str, conn) -> None:
+    empty = cli(dsn, "next-due", "--queue", "later")
+    assert empty.returncode == 0, empty.stderr
+    at = conn.execute("SELECT date_trunc('second', now()) + interval '1 hour'").fetchone()[0]
+    conn.execute("SELECT dq_offer('later', 'k', 'x', %s)", (at,))
+    out = cli(dsn, "next-due", "--queue", "later")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() != empty.stdout.strip()
+    assert conn.execute("SELECT dq_next_due('later')").fetchone()[0] == at
+    assert at.isoformat()[:19] in out.stdout.replace(" ", "T"), out.stdout
+
+
+def test_cron_uninstall_removes_the_schedule_and_its_future_messages(dsn: str, conn) -> None:
+    conn.execute("SELECT dq_cron_install('nightly', 'reports', 'daily at 03:00', 'x'::text)")
+    assert conn.execute("SELECT count(*) FROM dq_messages WHERE queue = 'reports'").fetchone()[0] >= 1
+    out = cli(dsn, "cron", "uninstall", "--name", "nightly")
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    assert conn.execute("SELECT count(*) FROM dq_cron").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM dq_messages WHERE queue = 'reports'").fetchone()[0] == 0
+    again = cli(dsn, "cron", "uninstall", "--name", "nightly")  # nothing left to remove: said, exit 1
+    assert again.returncode == 1 and "no schedule named 'nightly'" in again.stderr, again.stderr

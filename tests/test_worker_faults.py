@@ -145,11 +145,15 @@ def test_heartbeat_that_races_a_finishing_handler_reports_no_lost_lock(dsn: str,
     acknowledgement (the chaos run saw it as "lock … was lost" warnings with no fault at all)."""
 
     class PreemptedHeartbeat(Worker):
+        raced = False  # a heartbeat held a running message's lock token until that message was acknowledged
+
         def _to_extend(self) -> list:
             running = super()._to_extend()
             deadline = time.monotonic() + 10
             while running and self.stats.snapshot()["acknowledged"] < 1 and time.monotonic() < deadline:
                 time.sleep(0.01)
+            if running and self.stats.snapshot()["acknowledged"] >= 1:
+                type(self).raced = True
             return running
 
     with DelayedQueue(dsn, "jobs") as q:
@@ -166,6 +170,9 @@ def test_heartbeat_that_races_a_finishing_handler_reports_no_lost_lock(dsn: str,
             worker.stop()
             t.join(10)
     snap = worker.stats.snapshot()
+    # The handler (0.7 s) outlasts the heartbeat period (lock_timeout / 3 = 0.5 s), so a heartbeat
+    # took the running message and, held, extended it only after its acknowledgement: the race ran.
+    assert PreemptedHeartbeat.raced
     assert snap["acknowledged"] == 1 and snap["lock_lost"] == 0, snap
     assert not [r for r in caplog.records if "was lost" in r.getMessage()]
     assert len(worker._deliveries) == 0  # no token kept for a message that is gone
