@@ -629,7 +629,7 @@ class QueueOps(Ops):
     def dead_letters(self, max_rows: int) -> Op[list[dict[str, Any]]]:
         """``dq_dead_letters``: this dead-letter queue's dead letters, oldest death first, each as
         ``{column: value}`` (key, dead_from, last_error, payload_text …)."""
-        params = self._q(max_rows=check_int(max_rows, "max_rows", 1, limits.REDRIVE_MAX_COUNT))
+        params = self._q(max_rows=check_int(max_rows, "max_rows", 1, limits.DEAD_LETTERS_MAX_ROWS))
         return Op(self.sql.dead_letters, params, _records(dict))
 
     # -- read --------------------------------------------------------------------------------------

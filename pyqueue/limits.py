@@ -23,6 +23,7 @@ __all__ = [
     "POLL_MAX_COUNT",
     "OFFER_MANY_MAX_ITEMS",
     "REDRIVE_MAX_COUNT",
+    "DEAD_LETTERS_MAX_ROWS",
     "CRON_NAME_CHARS",
     "CRON_SCHEDULE_CHARS",
     "CRON_LOOKAHEAD_MAX",
@@ -54,6 +55,8 @@ POLL_MAX_COUNT: Final = 10_000
 OFFER_MANY_MAX_ITEMS: Final = 100_000
 #: Dead letters one ``dq_redrive`` call moves: 1 to 100,000 (22023).
 REDRIVE_MAX_COUNT: Final = 100_000
+#: Dead letters one ``dq_dead_letters`` call returns: 1 to 100,000 (22023).
+DEAD_LETTERS_MAX_ROWS: Final = 100_000
 #: A cron schedule's name: 1 to 100 characters (22001).
 CRON_NAME_CHARS: Final = 100
 #: A cron schedule expression: at most 1,000 characters (22001).

@@ -87,7 +87,7 @@ COMMENT ON FUNCTION dq__gone(dq_messages[], text, timestamptz, boolean) IS
 REVOKE ALL ON FUNCTION dq__gone(dq_messages[], text, timestamptz, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
--- Written out beside its twin dq_ack(uuid[]) below: delegating to it costs 22 us per ack
+-- Written out beside its twin dq_ack_many below: delegating to it costs 22 us per ack
 -- (measured: 29 -> 51 us).
 CREATE OR REPLACE FUNCTION dq_ack(lock_token uuid)
 RETURNS boolean

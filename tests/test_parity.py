@@ -212,6 +212,8 @@ LIMIT_CASES: list[tuple[str, Callable[[int], tuple[str, Any]], int, str]] = [
      limits.PAYLOAD_TYPE_CHARS, "22001"),
     ("POLL_MAX_COUNT", lambda n: ("SELECT * FROM dq_poll_many('q', %s)", (n,)), limits.POLL_MAX_COUNT, "22023"),
     ("REDRIVE_MAX_COUNT", lambda n: ("SELECT dq_redrive('q', %s)", (n,)), limits.REDRIVE_MAX_COUNT, "22023"),
+    ("DEAD_LETTERS_MAX_ROWS", lambda n: ("SELECT * FROM dq_dead_letters('q', %s)", (n,)),
+     limits.DEAD_LETTERS_MAX_ROWS, "22023"),
     ("OCCURRENCES_MAX_COUNT", lambda n: ("SELECT * FROM dq_cron_occurrences('@daily', 'UTC', now(), now(), %s)",
                                          (n,)), limits.OCCURRENCES_MAX_COUNT, "22023"),
     ("CRON_SCHEDULE_CHARS", lambda n: ("SELECT * FROM dq_cron_occurrences(%s)", ("@daily" + " " * (n - 6),)),
