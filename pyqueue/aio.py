@@ -215,6 +215,11 @@ class AsyncDelayedQueue(AsyncDriver):
         """Send up to ``max_count`` dead letters of this queue back (``dq_redrive``)."""
         return await self._run(self._ops.redrive(max_count))
 
+    async def dead_letters(self, max_rows: int = 100) -> list[dict[str, Any]]:
+        """This dead-letter queue's dead letters, oldest death first (``dq_dead_letters``); see
+        :meth:`pyqueue.DelayedQueue.dead_letters`."""
+        return await self._run(self._ops.dead_letters(max_rows))
+
     # -- read ----------------------------------------------------------------------------------
     async def cancel(self, key: str, *, conn: AsyncConnection | None = None) -> bool:
         """Delete the message with this key (``dq_cancel``); False when absent."""

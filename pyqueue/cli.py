@@ -274,7 +274,7 @@ def _cmd_queue(args: argparse.Namespace) -> int:
             moved = q.redrive(args.max_count)
             print(f"moved {moved} dead letter(s) back to the queues they died in")
         elif args.queue_command == "dead-letters":
-            rows = q._run(q._ops.dead_letters(args.max_rows))
+            rows = q.dead_letters(args.max_rows)
             for row in rows:
                 print(json.dumps(row, default=_json_default, ensure_ascii=False))
             print(f"{len(rows)} dead letter(s) in {args.name!r}, oldest first"

@@ -341,6 +341,13 @@ class DelayedQueue(Driver):
         in (``dq_redrive``); returns how many moved."""
         return self._run(self._ops.redrive(max_count))
 
+    def dead_letters(self, max_rows: int = 100) -> list[dict[str, Any]]:
+        """Treat this queue as a dead-letter queue: its dead letters, oldest death first, at most
+        ``max_rows`` (1 to :data:`pyqueue.limits.DEAD_LETTERS_MAX_ROWS`), each a dict of the columns
+        of ``dq_dead_letters`` (key, dead_from, dead_at, last_error, payload_text …). Role dq_admin;
+        a plain read."""
+        return self._run(self._ops.dead_letters(max_rows))
+
     # -- read ----------------------------------------------------------------------------------
     def cancel(self, key: str, *, conn: Connection | None = None) -> bool:
         """Delete the message with this key, in flight or not (``dq_cancel``); False when absent."""

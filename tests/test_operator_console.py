@@ -142,3 +142,26 @@ def test_every_operator_function_that_changes_something_prints_a_notice(conn: ps
                                 ("SELECT dq_cron_resume('nope')", "dq_cron_resume: no schedule named nope"),
                                 ("SELECT dq_cron_uninstall('nope')", "dq_cron_uninstall: no schedule named nope")]:
         assert any(n.startswith(expected) for n in notices_of(conn, statement)), statement
+
+
+def test_the_clients_list_dead_letters(conn: psycopg.Connection[Any], dsn: str) -> None:
+    import asyncio
+
+    from pyqueue import DelayedQueue
+    from pyqueue.aio import AsyncDelayedQueue
+
+    conn.execute("SELECT * FROM dq_configure_queue('jobs', max_deliveries => 1, dead_letter_queue => 'jobs.dead')")
+    conn.execute("SELECT dq_offer('jobs', 'a', 'x'), dq_offer('jobs', 'b', 'y')")
+    for key, token in conn.execute("SELECT key, lock_token FROM dq_poll_many('jobs', 2, '1 minute')").fetchall():
+        conn.execute("SELECT dq_nack(%s, '0', %s)", (token, f"failed {key}"))
+    with DelayedQueue(dsn, "jobs.dead") as dead:
+        rows = dead.dead_letters()
+        assert dead.dead_letters(max_rows=1) == rows[:1]
+    assert sorted((r["key"], r["dead_from"], r["last_error"], r["payload_text"]) for r in rows) == [
+        ("a", "jobs", "failed a", "x"), ("b", "jobs", "failed b", "y")]
+
+    async def listed() -> list[dict[str, Any]]:
+        async with AsyncDelayedQueue(dsn, "jobs.dead") as adead:
+            return await adead.dead_letters()
+
+    assert asyncio.run(listed()) == rows
