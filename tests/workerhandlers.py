@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from datetime import datetime
@@ -148,3 +149,31 @@ def slow(message: Message) -> None:
 def always_fail(message: Message) -> None:
     _record(message, "failed")
     raise ValueError(f"cannot handle {message.key}")
+
+
+def assert_idle_budget(calls: dict[str, int], registrations: int, lifetime: float, idle_check: float) -> None:
+    """What :func:`idle_worker_calls` returned is within an idle worker's budget, the documented one
+    (at most one query per idle_check besides wake-ups, and the first poll): its start-up
+    dq_channel, one dq_poll_or_wait per registration seen, and no other dq_* statement."""
+    polls = calls.get("dq_poll_or_wait", 0)
+    # Each registration seen was one call, and hardly any went unseen: at most one after the last
+    # seen (the timer firing before the SIGTERM) and one where a wait's timer and its deadline meet.
+    assert registrations <= polls <= registrations + 2, (calls, registrations)
+    # In real time, over the worker's whole life: one poll at start-up, at most one per idle_check,
+    # and that edge one (a loaded host only makes `lifetime` longer, so this bound looser).
+    assert polls <= lifetime / idle_check + 2, (calls, lifetime)
+    assert calls.get("dq_channel") == 1, calls
+    top_level = {"dq_ack", "dq_nack", "dq_extend", "dq_offer", "dq_get", "dq_next_due", "dq_wait_done"}
+    assert not top_level & set(calls), calls
+
+
+def join_idle_waits() -> None:
+    """Until the idle waits of in-process Workers have ended, at most HANG_S. ``Worker.stop()`` does
+    not wait for them (a psycopg wait for a notification cannot be interrupted from another
+    thread), and ``DelayedQueue.close()`` closes only the LISTEN connections no wait holds: one that
+    a wait gives back after the close stays open (a ResourceWarning when it is collected). Call this
+    after ``run()`` returned and before the queue is closed."""
+    for thread in threading.enumerate():
+        if thread.name == "pyqueue-idle-wait":
+            thread.join(HANG_S)
+            assert not thread.is_alive()
