@@ -118,9 +118,9 @@ class Run:
         if last is not None and rnd.random() < 0.5:
             args = list(last)
             if rnd.random() < 0.5:  # change one thing (or, for the schedule, pick it anew)
-                i = rnd.randrange(6)
+                i = rnd.randrange(7)
                 args[i] = self.offer_args_fresh()[i]
-                if i == 1 and args[5] is not None and args[5][0] <= args[1][0]:
+                if args[5] is not None and args[5][0] <= args[1][0]:
                     args[5] = None  # the expiry must stay after the schedule
             return tuple(args)
         return self.offer_args_fresh()
