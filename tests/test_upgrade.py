@@ -45,15 +45,6 @@ from pyqueue.migrate import migrate, yoyo_uri
 # ("function dq_ack(unknown) is not unique"); dq_ack_many(uuid[]) replaces it.
 REMOVED = {"dq_ack(uuid[])": "dq_ack_many(uuid[])"}
 
-# Schema steps after which the old release's functions are known to fail (a defect of the step,
-# proven by test_old_workers_can_call_every_function_between_schema_steps, a strict xfail: when the
-# step is fixed that test passes, fails as XPASS, and this entry and its mark go).
-BROKEN_STEPS = {
-    "0011_delivery_controls": "ALTER TYPE dq_delivery/dq_message ADD ATTRIBUTE: the old dq_poll_many and "
-                              "dq_get (RETURNS SETOF those types) raise 42804 until sql/ is applied",
-    "0012_private_schema": "still the types altered by 0011",
-}
-
 SNAPSHOTS = sorted((Path(__file__).resolve().parent / "upgrade").glob("pgdelayq-*-db.tar.gz"))
 
 
@@ -518,8 +509,7 @@ def test_upgrade_from_previous_release_keeps_messages_and_functions(
             missing = [f for f in old_functions if conn.execute("SELECT to_regprocedure(%s)", (f,)).fetchone()[0]
                        is None]
             assert missing == [], f"after {step}, old workers would fail calling {missing}"
-            if step not in BROKEN_STEPS:
-                call_the_old_api(conn, functions, step, columns)
+            call_the_old_api(conn, functions, step, columns)
     migrate(dsn)
 
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -553,7 +543,6 @@ def test_upgrade_from_previous_release_keeps_messages_and_functions(
     assert schema_dump(dsn) == schema_dump(template_dsn)
 
 
-@pytest.mark.xfail(strict=True, raises=psycopg.errors.DatatypeMismatch, reason=" ".join(BROKEN_STEPS.values()))
 @pytest.mark.parametrize("snapshot", SNAPSHOTS, ids=lambda p: p.name.split("-")[1])
 def test_old_workers_can_call_every_function_between_schema_steps(
     snapshot: Path, new_database, tmp_path: Path  # noqa: F811
