@@ -82,6 +82,35 @@ REVOKE ALL ON FUNCTION dq__search_path(boolean) FROM PUBLIC, dq_producer, dq_con
 SELECT dq__search_path(internal => false);
 
 GRANT dq_producer, dq_consumer TO dq_admin;
+
+-- The composite types the functions return (created by the migrations) gain the attributes of this
+-- release here, in the transaction that replaces the functions returning them: a function of the
+-- previous release fails (42804) on a row type whose shape changed under it, so the shape changes
+-- only together with its functions. Re-running adds nothing; a rollback of the step that added the
+-- columns behind them drops them again (migrations/0011_delivery_controls.rollback.sql).
+DO $$
+DECLARE
+    v_attr record;
+BEGIN
+    FOR v_attr IN SELECT * FROM (VALUES
+            (1, 'dq_delivery', 'claimed_at', 'timestamptz'), (2, 'dq_delivery', 'priority', 'integer'),
+            (3, 'dq_delivery', 'message_group', 'text'), (4, 'dq_delivery', 'expires_at', 'timestamptz'),
+            (5, 'dq_delivery', 'headers', 'jsonb'),
+            (6, 'dq_message', 'priority', 'integer'), (7, 'dq_message', 'message_group', 'text'),
+            (8, 'dq_message', 'expires_at', 'timestamptz'), (9, 'dq_message', 'headers', 'jsonb'),
+            (10, 'dq_stats_row', 'paused', 'boolean'), (11, 'dq_stats_row', 'held', 'bigint'),
+            (12, 'dq_stats_row', 'expired', 'bigint')) AS a(i, typ, name, datatype)
+        ORDER BY a.i
+    LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                        WHERE a.attrelid = pg_catalog.format('%I.%I', dq__schema(), v_attr.typ)::pg_catalog.regclass
+                          AND a.attname = v_attr.name AND NOT a.attisdropped) THEN
+            EXECUTE pg_catalog.format('ALTER TYPE %I.%I ADD ATTRIBUTE %I %s', dq__schema(), v_attr.typ,
+                                      v_attr.name, v_attr.datatype);
+        END IF;
+    END LOOP;
+END;
+$$;
 -- The roles reach the functions through the install schema (never the private one). Not granted
 -- when every role already may use it (PUBLIC has USAGE, as on public by default), so an install in
 -- public adds no ACL entry.
