@@ -242,6 +242,10 @@ AS $$
 DECLARE
     v_error    jsonb;
     v_until timestamptz;
+    v_id    bigint;
+    v_queue text;
+    v_group text;
+    v_dead  boolean;
 BEGIN
     IF dq_extend.lock_token IS NULL THEN
         v_error := dq__null_error('dq_extend', 'lock_token');
@@ -252,10 +256,18 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     v_until := dq__clock() + dq_extend.lock_timeout;
+    -- Safe with concurrent calls: the row lock of this UPDATE; a stale token matches no row.
     UPDATE dq_messages m
        SET scheduled_at = v_until
      WHERE m.lock_token = dq_extend.lock_token
-    RETURNING m.scheduled_at INTO v_until;
+    RETURNING m.scheduled_at, m.id, m.queue, m.message_group, m.dead_from IS NOT NULL
+         INTO v_until, v_id, v_queue, v_group, v_dead;
+    IF v_group IS NOT NULL AND NOT v_dead THEN
+        -- The head of a FIFO group: its group is due again when the new lock expires (as in dq_nack;
+        -- the message row is locked first, then the group row, in both).
+        UPDATE dq_groups g SET due_at = v_until
+         WHERE g.queue = v_queue AND g.message_group = v_group AND g.head_id = v_id;
+    END IF;
     RETURN v_until;
 END;
 $$;

