@@ -11,6 +11,7 @@ BEGIN
     END LOOP;
     FOR v_fn IN SELECT p.oid::regprocedure AS sig, p.prokind FROM pg_catalog.pg_proc p
                  WHERE p.pronamespace = current_schema()::regnamespace AND p.proname LIKE 'dq\_%'
+                 ORDER BY p.proname = 'dq_now'  -- last: the defaults of others call it
     LOOP
         EXECUTE format('DROP %s %s', CASE v_fn.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END, v_fn.sig);
     END LOOP;

@@ -95,21 +95,9 @@ ALTER TABLE dq_archive DROP CONSTRAINT IF EXISTS dq_archive_outcome;
 ALTER TABLE dq_archive
     ADD CONSTRAINT dq_archive_outcome CHECK (outcome IN ('acked', 'dead', 'cancelled', 'expired'));
 
--- The row shapes gain the new values (and a delivery its claim time).
-ALTER TYPE dq_delivery
-    ADD ATTRIBUTE claimed_at     timestamptz,
-    ADD ATTRIBUTE priority       integer,
-    ADD ATTRIBUTE message_group  text,
-    ADD ATTRIBUTE expires_at     timestamptz,
-    ADD ATTRIBUTE headers        jsonb;
-ALTER TYPE dq_message
-    ADD ATTRIBUTE priority       integer,
-    ADD ATTRIBUTE message_group  text,
-    ADD ATTRIBUTE expires_at     timestamptz,
-    ADD ATTRIBUTE headers        jsonb;
-ALTER TYPE dq_stats_row
-    ADD ATTRIBUTE paused   boolean,
-    ADD ATTRIBUTE held     bigint,
-    ADD ATTRIBUTE expired  bigint;
+-- The row shapes gain the new values (and a delivery its claim time), but not here: they are the
+-- result types of the functions of sql/, and the old functions (RETURNS SETOF dq_delivery, …) fail
+-- with 42804 on a changed shape. sql/000_common.sql adds the attributes in the transaction that
+-- replaces those functions, so old workers keep working between this step and that one.
 
 REVOKE ALL ON dq_groups, dq_rate_tokens FROM PUBLIC;

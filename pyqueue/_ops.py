@@ -118,16 +118,18 @@ class Statements:
         "SELECT {s}dq_offer(%(queue)s, %(key)s, %(payload)s::bytea, t.at, %(can_update)s, %(payload_type)s, "
         "%(priority)s::integer, %(group)s::text, coalesce(%(expires_at)s::timestamptz, t.at + %(ttl)s::interval), "
         "%(headers)s::jsonb) AS outcome "
-        "FROM (SELECT coalesce(%(at)s::timestamptz, now() + coalesce(%(delay)s::interval, interval '0')) AS at) AS t"
+        "FROM (SELECT coalesce(%(at)s::timestamptz, {s}dq_now() + coalesce(%(delay)s::interval, interval '0')) "
+        "AS at) AS t"
     )
     # Each element's time as in offer; its expiry, when some element has a ttl, likewise.
     offer_many: str = (
         "SELECT key, outcome FROM {s}dq_offer_many(%(queue)s, %(keys)s::text[], %(payloads)s::bytea[], "
-        "(SELECT array_agg(coalesce(u.at, now() + coalesce(u.delay, interval '0')) ORDER BY u.i) "
+        "(SELECT array_agg(coalesce(u.at, {s}dq_now() + coalesce(u.delay, interval '0')) ORDER BY u.i) "
         "   FROM unnest(%(ats)s::timestamptz[], %(delays)s::interval[]) WITH ORDINALITY AS u(at, delay, i)), "
         "%(can_update)s, %(payload_types)s::text[], %(priorities)s::integer[], %(groups)s::text[], "
         "CASE WHEN %(ttls)s::interval[] IS NULL THEN %(expires_ats)s::timestamptz[] ELSE "
-        "(SELECT array_agg(coalesce(u.expires_at, coalesce(u.at, now() + coalesce(u.delay, interval '0')) + u.ttl) "
+        "(SELECT array_agg(coalesce(u.expires_at, "
+        "coalesce(u.at, {s}dq_now() + coalesce(u.delay, interval '0')) + u.ttl) "
         "                  ORDER BY u.i) "
         "   FROM unnest(%(ats)s::timestamptz[], %(delays)s::interval[], %(expires_ats)s::timestamptz[], "
         "               %(ttls)s::interval[]) WITH ORDINALITY AS u(at, delay, expires_at, ttl, i)) END, "
@@ -180,7 +182,8 @@ class Statements:
     )
     cron_occurrences: str = (
         "SELECT o AS occurrence FROM {s}dq_cron_occurrences(%(schedule)s, %(timezone)s, "
-        "coalesce(%(after)s::timestamptz, now()), coalesce(%(until)s::timestamptz, 'infinity'), %(max_count)s) AS o"
+        "coalesce(%(after)s::timestamptz, {s}dq_now()), coalesce(%(until)s::timestamptz, 'infinity'), "
+        "%(max_count)s) AS o"
     )
     # Not in the install's schema: built-in functions.
     # The key of the install in public; another install's key is derived from its schema, so that

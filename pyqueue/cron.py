@@ -153,7 +153,7 @@ def occurrences(
 ) -> list[datetime]:
     """The instants at which ``schedule`` fires in ``(after, until]``, earliest first (changes nothing).
 
-    :param after: exclusive start; ``None`` = the database's ``now()``.
+    :param after: exclusive start; ``None`` = the queue's time, ``dq_now()`` (the start of the transaction).
     :param until: inclusive end; ``None`` = no end (then at most 50 years are searched).
     :param max_count: at most this many, 1 to :data:`pyqueue.limits.OCCURRENCES_MAX_COUNT`.
     :raises pyqueue.errors.InvalidArgument: bad schedule, zone or max_count.

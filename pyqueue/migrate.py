@@ -22,7 +22,10 @@ The two files of ``migrations/`` that are not numbered steps (``9999_sql.py`` an
    ``migrations/`` is applied; otherwise it leaves the functions as they are (and logs which steps
    are missing). So ``migrate(up_to=…)`` (which does not run ``9999_sql`` at all), ``yoyo apply``
    of chosen steps, or an upgrade in several deploys keep the previous release's functions
-   callable until the schema is complete; then one transaction replaces them all.
+   callable until the schema is complete; then one transaction replaces them all. For the same
+   reason a step never changes the shape of a composite type that functions return (an old
+   function fails with 42804 on it): ``sql/000_common.sql`` adds such attributes, in that one
+   transaction (``tests/test_upgrade.py`` calls every old function after every step).
 
 4. **Rollback.** Rolling a step back returns the schema to before that step; the functions stay
    those of the current ``sql/`` (an older release's functions come with that release's

@@ -82,6 +82,35 @@ REVOKE ALL ON FUNCTION dq__search_path(boolean) FROM PUBLIC, dq_producer, dq_con
 SELECT dq__search_path(internal => false);
 
 GRANT dq_producer, dq_consumer TO dq_admin;
+
+-- The composite types the functions return (created by the migrations) gain the attributes of this
+-- release here, in the transaction that replaces the functions returning them: a function of the
+-- previous release fails (42804) on a row type whose shape changed under it, so the shape changes
+-- only together with its functions. Re-running adds nothing; a rollback of the step that added the
+-- columns behind them drops them again (migrations/0011_delivery_controls.rollback.sql).
+DO $$
+DECLARE
+    v_attr record;
+BEGIN
+    FOR v_attr IN SELECT * FROM (VALUES
+            (1, 'dq_delivery', 'claimed_at', 'timestamptz'), (2, 'dq_delivery', 'priority', 'integer'),
+            (3, 'dq_delivery', 'message_group', 'text'), (4, 'dq_delivery', 'expires_at', 'timestamptz'),
+            (5, 'dq_delivery', 'headers', 'jsonb'),
+            (6, 'dq_message', 'priority', 'integer'), (7, 'dq_message', 'message_group', 'text'),
+            (8, 'dq_message', 'expires_at', 'timestamptz'), (9, 'dq_message', 'headers', 'jsonb'),
+            (10, 'dq_stats_row', 'paused', 'boolean'), (11, 'dq_stats_row', 'held', 'bigint'),
+            (12, 'dq_stats_row', 'expired', 'bigint')) AS a(i, typ, name, datatype)
+        ORDER BY a.i
+    LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                        WHERE a.attrelid = pg_catalog.format('%I.%I', dq__schema(), v_attr.typ)::pg_catalog.regclass
+                          AND a.attname = v_attr.name AND NOT a.attisdropped) THEN
+            EXECUTE pg_catalog.format('ALTER TYPE %I.%I ADD ATTRIBUTE %I %s', dq__schema(), v_attr.typ,
+                                      v_attr.name, v_attr.datatype);
+        END IF;
+    END LOOP;
+END;
+$$;
 -- The roles reach the functions through the install schema (never the private one). Not granted
 -- when every role already may use it (PUBLIC has USAGE, as on public by default), so an install in
 -- public adds no ACL entry.
@@ -263,4 +292,40 @@ $$;
 COMMENT ON FUNCTION dq__time_after_error(text, text, interval, timestamptz, boolean, interval, text) IS
   'Internal: NULL when base + value is valid; else the error: 22004 NULL, 22023 before base (or at it unless allow_zero) or past max_value, 22008 past 9999-12-30 UTC.';
 REVOKE ALL ON FUNCTION dq__time_after_error(text, text, interval, timestamptz, boolean, interval, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- ----------------------------------------------------------------------------- the clock
+-- Every function of the queue reads the time through these two, never through now() or
+-- clock_timestamp() directly:
+--  * dq__now() -> timestamptz: the start of the current transaction (now()), for what a transaction
+--    writes as one instant: default due times, created_at, updated_at, the cron horizon;
+--  * dq__clock() -> timestamptz: the current instant (clock_timestamp()), for what must not lag
+--    behind a long transaction: polls, lock deadlines, acknowledgements, waits.
+-- Both are SQL with no SET clause, so PostgreSQL inlines them and a call costs what now() costs.
+-- In an install they read the server's clock and nothing else: no setting, table or role can shift
+-- them. A test suite (as the owner, in a test database) may replace both with bodies that add an
+-- offset it controls, to drive lock expiry and schedules without sleeping; an application role can
+-- neither replace them (it may not use this schema) nor shadow them (the callers' search_path is
+-- pinned, and functions are never looked up in pg_temp).
+CREATE OR REPLACE FUNCTION dq__now() RETURNS timestamptz
+LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT pg_catalog.now() $$;
+COMMENT ON FUNCTION dq__now() IS 'Internal: the queue''s clock at the start of the transaction (now()).';
+REVOKE ALL ON FUNCTION dq__now() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+CREATE OR REPLACE FUNCTION dq__clock() RETURNS timestamptz
+LANGUAGE sql VOLATILE PARALLEL SAFE AS $$ SELECT pg_catalog.clock_timestamp() $$;
+COMMENT ON FUNCTION dq__clock() IS 'Internal: the queue''s clock at this instant (clock_timestamp()).';
+REVOKE ALL ON FUNCTION dq__clock() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
+
+-- The queue's time, for clients: the default due time of an offer, and the base to which the Python
+-- client adds a delay. Every role that offers or polls may execute it (the defaults of dq_offer,
+-- dq_offer_many and dq_cron_occurrences call it as the caller).
+CREATE OR REPLACE FUNCTION dq_now()
+RETURNS timestamptz
+LANGUAGE sql STABLE PARALLEL SAFE
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$ SELECT dq__now() $$;
+COMMENT ON FUNCTION dq_now() IS
+  'dq_now() -> timestamptz: the queue''s time, which every dq_* function uses: the start of the current transaction, as now() (PostgreSQL manual, 9.9.5 "Current Date/Time"). The default scheduled_at of dq_offer and dq_offer_many; the Python client offers a delay as dq_now() + delay. Changes nothing. Errors: none.';
+REVOKE ALL ON FUNCTION dq_now() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_now() TO dq_producer, dq_consumer;

@@ -29,7 +29,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_error    jsonb;
-    v_now         timestamptz := clock_timestamp();
+    v_now         timestamptz := dq__clock();
     v_next        timestamptz;
     v_wake        timestamptz;
     v_not_before  timestamptz;
@@ -131,12 +131,12 @@ BEGIN
     IF dq__wake.due IS NULL OR NOT EXISTS (
             SELECT 1 FROM dq_waiters w
              WHERE w.queue = dq__wake.queue
-               AND w.wake_at > greatest(dq__wake.due, clock_timestamp(), coalesce(w.not_before, dq__min_time()))) THEN
+               AND w.wake_at > greatest(dq__wake.due, dq__clock(), coalesce(w.not_before, dq__min_time()))) THEN
         RETURN false;
     END IF;
     IF EXISTS (SELECT 1 FROM dq_waiters w
                 WHERE w.queue = dq__wake.queue
-                  AND w.wake_at > greatest(dq__wake.due, clock_timestamp(), coalesce(w.not_before, dq__min_time()))
+                  AND w.wake_at > greatest(dq__wake.due, dq__clock(), coalesce(w.not_before, dq__min_time()))
                   AND EXISTS (SELECT 1 FROM pg_stat_get_activity(w.pid))) THEN
         PERFORM pg_notify(dq_channel(dq__wake.queue), dq__wake.queue);
         RETURN true;

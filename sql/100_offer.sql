@@ -78,7 +78,7 @@ CREATE OR REPLACE FUNCTION dq_offer(
     queue          text,
     key            text,
     payload        bytea,
-    scheduled_at   timestamptz DEFAULT now(),
+    scheduled_at   timestamptz DEFAULT dq_now(),
     can_update     boolean DEFAULT true,
     payload_type   text DEFAULT NULL,
     priority       integer DEFAULT 0,
@@ -145,7 +145,7 @@ BEGIN
                (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,
                 priority, message_group, expires_at, headers)
         VALUES (dq_offer.queue, dq_offer.key, dq_offer.payload, v_type,
-                dq_offer.scheduled_at, dq_offer.scheduled_at, now(),
+                dq_offer.scheduled_at, dq_offer.scheduled_at, dq__now(),
                 dq_offer.priority, dq_offer.message_group, dq_offer.expires_at, dq_offer.headers)
         ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO UPDATE
            SET payload = EXCLUDED.payload,
@@ -172,7 +172,7 @@ BEGIN
                (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,
                 priority, message_group, expires_at, headers)
         VALUES (dq_offer.queue, dq_offer.key, dq_offer.payload, v_type,
-                dq_offer.scheduled_at, dq_offer.scheduled_at, now(),
+                dq_offer.scheduled_at, dq_offer.scheduled_at, dq__now(),
                 dq_offer.priority, dq_offer.message_group, dq_offer.expires_at, dq_offer.headers)
         ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO NOTHING
         RETURNING true, m.id INTO v_inserted, v_id;
@@ -199,7 +199,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text, integer, text, timestamptz, jsonb) IS
-  'dq_offer(queue text <=100 chars, key text <=200 chars, payload bytea <= the queue''s max_payload_bytes (default 1 MiB), scheduled_at timestamptz in 0001-01-02 .. 9999-12-30 UTC default now(), can_update boolean default true, payload_type text default ''bytes'', priority integer -32768..32767 default 0 (higher first among due messages), message_group text <=200 chars default NULL (FIFO group: its messages are delivered one at a time, in order), expires_at timestamptz default NULL (after scheduled_at; never delivered after it), headers jsonb object <= 8192 bytes default NULL) -> text: ''created'' (new key), ''updated'' (key present, can_update, and any of payload, payload_type, scheduled_at, priority, message_group, expires_at, headers differ: replaced, delivery_count reset, lock and last error cleared) or ''ignored''. Dead letters in the queue are never matched. Errors: 22004 NULL argument, 22023 empty queue/key/message_group, priority out of range, expires_at not after scheduled_at or headers not a JSON object, 22001 queue/key/message_group too long, 22008 scheduled_at or expires_at out of range, 54000 payload or headers over the limit; nothing is written on error. Source: message groups and message timers (SQS Developer Guide).';
+  'dq_offer(queue text <=100 chars, key text <=200 chars, payload bytea <= the queue''s max_payload_bytes (default 1 MiB), scheduled_at timestamptz in 0001-01-02 .. 9999-12-30 UTC default dq_now(), can_update boolean default true, payload_type text default ''bytes'', priority integer -32768..32767 default 0 (higher first among due messages), message_group text <=200 chars default NULL (FIFO group: its messages are delivered one at a time, in order), expires_at timestamptz default NULL (after scheduled_at; never delivered after it), headers jsonb object <= 8192 bytes default NULL) -> text: ''created'' (new key), ''updated'' (key present, can_update, and any of payload, payload_type, scheduled_at, priority, message_group, expires_at, headers differ: replaced, delivery_count reset, lock and last error cleared) or ''ignored''. Dead letters in the queue are never matched. Errors: 22004 NULL argument, 22023 empty queue/key/message_group, priority out of range, expires_at not after scheduled_at or headers not a JSON object, 22001 queue/key/message_group too long, 22008 scheduled_at or expires_at out of range, 54000 payload or headers over the limit; nothing is written on error. Source: message groups and message timers (SQS Developer Guide).';
 REVOKE ALL ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text, integer, text, timestamptz, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text, integer, text, timestamptz, jsonb) TO dq_producer;
 
@@ -207,7 +207,7 @@ CREATE OR REPLACE FUNCTION dq_offer(
     queue          text,
     key            text,
     payload        jsonb,
-    scheduled_at   timestamptz DEFAULT now(),
+    scheduled_at   timestamptz DEFAULT dq_now(),
     can_update     boolean DEFAULT true,
     payload_type   text DEFAULT NULL,
     priority       integer DEFAULT 0,
@@ -228,7 +228,7 @@ CREATE OR REPLACE FUNCTION dq_offer(
     queue          text,
     key            text,
     payload        text,
-    scheduled_at   timestamptz DEFAULT now(),
+    scheduled_at   timestamptz DEFAULT dq_now(),
     can_update     boolean DEFAULT true,
     payload_type   text DEFAULT NULL,
     priority       integer DEFAULT 0,
@@ -271,7 +271,7 @@ AS $$
 DECLARE
     v_error      jsonb;
     v_n          integer := coalesce(cardinality(dq__offer_many_error.keys), 0);
-    v_now        timestamptz := now();
+    v_now        timestamptz := dq__now();
     v_bad_key    bigint;
     v_bad_pay    bigint;
     v_bad_sched  bigint;
@@ -449,7 +449,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_n          integer := coalesce(cardinality(dq__offer_many.keys), 0);
-    v_now        timestamptz := now();
+    v_now        timestamptz := dq__now();
     v_keys       text[];
     v_outcomes   text[];
     v_changed_at timestamptz;

@@ -34,7 +34,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_error    jsonb;
-    v_now      timestamptz := clock_timestamp();
+    v_now      timestamptz := dq__clock();
     v_until    timestamptz;
     v_cfg      dq_queues;
     v_want     integer;

@@ -112,7 +112,7 @@ BEGIN
         DELETE FROM dq_messages m WHERE m.lock_token = dq_ack.lock_token RETURNING m, m.message_group IS NOT NULL AS g
     )
     SELECT array_agg(gone.m), bool_or(gone.g) INTO v_gone, v_grouped FROM gone;
-    v_archived := dq__gone(v_gone, 'acked', clock_timestamp(), v_grouped);
+    v_archived := dq__gone(v_gone, 'acked', dq__clock(), v_grouped);
     RETURN v_gone IS NOT NULL;
 END;
 $$;
@@ -149,7 +149,7 @@ BEGIN
         RETURNING m, m.message_group IS NOT NULL AS g
     )
     SELECT array_agg(gone.m), bool_or(gone.g) INTO v_gone, v_grouped FROM gone;
-    v_archived := dq__gone(v_gone, 'acked', clock_timestamp(), v_grouped);
+    v_archived := dq__gone(v_gone, 'acked', dq__clock(), v_grouped);
     RETURN coalesce(cardinality(v_gone), 0);
 END;
 $$;
@@ -185,7 +185,7 @@ BEGIN
         v_error := dq__null_error('dq_nack', 'lock_token');
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    v_now := clock_timestamp();
+    v_now := dq__clock();
     v_error := dq__time_after_error('dq_nack', 'delay', dq_nack.delay, v_now, true);
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
@@ -210,7 +210,7 @@ BEGIN
     SELECT q.max_deliveries, q.dead_letter_queue, q.max_in_flight INTO v_max, v_dlq, v_limit
       FROM dq_queues q WHERE q.queue = v_queue;
     IF v_count >= v_max THEN
-        PERFORM dq__dead_letter(ARRAY[v_id], v_dlq, clock_timestamp());
+        PERFORM dq__dead_letter(ARRAY[v_id], v_dlq, dq__clock());
         RETURN true;
     END IF;
     IF v_group IS NOT NULL AND NOT v_dead THEN
@@ -242,20 +242,32 @@ AS $$
 DECLARE
     v_error    jsonb;
     v_until timestamptz;
+    v_id    bigint;
+    v_queue text;
+    v_group text;
+    v_dead  boolean;
 BEGIN
     IF dq_extend.lock_token IS NULL THEN
         v_error := dq__null_error('dq_extend', 'lock_token');
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    v_error := dq__time_after_error('dq_extend', 'lock_timeout', dq_extend.lock_timeout, clock_timestamp(), false);
+    v_error := dq__time_after_error('dq_extend', 'lock_timeout', dq_extend.lock_timeout, dq__clock(), false);
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    v_until := clock_timestamp() + dq_extend.lock_timeout;
+    v_until := dq__clock() + dq_extend.lock_timeout;
+    -- Safe with concurrent calls: the row lock of this UPDATE; a stale token matches no row.
     UPDATE dq_messages m
        SET scheduled_at = v_until
      WHERE m.lock_token = dq_extend.lock_token
-    RETURNING m.scheduled_at INTO v_until;
+    RETURNING m.scheduled_at, m.id, m.queue, m.message_group, m.dead_from IS NOT NULL
+         INTO v_until, v_id, v_queue, v_group, v_dead;
+    IF v_group IS NOT NULL AND NOT v_dead THEN
+        -- The head of a FIFO group: its group is due again when the new lock expires (as in dq_nack;
+        -- the message row is locked first, then the group row, in both).
+        UPDATE dq_groups g SET due_at = v_until
+         WHERE g.queue = v_queue AND g.message_group = v_group AND g.head_id = v_id;
+    END IF;
     RETURN v_until;
 END;
 $$;

@@ -32,7 +32,7 @@ BEGIN
         DELETE FROM dq_messages m WHERE m.queue = dq_cancel.queue AND m.key = dq_cancel.key RETURNING m
     )
     SELECT array_agg(gone.m) INTO v_gone FROM gone;
-    v_archived := dq__gone(v_gone, 'cancelled', clock_timestamp());
+    v_archived := dq__gone(v_gone, 'cancelled', dq__clock());
     RETURN v_gone IS NOT NULL;
 END;
 $$;
@@ -43,7 +43,7 @@ GRANT EXECUTE ON FUNCTION dq_cancel(text, text) TO dq_producer;
 
 CREATE OR REPLACE FUNCTION dq_get(queue text, key text)
 RETURNS SETOF dq_message
-LANGUAGE plpgsql VOLATILE  -- reads clock_timestamp()
+LANGUAGE plpgsql VOLATILE  -- reads dq__clock()
 SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
@@ -59,7 +59,7 @@ BEGIN
     RETURN QUERY
     SELECT m.id, m.queue, m.key, m.payload, m.payload_type, m.scheduled_at, m.scheduled_at_initially,
            m.created_at, m.delivery_count,
-           CASE WHEN m.lock_token IS NOT NULL AND m.scheduled_at > clock_timestamp()
+           CASE WHEN m.lock_token IS NOT NULL AND m.scheduled_at > dq__clock()
                 THEN m.scheduled_at END,
            m.priority::integer, m.message_group, m.expires_at, m.headers
       FROM dq_messages m
@@ -81,14 +81,14 @@ RETURNS TABLE (key text, state text, scheduled_at timestamptz, delivery_count in
                locked_until timestamptz, last_error text, last_error_at timestamptz,
                created_at timestamptz, priority integer, message_group text, dead_from text,
                payload_type text, payload_text text)
-LANGUAGE plpgsql VOLATILE  -- reads clock_timestamp()
+LANGUAGE plpgsql VOLATILE  -- reads dq__clock()
 SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
     v_error jsonb;
-    v_now   timestamptz := clock_timestamp();
+    v_now   timestamptz := dq__clock();
 BEGIN
     v_error := coalesce(dq__name_error('dq_list_messages', 'queue', dq_list_messages.queue, 100),
                         dq__range_error('dq_list_messages', 'max_rows', dq_list_messages.max_rows, 1, 10000));

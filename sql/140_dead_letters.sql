@@ -87,7 +87,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_error    jsonb;
-    v_now     timestamptz := clock_timestamp();
+    v_now     timestamptz := dq__clock();
     v_count   integer;
     v_queues  text[];
     v_groups  text[];
@@ -172,7 +172,7 @@ RETURNS TABLE (key text, dead_from text, dead_from_id bigint, dead_at timestampt
                dead_delivery_count integer, delivery_count integer, last_error text,
                last_error_at timestamptz, payload_type text, payload_text text, headers jsonb,
                locked_until timestamptz)
-LANGUAGE plpgsql VOLATILE  -- reads clock_timestamp()
+LANGUAGE plpgsql VOLATILE  -- reads dq__clock()
 SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
@@ -188,7 +188,7 @@ BEGIN
     RETURN QUERY
     SELECT m.key, m.dead_from, m.dead_from_id, m.dead_at, m.dead_delivery_count, m.delivery_count,
            m.last_error, m.last_error_at, m.payload_type, dq__payload_text(m.payload), m.headers,
-           CASE WHEN m.lock_token IS NOT NULL AND m.scheduled_at > clock_timestamp() THEN m.scheduled_at END
+           CASE WHEN m.lock_token IS NOT NULL AND m.scheduled_at > dq__clock() THEN m.scheduled_at END
       FROM dq_messages m
      WHERE m.queue = dq_dead_letters.dead_letter_queue AND m.dead_from IS NOT NULL
      ORDER BY m.dead_at, m.id

@@ -60,7 +60,7 @@ BEGIN
         RAISE EXCEPTION 'dq_configure_queue: max_deliveries needs a dead_letter_queue' USING ERRCODE = '22023';
     END IF;
     IF dq_configure_queue.retention IS NOT NULL THEN  -- NULL keeps the current retention
-        v_error := dq__time_after_error('dq_configure_queue', 'retention', dq_configure_queue.retention, now(), false);
+        v_error := dq__time_after_error('dq_configure_queue', 'retention', dq_configure_queue.retention, dq__now(), false);
         IF v_error IS NOT NULL THEN
             RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
         END IF;
@@ -78,7 +78,7 @@ BEGIN
             dq_configure_queue.rate_limit USING ERRCODE = '22023';
     END IF;
     IF dq_configure_queue.rate_period IS NOT NULL THEN  -- NULL keeps the current period
-        v_error := dq__time_after_error('dq_configure_queue', 'rate_period', dq_configure_queue.rate_period, now(), false,
+        v_error := dq__time_after_error('dq_configure_queue', 'rate_period', dq_configure_queue.rate_period, dq__now(), false,
                                interval '1 day', '1 day');
         IF v_error IS NOT NULL THEN
             RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
@@ -128,7 +128,7 @@ BEGIN
             nullif(dq_configure_queue.max_in_flight, 0), nullif(dq_configure_queue.rate_limit, 0),
             CASE WHEN nullif(dq_configure_queue.rate_limit, 0) IS NOT NULL
                  THEN coalesce(dq_configure_queue.rate_period, v_period) END,
-            now())
+            dq__now())
     ON CONFLICT (queue) DO UPDATE
        SET max_deliveries = EXCLUDED.max_deliveries,
            dead_letter_queue = EXCLUDED.dead_letter_queue,
@@ -200,7 +200,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     SELECT q.paused INTO v_was FROM dq_queues q WHERE q.queue = dq_pause_queue.queue FOR NO KEY UPDATE;
-    INSERT INTO dq_queues AS q (queue, paused, updated_at) VALUES (dq_pause_queue.queue, true, now())
+    INSERT INTO dq_queues AS q (queue, paused, updated_at) VALUES (dq_pause_queue.queue, true, dq__now())
     ON CONFLICT (queue) DO UPDATE SET paused = true, updated_at = EXCLUDED.updated_at
      WHERE NOT q.paused;
     IF coalesce(v_was, false) THEN
@@ -229,7 +229,7 @@ BEGIN
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    UPDATE dq_queues q SET paused = false, updated_at = now()
+    UPDATE dq_queues q SET paused = false, updated_at = dq__now()
      WHERE q.queue = dq_resume_queue.queue AND q.paused;
     IF NOT FOUND THEN
         RETURN false;
@@ -314,7 +314,7 @@ BEGIN
            FOR UPDATE SKIP LOCKED
     )
     , released AS (
-        UPDATE dq_messages m SET lock_token = NULL, scheduled_at = clock_timestamp()
+        UPDATE dq_messages m SET lock_token = NULL, scheduled_at = dq__clock()
           FROM held WHERE m.id = held.id
         RETURNING m.id, m.message_group, m.scheduled_at
     ), heads AS (
@@ -325,7 +325,7 @@ BEGIN
            AND g.message_group = r.message_group AND g.head_id = r.id
     )
     SELECT count(*) INTO v_count FROM released;
-    v_woken := dq__wake(dq_release_locks.queue, clock_timestamp());
+    v_woken := dq__wake(dq_release_locks.queue, dq__clock());
     v_woken := dq__wake_blocked(dq_release_locks.queue);
     RAISE NOTICE 'dq_release_locks: released % locks of queue % (due now)', v_count, dq_release_locks.queue;
     RETURN v_count;
@@ -359,7 +359,7 @@ BEGIN
           FROM dq_queues q
          CROSS JOIN LATERAL (
             SELECT x.archive_id FROM dq_archive x
-             WHERE x.queue = q.queue AND x.acked_at < now() - q.retention
+             WHERE x.queue = q.queue AND x.acked_at < dq__now() - q.retention
              ORDER BY x.acked_at
              LIMIT dq_prune_archive.batch_size) old
          WHERE q.retention IS NOT NULL
@@ -460,7 +460,7 @@ BEGIN
         RETURN v_tuples * v_share / 2;
     END IF;
     RETURN v_tuples * v_share
-         * (width_bucket(now(), v_bounds) - 0.5) / (array_length(v_bounds, 1) - 1)::double precision;
+         * (width_bucket(dq__now(), v_bounds) - 0.5) / (array_length(v_bounds, 1) - 1)::double precision;
 END;
 $$;
 COMMENT ON FUNCTION dq__estimated_rows(text, boolean) IS
@@ -481,7 +481,7 @@ DECLARE
     v_q        text := dq_queue_stats.queue;
     v_error    jsonb := dq__name_error('dq_queue_stats', 'queue', dq_queue_stats.queue, 100);
     v_limit    integer := dq__stats_exact_limit();
-    v_now      timestamptz := clock_timestamp();
+    v_now      timestamptz := dq__clock();
     v_due      bigint;   -- due now: ready, including expired locks (they are redelivered)
     v_future   bigint;   -- not due: scheduled and in flight
     v_approx   boolean := false;

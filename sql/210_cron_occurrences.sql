@@ -153,7 +153,7 @@ SELECT dq__search_path(internal => false);
 CREATE OR REPLACE FUNCTION dq_cron_occurrences(
     schedule   text,
     timezone   text DEFAULT 'UTC',
-    after      timestamptz DEFAULT now(),
+    after      timestamptz DEFAULT dq_now(),
     until      timestamptz DEFAULT 'infinity',
     max_count  integer DEFAULT 10)
 RETURNS SETOF timestamptz
@@ -207,7 +207,7 @@ BEGIN
                                 dq_cron_occurrences.max_count);
     -- A schedule that never fires is refused as dq_cron_install refuses it (an empty window of one
     -- that fires is just empty).
-    IF cardinality(v_times) = 0 AND cardinality(dq__cron_between(v_spec, v_zone, now(), 'infinity', 1)) = 0 THEN
+    IF cardinality(v_times) = 0 AND cardinality(dq__cron_between(v_spec, v_zone, dq__now(), 'infinity', 1)) = 0 THEN
         RAISE EXCEPTION 'dq_cron_occurrences: schedule "%" never fires (no occurrence in the next 50 years)',
             left(dq_cron_occurrences.schedule, 60) USING ERRCODE = '22023';
     END IF;
@@ -215,7 +215,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) IS
-  'dq_cron_occurrences(schedule text <=1000 chars, timezone text IANA name default ''UTC'', after timestamptz default now(), until timestamptz default infinity (then at most 50 years ahead), max_count integer 1..10000 default 10) -> SETOF timestamptz: the instants at which the schedule fires in (after, until], earliest first, by the rules of docs/cron.md (DST gap: shifted forward; ambiguous: first instant). Changes nothing; never returns a time after 9999-12-30 UTC. Errors: 22004 NULL, 22023 bad schedule/timezone/max_count or a schedule that never fires (as dq_cron_install), 22008 after (or a finite until) outside 0001-01-02 .. 9999-12-30 UTC, 22001 schedule too long.';
+  'dq_cron_occurrences(schedule text <=1000 chars, timezone text IANA name default ''UTC'', after timestamptz default dq_now(), until timestamptz default infinity (then at most 50 years ahead), max_count integer 1..10000 default 10) -> SETOF timestamptz: the instants at which the schedule fires in (after, until], earliest first, by the rules of docs/cron.md (DST gap: shifted forward; ambiguous: first instant). Changes nothing; never returns a time after 9999-12-30 UTC. Errors: 22004 NULL, 22023 bad schedule/timezone/max_count or a schedule that never fires (as dq_cron_install), 22008 after (or a finite until) outside 0001-01-02 .. 9999-12-30 UTC, 22001 schedule too long.';
 REVOKE ALL ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) TO dq_admin;
 

@@ -51,7 +51,7 @@ SELECT dq__search_path(internal => false);
 --  2. Messages this prefix created (cron_prefix = key_prefix: ownership is recorded on each
 --     message, never guessed from its key, so an ordinary message keyed like an occurrence is never
 --     touched) with another hash are deleted when they are still future occurrences
---     (scheduled_at_initially after the transaction's now()) and not in flight (no lock token). A
+--     (scheduled_at_initially after the transaction's dq__now()) and not in flight (no lock token). A
 --     message in flight is left to its consumer (deleting it would make its ack fail and its work
 --     invisible), and an occurrence already due is left to be delivered: it has happened.
 --  3. Times still held by an in-flight message of another hash are not offered again under this
@@ -156,8 +156,8 @@ BEGIN
        AND m.key < (dq_install_tick.key_prefix || '0') COLLATE "C"   -- of the (queue, key) index ('0' follows '/')
        AND m.dead_from_id IS NULL
        AND m.cron_prefix = dq_install_tick.key_prefix          -- only messages this prefix created
-       AND m.scheduled_at > now()
-       AND m.scheduled_at_initially > now()
+       AND m.scheduled_at > dq__now()
+       AND m.scheduled_at_initially > dq__now()
        AND m.lock_token IS NULL
        AND dq__cron_key_hash(m.key, dq_install_tick.key_prefix) <> dq_install_tick.config_hash;
 
@@ -228,8 +228,8 @@ BEGIN
        AND m.key < (dq_uninstall_tick.key_prefix || '0') COLLATE "C"
        AND m.dead_from_id IS NULL
        AND m.cron_prefix = dq_uninstall_tick.key_prefix        -- only messages this prefix created
-       AND m.scheduled_at > now()
-       AND m.scheduled_at_initially > now()
+       AND m.scheduled_at > dq__now()
+       AND m.scheduled_at_initially > dq__now()
        AND m.lock_token IS NULL
        AND dq__cron_key_hash(m.key, dq_uninstall_tick.key_prefix) IS NOT NULL
        AND (dq_uninstall_tick.config_hash IS NULL

@@ -78,7 +78,7 @@ BEGIN
     IF r.refill_from IS NOT NULL AND r.installed_through IS NOT NULL THEN
         v_refill := dq__cron_between(v_spec, r.timezone,
                                      greatest(r.refill_from - interval '1 microsecond',
-                                              clock_timestamp() + dq__cron_refill_margin()),
+                                              dq__clock() + dq__cron_refill_margin()),
                                      least(r.installed_through, v_to), c_limit);
     END IF;
     v_times := ARRAY(SELECT DISTINCT t FROM unnest(v_refill || v_times) t ORDER BY t);
@@ -123,7 +123,7 @@ BEGIN
              WHERE m.queue = dq__cron_note_deleted.queue
                AND (dq__cron_note_deleted.key IS NULL OR m.key = dq__cron_note_deleted.key)
                AND m.cron_prefix IS NOT NULL
-               AND m.scheduled_at_initially > now()
+               AND m.scheduled_at_initially > dq__now()
              GROUP BY m.cron_prefix) o;
     IF v_names IS NULL THEN
         RETURN;
@@ -186,7 +186,7 @@ BEGIN
             dq_cron_install.lookahead USING ERRCODE = '22023';
     END IF;
     -- NULL (22004) and positive by its effect (22023).
-    v_error := dq__time_after_error('dq_cron_install', 'lookahead', dq_cron_install.lookahead, now(), false);
+    v_error := dq__time_after_error('dq_cron_install', 'lookahead', dq_cron_install.lookahead, dq__now(), false);
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -216,7 +216,7 @@ BEGIN
     ELSIF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    IF cardinality(dq__cron_between(v_spec, v_zone, now(), 'infinity', 1)) = 0 THEN
+    IF cardinality(dq__cron_between(v_spec, v_zone, dq__now(), 'infinity', 1)) = 0 THEN
         RAISE EXCEPTION 'dq_cron_install: schedule "%" never fires (no occurrence in the next 50 years)',
             left(dq_cron_install.schedule, 60) USING ERRCODE = '22023';
     END IF;
@@ -233,7 +233,7 @@ BEGIN
                 dq_cron_install.payload, v_type, dq_cron_install.lookahead, v_hash)
         ON CONFLICT ON CONSTRAINT dq_cron_pkey DO NOTHING;
         IF FOUND THEN
-            PERFORM dq__cron_advance(dq_cron_install.name, now());
+            PERFORM dq__cron_advance(dq_cron_install.name, dq__now());
             RAISE NOTICE 'dq_cron_install: schedule % installed (queue %, "%" in %)', dq_cron_install.name,
                 dq_cron_install.queue, dq_cron_install.schedule, v_zone;
             RETURN v_hash;
@@ -243,9 +243,9 @@ BEGIN
     IF r.config_hash = v_hash THEN
         -- Same definition: nothing changes, except a new lookahead (installing further if longer).
         IF r.lookahead <> dq_cron_install.lookahead THEN
-            UPDATE dq_cron c SET lookahead = dq_cron_install.lookahead, updated_at = now()
+            UPDATE dq_cron c SET lookahead = dq_cron_install.lookahead, updated_at = dq__now()
              WHERE c.name = dq_cron_install.name;
-            PERFORM dq__cron_advance(dq_cron_install.name, now());
+            PERFORM dq__cron_advance(dq_cron_install.name, dq__now());
             RAISE NOTICE 'dq_cron_install: schedule % unchanged but its lookahead, now %', dq_cron_install.name,
                 dq_cron_install.lookahead;
         ELSE
@@ -262,12 +262,12 @@ BEGIN
        SET queue = dq_cron_install.queue, schedule = dq_cron_install.schedule, timezone = v_zone,
            payload = dq_cron_install.payload, payload_type = v_type, lookahead = dq_cron_install.lookahead,
            config_hash = v_hash, installed_through = NULL, last_installed_at = NULL, next_at = NULL,
-           refill_from = NULL, last_error = NULL, last_error_at = NULL, updated_at = now()
+           refill_from = NULL, last_error = NULL, last_error_at = NULL, updated_at = dq__now()
      WHERE c.name = dq_cron_install.name;
     IF r.paused THEN
         PERFORM dq_uninstall_tick(dq_cron_install.queue, dq_cron_install.name, NULL);
     ELSE
-        PERFORM dq__cron_advance(dq_cron_install.name, now());
+        PERFORM dq__cron_advance(dq_cron_install.name, dq__now());
     END IF;
     RAISE NOTICE 'dq_cron_install: schedule % replaced (queue %, "%" in %); its future occurrences are the new definition''s',
         dq_cron_install.name, dq_cron_install.queue, dq_cron_install.schedule, v_zone;
@@ -364,7 +364,7 @@ BEGIN
     END IF;
     UPDATE dq_cron c
        SET paused = true, installed_through = NULL, last_installed_at = NULL, next_at = NULL, refill_from = NULL,
-           updated_at = CASE WHEN c.paused THEN c.updated_at ELSE now() END
+           updated_at = CASE WHEN c.paused THEN c.updated_at ELSE dq__now() END
      WHERE c.name = dq_cron_pause.name
     RETURNING c.queue INTO v_queue;
     IF v_queue IS NULL THEN
@@ -402,8 +402,8 @@ BEGIN
         RETURN false;
     END IF;
     IF v_paused THEN
-        UPDATE dq_cron c SET paused = false, updated_at = now() WHERE c.name = dq_cron_resume.name;
-        PERFORM dq__cron_advance(dq_cron_resume.name, now());
+        UPDATE dq_cron c SET paused = false, updated_at = dq__now() WHERE c.name = dq_cron_resume.name;
+        PERFORM dq__cron_advance(dq_cron_resume.name, dq__now());
         RAISE NOTICE 'dq_cron_resume: schedule % resumed from now', dq_cron_resume.name;
     ELSE
         RAISE NOTICE 'dq_cron_resume: schedule % was not paused; nothing changed', dq_cron_resume.name;
@@ -428,7 +428,7 @@ LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
 BEGIN
-    RETURN dq__cron_between(dq__cron_parse('dq_cron_schedules', schedule), timezone, now(), 'infinity', max_count);
+    RETURN dq__cron_between(dq__cron_parse('dq_cron_schedules', schedule), timezone, dq__now(), 'infinity', max_count);
 EXCEPTION WHEN data_exception OR invalid_parameter_value THEN
     RETURN NULL;
 END;

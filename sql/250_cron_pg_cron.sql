@@ -62,7 +62,7 @@ BEGIN
      USING cron.job j
      WHERE d.jobid = j.jobid
        AND j.jobname IN (SELECT o.jobname FROM dq__pg_cron_jobs() o)
-       AND coalesce(d.end_time, d.start_time) < now() - keep;
+       AND coalesce(d.end_time, d.start_time) < dq__now() - keep;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
 END;

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
+from clock import TestClock
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -67,3 +68,12 @@ def login(dsn: str, conn: psycopg.Connection) -> Iterator[Callable[[str], str]]:
     for name in made:
         conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
         conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def clock(dsn: str) -> Iterator[TestClock]:
+    """The queue's clock of this test's database, which the test moves (``clock.advance(seconds)``)
+    instead of sleeping; see tests/clock.py."""
+    c = TestClock(dsn)
+    yield c
+    c.close()

@@ -5,6 +5,7 @@ view of ``tests/blocking.py``, on an event loop in its own thread)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -14,8 +15,8 @@ import pytest
 from blocking import Blocking, EventLoopThread
 
 import pyqueue
-from pyqueue import DelayedQueue, OfferOutcome, OfferRequest
-from pyqueue.aio import AsyncDelayedQueue
+from pyqueue import DelayedQueue, OfferOutcome, OfferRequest, Worker
+from pyqueue.aio import AsyncDelayedQueue, AsyncWorker
 from pyqueue.serializers import SerializerRegistry
 
 
@@ -33,11 +34,60 @@ def q(request, dsn: str):
         runner.close()
 
 
-@pytest.fixture
-def sq(dsn: str):
-    """The sync queue only: for tests passing a sync connection of the caller's (outbox)."""
-    with DelayedQueue(dsn, "emails") as queue:
-        yield queue
+def app_connection(q: DelayedQueue, dsn: str):
+    """The application's own connection (not autocommit), of the kind ``q`` takes as ``conn=``: a
+    ``psycopg.Connection`` for the sync queue, a ``psycopg.AsyncConnection`` (blocking view, on the
+    queue's event loop) for the async one."""
+    if isinstance(q, Blocking):
+        return Blocking(q._runner.run(psycopg.AsyncConnection.connect(dsn)), q._runner)
+    return psycopg.connect(dsn)
+
+
+def deliver_with_worker(q: DelayedQueue, count: int) -> list[tuple[str, object]]:
+    """Run the queue's worker (:class:`pyqueue.Worker`, or :class:`pyqueue.aio.AsyncWorker` on the
+    queue's event loop) until its handler has seen ``count`` messages (at most 60 s), stop it and
+    wait for it to end; returns ``(key, payload)`` of every message handled."""
+    got: list[tuple[str, object]] = []
+    enough = threading.Event()
+
+    def record(message) -> None:
+        got.append((message.key, message.payload))
+        if len(got) >= count:
+            enough.set()
+
+    if isinstance(q, Blocking):
+        async def handler(message) -> None:
+            record(message)
+
+        runner = q._runner
+        worker = AsyncWorker(q._obj, handler, concurrency=2, idle_check=1)
+        done = asyncio.run_coroutine_threadsafe(worker.run(install_signal_handlers=False), runner.loop)
+        try:
+            assert enough.wait(60), got
+        finally:
+            runner.loop.call_soon_threadsafe(worker.stop)
+            done.result(timeout=60)
+    else:
+        sync_worker = Worker(q, record, concurrency=2, idle_check=1)
+        thread = threading.Thread(target=sync_worker.run, kwargs={"install_signal_handlers": False})
+        thread.start()
+        try:
+            assert enough.wait(60), got
+        finally:
+            sync_worker.stop()
+            thread.join(timeout=60)
+        assert not thread.is_alive()
+    return got
+
+
+def wait_for_lock_wait(conn: psycopg.Connection, text: str) -> None:
+    """Until another session running a statement containing ``text`` waits for a lock (at most 60 s)."""
+    deadline = time.monotonic() + 60
+    while not conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid() "
+        "AND strpos(query, %s) > 0)", (text,)).fetchone()[0]:
+        assert time.monotonic() < deadline, f"no session running {text} waits for a lock"
+        time.sleep(0.05)
 
 
 def count(conn: psycopg.Connection, queue: str = "emails") -> int:
@@ -145,20 +195,60 @@ def test_message_ack_nack_extend(q: DelayedQueue, conn) -> None:
     assert count(conn) == 0
 
 
-def test_outbox_rollback_leaves_no_message(dsn: str, sq: DelayedQueue, conn) -> None:
-    q = sq
-    with psycopg.connect(dsn) as app:
+def test_outbox_rollback_leaves_no_message(dsn: str, q: DelayedQueue, conn) -> None:
+    """The transactional outbox, sync and async (``conn=`` the application's connection): the
+    messages appear when its transaction commits, never before, and vanish with a rollback; a
+    repeated key gives the documented outcomes, in the transaction and from another session, which
+    waits for the outbox's commit; a worker then delivers each committed message once."""
+    with app_connection(q, dsn) as app:
         app.execute("CREATE TABLE orders (id int)")
         app.commit()
         app.execute("INSERT INTO orders VALUES (1)")
         assert q.offer("order-1", {"id": 1}, conn=app) is OfferOutcome.CREATED
+        assert count(conn) == 0 and q.get("order-1") is None  # not before the commit
         app.rollback()
         assert count(conn) == 0
         app.execute("INSERT INTO orders VALUES (2)")
         q.offer_many([("order-2", {"id": 2})], conn=app)
+        assert count(conn) == 0
         app.commit()
-    assert q.get("order-2") is not None and q.get("order-1") is None
-    assert conn.execute("SELECT array_agg(id) FROM orders").fetchone()[0] == [2]
+        assert q.get("order-2") is not None and q.get("order-1") is None
+
+        # A repeated key inside the transaction: the usual rules, on the transaction's own row.
+        at = conn.execute("SELECT now() - interval '1 second'").fetchone()[0]
+        app.execute("INSERT INTO orders VALUES (3)")
+        assert q.offer("order-3", {"id": 3}, at=at, conn=app) is OfferOutcome.CREATED
+        assert q.offer("order-3", {"id": 3}, at=at, conn=app) is OfferOutcome.IGNORED
+        assert q.offer("order-3", {"id": 33}, at=at, can_update=False, conn=app) is OfferOutcome.IGNORED
+        assert q.offer("order-3", {"id": 30}, at=at, conn=app) is OfferOutcome.UPDATED
+        assert q.offer_many([OfferRequest("order-2", {"id": 2}), ("order-4", {"id": 4})], can_update=False,
+                            conn=app) == {"order-2": OfferOutcome.IGNORED, "order-4": OfferOutcome.CREATED}
+        # ... and from another session: its offer of the uncommitted key waits for the outbox's
+        # transaction, then meets the committed row (an equal offer at an explicit time: ignored).
+        outcomes: dict[str, OfferOutcome] = {}
+        other = threading.Thread(target=lambda: outcomes.update(late=q.offer("order-3", {"id": 30}, at=at)))
+        other.start()
+        wait_for_lock_wait(conn, "dq_offer")
+        assert count(conn) == 1  # still only order-2
+        app.commit()
+        other.join(timeout=60)
+        assert outcomes == {"late": OfferOutcome.IGNORED}
+
+        # After a rollback the waiting offer creates the key itself.
+        app.execute("INSERT INTO orders VALUES (5)")
+        assert q.offer("order-5", {"id": 5}, at=at, conn=app) is OfferOutcome.CREATED
+        other = threading.Thread(target=lambda: outcomes.update(alone=q.offer("order-5", {"id": 50}, at=at)))
+        other.start()
+        wait_for_lock_wait(conn, "dq_offer")
+        app.rollback()
+        other.join(timeout=60)
+        assert outcomes["alone"] is OfferOutcome.CREATED
+    assert conn.execute("SELECT array_agg(id ORDER BY id) FROM orders").fetchone()[0] == [2, 3]
+
+    delivered = deliver_with_worker(q, 4)
+    assert sorted(delivered) == [("order-2", {"id": 2}), ("order-3", {"id": 30}), ("order-4", {"id": 4}),
+                                 ("order-5", {"id": 50})]
+    assert count(conn) == 0
 
 
 def test_exactly_once_transaction_rolls_back_on_error(q: DelayedQueue, conn) -> None:

@@ -3,24 +3,35 @@
 
 Single-session rules run on one shared database (emptied before each test); the races run real
 processes (tests/controlworkers.py), each with its own connection, started together on a Barrier.
-Times are the server's: waits ask its clock (sqlhelpers.wait_until_server_time).
+Times are the queue's: tests move its clock (tests/clock.py) instead of waiting for the server's.
 """
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
+from clock import TestClock
 from controlworkers import group_consumer, limited_or_sampler, rate_consumer
 from psycopg.rows import dict_row
 from sqlhelpers import module_conn as conn  # noqa: F401  (fixture)
-from sqlhelpers import module_dsn, run_workers, wait_until_server_time  # noqa: F401  (fixture)
+from sqlhelpers import module_dsn, run_workers  # noqa: F401  (fixture)
 
 T0 = datetime(2020, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def clock(module_dsn: str) -> Iterator[TestClock]:
+    """The queue's clock of the module's database, restored after the test."""
+    c = TestClock(module_dsn)
+    yield c
+    c.uninstall()
+    c.close()
 
 
 def at(seconds: float) -> datetime:
@@ -157,24 +168,26 @@ def test_different_groups_are_delivered_in_parallel(conn):
     assert sorted(keys(poll(conn, 10))) == ["A-0", "B-0", "C-0"]
 
 
-def test_nack_with_delay_keeps_the_group_waiting(conn):
+def test_nack_with_delay_keeps_the_group_waiting(conn, clock):
     offer(conn, "first", at(1), message_group="G")
     offer(conn, "second", at(2), message_group="G")
     (row,) = poll(conn)
-    (until,) = conn.execute("SELECT clock_timestamp() + interval '400 milliseconds'").fetchone()
-    conn.execute("SELECT dq_nack(%s::uuid, interval '400 milliseconds')", (row["lock_token"],))
+    conn.execute("SELECT dq_nack(%s::uuid, interval '5 minutes')", (row["lock_token"],))
     assert poll(conn) == []  # second must not overtake first
     assert groups(conn) == {"G": "first"}
-    wait_until_server_time(conn, until)
+    clock.advance(timedelta(minutes=4, seconds=50))
+    assert poll(conn) == []
+    clock.advance(20)
     (again,) = poll(conn)
     assert again["key"] == "first" and again["delivery_count"] == 2
 
 
-def test_an_expired_lock_redelivers_the_head_before_the_next(conn):
+def test_an_expired_lock_redelivers_the_head_before_the_next(conn, clock):
     offer(conn, "first", at(1), message_group="G")
     offer(conn, "second", at(2), message_group="G")
-    (row,) = poll(conn, lock="100 milliseconds")
-    wait_until_server_time(conn, row["locked_until"])
+    (row,) = poll(conn, lock="30 seconds")
+    assert poll(conn) == []
+    clock.advance(31)
     (again,) = poll(conn)
     assert (again["key"], again["delivery_count"]) == ("first", 2)
     assert ack(conn, row) is False  # the first holder's token is stale
@@ -183,16 +196,16 @@ def test_an_expired_lock_redelivers_the_head_before_the_next(conn):
 
 
 @pytest.mark.parametrize("how", ["cancel", "expire", "dead-letter"])
-def test_the_next_message_follows_when_the_head_leaves(conn, how):
+def test_the_next_message_follows_when_the_head_leaves(conn, clock, how):
     if how == "dead-letter":
         conn.execute("SELECT dq_configure_queue('q', 1, 'q.dead')")
-    expires = datetime.now(UTC) + timedelta(seconds=1) if how == "expire" else None
+    expires = clock.now() + timedelta(minutes=1) if how == "expire" else None
     offer(conn, "first", at(1), message_group="G", expires_at=expires)
     offer(conn, "second", at(2), message_group="G")
     if how == "cancel":
         assert conn.execute("SELECT dq_cancel('q', 'first')").fetchone() == (True,)
     elif how == "expire":
-        wait_until_server_time(conn, expires)
+        clock.advance(61)
         assert poll(conn) == []  # the poll removes the expired head
     else:
         (row,) = poll(conn)
@@ -349,7 +362,7 @@ def test_rate_limit_holds_in_every_window_with_eight_pollers(dsn):
         c.execute("SELECT count(*) FROM dq_offer_many('rated', ARRAY(SELECT 'k' || i FROM generate_series(1, 5000) i), "
                   "array_fill('x'::bytea, ARRAY[5000]), array_fill(%s::timestamptz, ARRAY[5000]))", (T0,))
     claimed = sorted(t for r in run_workers(rate_consumer, [(dsn, "rated", 3.0)] * 8, timeout=120) for t in r)
-    assert len(claimed) > 300
+    assert len(claimed) > 100  # enough windows for the check to mean something (no speed floor)
     worst, j = 0, 0
     for i, t in enumerate(claimed):  # the most claims in any half-open window [t, t + 0.2 s)
         while claimed[j] <= t - 0.2:
@@ -406,9 +419,9 @@ def _notified(conn: psycopg.Connection[Any], timeout: float) -> bool:
 def test_waiters_sleep_until_something_can_be_delivered(dsn):
     """dq_poll_or_wait's wake_in under each control: no busy polling when due messages are held back."""
     with psycopg.connect(dsn, autocommit=True) as c:
-        def wake(queue: str) -> timedelta:
-            row = c.execute("SELECT id, wake_in FROM dq_poll_or_wait(%s, 10, '1 minute', '20 seconds')",
-                            (queue,)).fetchone()
+        def wake(queue: str, max_wait: str = "20 seconds") -> timedelta:
+            row = c.execute("SELECT id, wake_in FROM dq_poll_or_wait(%s, 10, '1 minute', %s::interval)",
+                            (queue, max_wait)).fetchone()
             assert row is not None and row[0] is None, row
             return row[1]
         # Full: the next lock expiry (1 minute) is beyond max_wait.
@@ -416,11 +429,11 @@ def test_waiters_sleep_until_something_can_be_delivered(dsn):
         c.execute("SELECT dq_offer('full', k, 'v', %s) FROM (VALUES ('a'), ('b')) v(k)", (T0,))
         assert c.execute("SELECT count(*) FROM dq_poll_many('full', 5, '1 minute')").fetchone() == (1,)
         assert wake("full") == timedelta(seconds=20)
-        # Rate: the next token is about 10 s away.
-        c.execute("SELECT dq_configure_queue('rated', rate_limit => 1, rate_period => '10 seconds')")
+        # Rate: the next token is about 10 minutes away (minutes: a stalled host cannot change it).
+        c.execute("SELECT dq_configure_queue('rated', rate_limit => 1, rate_period => '10 minutes')")
         c.execute("SELECT dq_offer('rated', k, 'v', %s) FROM (VALUES ('a'), ('b')) v(k)", (T0,))
         assert c.execute("SELECT count(*) FROM dq_poll_many('rated', 5, '1 minute')").fetchone() == (1,)
-        assert timedelta(seconds=9) < wake("rated") <= timedelta(seconds=10)
+        assert timedelta(minutes=9) < wake("rated", "1 hour") <= timedelta(minutes=10)
         # Groups all held: the head's lock expiry (1 minute) is beyond max_wait.
         c.execute("SELECT dq_offer('held', k, 'v', %s, message_group => 'G') FROM (VALUES ('a'), ('b')) v(k)", (T0,))
         assert c.execute("SELECT count(*) FROM dq_poll_many('held', 5, '1 minute')").fetchone() == (1,)
@@ -438,15 +451,16 @@ def test_waiters_sleep_until_something_can_be_delivered(dsn):
 
 
 @pytest.mark.parametrize("archive", [False, True])
-def test_expired_messages_are_never_delivered(conn, archive):
+def test_expired_messages_are_never_delivered(conn, clock, archive):
     conn.execute("SELECT dq_configure_queue('q', archive => %s)", (archive,))
-    soon = datetime.now(UTC) + timedelta(milliseconds=300)
+    soon = clock.now() + timedelta(minutes=1)
     offer(conn, "expires", at(1), expires_at=soon)
     offer(conn, "in-flight-expires", at(0), expires_at=soon)
     offer(conn, "stays", at(2), expires_at=datetime(2100, 1, 1, tzinfo=UTC))
-    (row,) = poll(conn, 1, lock="100 milliseconds")
+    (row,) = poll(conn, 1, lock="30 seconds")
     assert row["key"] == "in-flight-expires"
-    wait_until_server_time(conn, soon)
+    assert conn.execute("SELECT expired FROM dq_queue_stats('q')").fetchone() == (0,)
+    clock.advance(61)
     assert conn.execute("SELECT expired FROM dq_queue_stats('q')").fetchone() == (2,)
     assert keys(poll(conn, 10)) == ["stays"]  # neither delivered nor redelivered
     assert conn.execute("SELECT count(*) FROM dq_messages WHERE queue = 'q' AND key <> 'stays'").fetchone() == (0,)
@@ -460,12 +474,12 @@ def test_expired_messages_are_never_delivered(conn, archive):
     assert ack(conn, row) is False
 
 
-def test_headers_are_returned_on_every_delivery(conn):
+def test_headers_are_returned_on_every_delivery(conn, clock):
     headers = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "n": [1, 2]}
     offer(conn, "k", at(1), headers=headers)
-    (row,) = poll(conn, lock="100 milliseconds")
+    (row,) = poll(conn, lock="30 seconds")
     assert row["headers"] == headers
-    wait_until_server_time(conn, row["locked_until"])
+    clock.advance(31)
     (again,) = poll(conn)
     assert again["headers"] == headers and again["delivery_count"] == 2
     assert conn.execute("SELECT headers FROM dq_get('q', 'k')").fetchone() == (headers,)

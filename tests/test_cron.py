@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlhelpers import PROJECT, run_workers, table_rows, wait_until_server_time
+from sqlhelpers import PROJECT, run_workers, table_rows
 
 from pyqueue import cron
 from pyqueue.errors import InvalidArgument
@@ -307,7 +307,7 @@ def test_at_least_the_next_occurrence_is_installed(conn):
 
 
 @pytest.mark.parametrize("lookahead", ["1 day", "366 days"])
-def test_pending_occurrences_per_schedule_are_capped_at_10000(conn, lookahead):
+def test_pending_occurrences_per_schedule_are_capped_at_10000(conn, clock, lookahead):
     # every second for a day = 86,400 occurrences (366 days: 31.6 million): a schedule has at most
     # 10,000 pending; the install offers the first 10,000 and each tick only tops the window up to
     # 10,000 after its now() (issue 12, item 6), instead of adding 10,000 more per tick.
@@ -317,9 +317,9 @@ def test_pending_occurrences_per_schedule_are_capped_at_10000(conn, lookahead):
     first = msgs[0][1]
     for wait in (None, first + timedelta(seconds=1.5), first + timedelta(seconds=3)):
         if wait is not None:
-            wait_until_server_time(conn, wait)  # some occurrences fall due: the tick tops up for them
+            clock.advance(max(wait - clock.now(), timedelta(0)))  # some occurrences fall due: the tick tops up
         before = len(messages(conn, "q"))
-        tick_now, created = conn.execute("SELECT now(), dq_cron_tick()").fetchone()  # type: ignore[misc]
+        tick_now, created = conn.execute("SELECT dq_now(), dq_cron_tick()").fetchone()  # type: ignore[misc]
         msgs = messages(conn, "q")
         assert len(msgs) == before + created
         due = sum(1 for _, at in msgs if at <= tick_now)  # counts, not instants: nothing prints now()
@@ -382,12 +382,12 @@ RACE_PERIODS = {"p1": 1000, "p2": 2000, "p3": 3000, "p1b": 1000}
 RACE_LOOKAHEADS = {"p1": "3 seconds", "p2": "5 seconds", "p3": "4 seconds", "p1b": "2 seconds"}
 
 
-def _tick_or_consume(barrier: Any, dsn: str, role: str, seconds: float) -> Any:
-    """The installer installs RACE_PERIODS' schedules once every process is up (starting processes
-    can take longer than a 2 s lookahead) and returns (its now(), messages installed); a ticker
-    calls dq_cron_tick() back to back (0-50 ms apart) for `seconds`; a consumer polls and acks what
-    falls due meanwhile (the archive keeps what it acked). Tickers and consumers return messages
-    created, or acked."""
+def _tick_or_consume(barrier: Any, dsn: str, role: str) -> Any:
+    """The installer installs RACE_PERIODS' schedules once every process is up and returns (its
+    dq_now(), messages installed); a ticker calls dq_cron_tick() back to back (0-50 ms apart) and
+    logs each tick's dq_now() in race_ticks; a consumer polls and acks what falls due meanwhile (the
+    archive keeps what it acked). Both run until the test writes race_stop, and return messages
+    created, or acked. The test moves the queue's clock meanwhile."""
     import random
 
     with psycopg.connect(dsn, autocommit=True) as c:
@@ -395,16 +395,16 @@ def _tick_or_consume(barrier: Any, dsn: str, role: str, seconds: float) -> Any:
         barrier.wait(30)
         if role == "install":
             with c.transaction():
-                started = c.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+                started = c.execute("SELECT dq_now()").fetchone()[0]  # type: ignore[index]
                 for name, ms in RACE_PERIODS.items():
                     install(c, name, f"every {ms // 1000} seconds", queue="cq", lookahead=RACE_LOOKAHEADS[name])
             installed = c.execute("SELECT count(*) FROM dq_messages WHERE queue = 'cq'").fetchone()[0]  # type: ignore[index]
             return started, installed
         total = 0
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
+        while c.execute("SELECT NOT EXISTS (SELECT FROM race_stop)").fetchone() == (True,):
             if role == "tick":
-                row = c.execute("SELECT dq_cron_tick()").fetchone()
+                row = c.execute("WITH t AS (SELECT dq_cron_tick() AS n) "
+                                "INSERT INTO race_ticks SELECT dq_now(), n FROM t RETURNING created").fetchone()
                 assert row is not None
                 total += int(row[0])
                 time.sleep(random.uniform(0, 0.05))
@@ -431,16 +431,50 @@ def instants_by_schedule(conn: psycopg.Connection[Any], queue: str) -> dict[str,
     return {n: sorted(v) for n, v in out.items()}
 
 
-def test_four_connections_ticking_repeatedly_with_consumers_create_every_occurrence_exactly_once(dsn, conn):
-    """4 processes call dq_cron_tick() back to back for 8 s while the lookahead windows move on and
-    2 consumers ack what falls due (so an occurrence installed again after its ack would show as
-    a duplicate): every occurrence of every schedule is offered exactly once, with no gap."""
+def test_four_connections_ticking_repeatedly_with_consumers_create_every_occurrence_exactly_once(dsn, conn, clock):
+    """4 processes call dq_cron_tick() back to back while the test moves the queue's clock 40 times
+    by half a second (each step only once a tick has seen the one before, so the windows never move
+    by more than a lookahead between ticks however slow the host is) and 2 consumers ack what falls
+    due (an occurrence installed again after its ack would show as a duplicate): every occurrence of
+    every schedule is offered exactly once, with no gap."""
     conn.execute("SELECT dq_configure_queue('cq', archive => true)")
+    conn.execute("CREATE TABLE race_ticks (at timestamptz, created integer)")
+    conn.execute("CREATE TABLE race_stop ()")
     periods, lookaheads = RACE_PERIODS, RACE_LOOKAHEADS
-    roles = [(dsn, "install", 0.0)] + [(dsn, "tick", 8.0)] * 4 + [(dsn, "consume", 9.0)] * 2
-    results = run_workers(_tick_or_consume, roles, timeout=120)
-    ended = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+    roles = [(dsn, "install")] + [(dsn, "tick")] * 4 + [(dsn, "consume")] * 2
+    failed: list[BaseException] = []
+
+    def drive() -> None:
+        try:
+            deadline = time.monotonic() + 60  # until every process is up and the installer is done
+            while not conn.execute("SELECT EXISTS (SELECT FROM dq_cron)").fetchone()[0]:  # type: ignore[index]
+                assert time.monotonic() < deadline, "the installer did not install"
+                time.sleep(0.05)
+            for _ in range(40):
+                clock.advance(0.5)
+                moved = clock.now()
+                deadline = time.monotonic() + 60
+                while conn.execute("SELECT NOT EXISTS (SELECT FROM race_ticks WHERE at >= %s)",
+                                   (moved,)).fetchone() == (True,):
+                    assert time.monotonic() < deadline, "no tick for 60 s"
+                    time.sleep(0.01)
+        except BaseException as e:  # reported by the test below
+            failed.append(e)
+        finally:
+            conn.execute("INSERT INTO race_stop DEFAULT VALUES")
+
+    import threading
+    driver = threading.Thread(target=drive)
+    driver.start()
+    try:
+        results = run_workers(_tick_or_consume, roles, timeout=300)
+    finally:
+        driver.join(120)
+    assert failed == []
+    ended = conn.execute("SELECT max(at) FROM race_ticks").fetchone()[0]  # type: ignore[index]
     (started, installed), created, acked = results[0], sum(results[1:5]), sum(results[5:])
+    assert ended - started >= timedelta(seconds=20)
+    assert conn.execute("SELECT sum(created) FROM race_ticks").fetchone() == (created,)
     assert acked > 0 and created > 0
     by_name = instants_by_schedule(conn, "cq")
     assert sorted(by_name) == sorted(periods)
@@ -452,37 +486,38 @@ def test_four_connections_ticking_repeatedly_with_consumers_create_every_occurre
         assert got == list(range(got[0], got[-1] + ms, ms)), f"{name}: a gap"
         assert got[0] <= epoch_ms(started) + ms
         # The ticks kept the window filled: installed up to at least (last tick's now + lookahead) - a period.
-        assert got[-1] >= epoch_ms(ended) - 2000 + int(lookaheads[name].split()[0]) * 1000 - ms
+        assert got[-1] >= epoch_ms(ended) + int(lookaheads[name].split()[0]) * 1000 - ms
     archived = conn.execute("SELECT count(*) FROM dq_archive WHERE queue = 'cq' AND outcome = 'acked'").fetchone()
     assert archived == (acked,)
 
 
-def test_a_ticker_outage_shorter_than_the_lookahead_loses_no_occurrence(conn, dsn):
-    """Ticks with gaps of 1-3 s for `every 1 second` with a 4 s lookahead, and a consumer acking
-    all along: every second from the install to the last window is delivered or still queued,
-    exactly once. Then an outage longer than the lookahead: the documented limit (docs/cron.md
-    "The tick"): the occurrences that fell in the outage beyond the lookahead are not back-filled
-    (none is offered late), and the tick resumes with the next one."""
+def test_a_ticker_outage_shorter_than_the_lookahead_loses_no_occurrence(conn, dsn, clock):
+    """Ticks with gaps of 1-3 s (on the queue's clock, which the test moves) for `every 1 second`
+    with a 4 s lookahead, and a consumer acking what falls due after each gap: every second from the
+    install to the last window is delivered or still queued, exactly once. Then an outage longer than
+    the lookahead: the documented limit (docs/cron.md "The tick"): the occurrences that fell in the
+    outage beyond the lookahead are not back-filled (none is offered late), and the tick resumes with
+    the next one."""
     import random
 
     conn.execute("SELECT dq_configure_queue('cq', archive => true)")
     install(conn, "o", "every 1 second", queue="cq", lookahead="4 seconds")
-    first_now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+    first_now = clock.now()
     rng = random.Random(7)
     with psycopg.connect(dsn, autocommit=True) as consumer:
-        def drain_until(deadline: float) -> None:
-            while time.monotonic() < deadline:
-                tokens = [r[0] for r in consumer.execute("SELECT lock_token FROM dq_poll_many('cq', 100, '1 minute')")]
-                if tokens:
-                    consumer.execute("SELECT dq_ack_many(%s::uuid[])", (tokens,))
-                time.sleep(0.05)
+        def drain() -> None:
+            """Ack everything due on the queue's clock now."""
+            while tokens := [r[0] for r in consumer.execute(
+                    "SELECT lock_token FROM dq_poll_many('cq', 100, '1 minute')")]:
+                consumer.execute("SELECT dq_ack_many(%s::uuid[])", (tokens,))
 
         gaps = [rng.uniform(1.0, 3.0) for _ in range(5)]
         for gap in gaps:
-            drain_until(time.monotonic() + gap)  # the ticker is down for `gap` seconds
+            clock.advance(gap)  # the ticker is down for `gap` seconds
+            drain()
             conn.execute("SELECT dq_cron_tick()")
-        last_tick = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
-        drain_until(time.monotonic() + 1.0)
+        last_tick = clock.now()
+        drain()
         got = instants_by_schedule(conn, "cq")["o"]
         assert len(got) == len(set(got))
         assert got == list(range(got[0], got[-1] + 1000, 1000)), "an occurrence was lost during an outage"
@@ -493,8 +528,9 @@ def test_a_ticker_outage_shorter_than_the_lookahead_loses_no_occurrence(conn, ds
 
         # An outage longer than the lookahead: no back-fill.
         installed_until = got[-1]
-        drain_until(time.monotonic() + 6.5)
-        tick_now = conn.execute("SELECT now(), dq_cron_tick()").fetchone()[0]  # type: ignore[index]
+        clock.advance(6.5)
+        drain()
+        tick_now = conn.execute("SELECT dq_now(), dq_cron_tick()").fetchone()[0]  # type: ignore[index]
         after = instants_by_schedule(conn, "cq")["o"]
         late = [ms for ms in after if installed_until < ms <= int(tick_now.timestamp() * 1000)]
         assert late == [], "occurrences that fell due during the outage were offered late"

@@ -43,6 +43,7 @@ ROLE_OF = {
     "dq_wait": "dq_consumer",
     "dq_wait_done": "dq_consumer",
     "dq_channel": "dq_consumer",
+    "dq_now": "dq_producer+dq_consumer",
     "dq_ack": "dq_consumer",
     "dq_ack_many": "dq_consumer",
     "dq_nack": "dq_consumer",
@@ -81,6 +82,7 @@ MAY_EXECUTE = {
     "dq_producer": {"dq_producer", "dq_admin"},
     "dq_consumer": {"dq_consumer", "dq_admin"},
     "dq_admin": {"dq_admin"},
+    "dq_producer+dq_consumer": {"dq_producer", "dq_consumer", "dq_admin"},
 }
 
 

@@ -24,7 +24,6 @@ from sqlhelpers import (
     offer_many_worker,
     offer_one_worker,
     run_workers,
-    wait_until_server_time,
 )
 
 T1 = datetime(2020, 1, 1, tzinfo=UTC)
@@ -71,14 +70,15 @@ def test_eight_consumers_drain_20000_messages_exactly_once(conn, dsn):
     assert conn.execute("SELECT count(*) FROM dq_messages").fetchone()[0] == 0
 
 
-def test_expired_lock_is_redelivered_and_the_first_holders_ack_is_stale(conn, dsn):
+def test_expired_lock_is_redelivered_and_the_first_holders_ack_is_stale(conn, dsn, clock):
     conn.execute("SELECT dq_offer('q', 'k', 'v'::text, %s)", (T1,))
     with RemoteSession(dsn) as first, RemoteSession(dsn) as second:
-        [d1] = first.execute("SELECT * FROM dq_poll_many('q', 1, interval '1 second')")
+        [d1] = first.execute("SELECT * FROM dq_poll_many('q', 1, interval '30 seconds')")
         assert d1["delivery_count"] == 1
         assert second.execute("SELECT * FROM dq_poll_many('q', 1, interval '1 minute')") == []
-
-        wait_until_server_time(conn, d1["locked_until"])
+        clock.advance(29)  # the queue's clock: the lock still holds...
+        assert second.execute("SELECT * FROM dq_poll_many('q', 1, interval '1 minute')") == []
+        clock.advance(2)  # ...and now it has expired
 
         [d2] = second.execute("SELECT * FROM dq_poll_many('q', 1, interval '1 minute')")
         assert d2["key"] == "k" and d2["id"] == d1["id"]
@@ -119,21 +119,22 @@ def test_reoffer_while_in_flight_makes_the_old_token_stale(conn, dsn):
         assert consumer.one("SELECT dq_ack(%s::uuid) AS ok", (d2["lock_token"],))["ok"] is True
 
 
-def test_nack_with_delay_hides_the_message_until_the_delay_passes(conn, dsn):
+def test_nack_with_delay_hides_the_message_until_the_delay_passes(conn, dsn, clock):
     conn.execute("SELECT dq_offer('q', 'k', 'v'::text, %s)", (T1,))
     with RemoteSession(dsn) as a, RemoteSession(dsn) as b:
         [d1] = a.execute("SELECT * FROM dq_poll_many('q', 1, interval '1 minute')")
-        before = conn.execute("SELECT clock_timestamp()").fetchone()[0]
-        assert a.one("SELECT dq_nack(%s::uuid, interval '1.5 seconds') AS ok", (d1["lock_token"],))["ok"] is True
-        after = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+        before = clock.now()
+        assert a.one("SELECT dq_nack(%s::uuid, interval '5 minutes') AS ok", (d1["lock_token"],))["ok"] is True
+        after = clock.now()
         row = message(conn, "q", "k")
         assert row is not None
         visible_at = row["scheduled_at"]
-        assert before + timedelta(seconds=1.5) <= visible_at <= after + timedelta(seconds=1.5)
+        assert before + timedelta(minutes=5) <= visible_at <= after + timedelta(minutes=5)
         assert row["lock_token"] is None and row["delivery_count"] == 1
         assert b.execute("SELECT * FROM dq_poll_many('q', 1, interval '1 minute')") == []
-
-        wait_until_server_time(conn, visible_at)
+        clock.advance(timedelta(minutes=4, seconds=50))
+        assert b.execute("SELECT * FROM dq_poll_many('q', 1, interval '1 minute')") == []
+        clock.advance(timedelta(seconds=10) + (after - before))  # past visible_at on the queue's clock
 
         [d2] = b.execute("SELECT * FROM dq_poll_many('q', 1, interval '1 minute')")
         assert d2["key"] == "k" and d2["delivery_count"] == 2
@@ -145,19 +146,20 @@ def test_nack_with_delay_hides_the_message_until_the_delay_passes(conn, dsn):
         assert b.one("SELECT dq_ack(%s::uuid) AS ok", (d2["lock_token"],))["ok"] is True
 
 
-def test_extend_keeps_the_message_invisible_past_its_first_timeout(conn, dsn):
+def test_extend_keeps_the_message_invisible_past_its_first_timeout(conn, dsn, clock):
     conn.execute("SELECT dq_offer('q', 'k', 'v'::text, %s)", (T1,))
     conn.execute("SELECT dq_offer('q', 'other', 'v'::text, %s)", (T1 + timedelta(seconds=1),))
     with RemoteSession(dsn) as a, RemoteSession(dsn) as b:
-        [d1] = a.execute("SELECT * FROM dq_poll_many('q', 1, interval '1 second')")
+        [d1] = a.execute("SELECT * FROM dq_poll_many('q', 1, interval '30 seconds')")
         assert d1["key"] == "k"
-        extended = a.one("SELECT dq_extend(%s::uuid, interval '5 seconds') AS until", (d1["lock_token"],))["until"]
-        assert extended >= d1["locked_until"] + timedelta(seconds=4)
+        extended = a.one("SELECT dq_extend(%s::uuid, interval '5 minutes') AS until", (d1["lock_token"],))["until"]
+        assert extended >= d1["locked_until"] + timedelta(minutes=4, seconds=30)
         row = message(conn, "q", "k")
         assert row is not None and row["scheduled_at"] == extended and row["lock_token"] == d1["lock_token"]
 
-        # 1.5 s after the poll, the first timeout has passed; the message is still invisible.
-        wait_until_server_time(conn, d1["locked_until"] + timedelta(seconds=0.5))
+        # A minute after the poll (on the queue's clock), the first timeout has passed; the message
+        # is still invisible.
+        clock.advance(60)
         [other] = b.execute("SELECT * FROM dq_poll_many('q', 10, interval '1 minute')")
         assert other["key"] == "other"
         assert b.execute("SELECT * FROM dq_poll_many('q', 10, interval '1 minute')") == []
