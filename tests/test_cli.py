@@ -14,6 +14,7 @@ import sys
 from datetime import timedelta
 
 import psycopg
+from workerhandlers import HANG_S
 
 
 def cli(dsn: str | None, *args: str, columns: int | None = None) -> subprocess.CompletedProcess[str]:
@@ -21,7 +22,7 @@ def cli(dsn: str | None, *args: str, columns: int | None = None) -> subprocess.C
     if columns is not None:
         env["COLUMNS"] = str(columns)
     return subprocess.run([sys.executable, "-m", "pyqueue", *args, *(["--dsn", dsn] if dsn else [])],
-                          capture_output=True, text=True, timeout=60, env=env)
+                          capture_output=True, text=True, timeout=HANG_S, env=env)
 
 
 def stored(conn: psycopg.Connection, queue: str, key: str) -> tuple[str, bytes] | None:

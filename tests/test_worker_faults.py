@@ -4,7 +4,10 @@ A server restart or a ``pg_terminate_backend`` of all of a process's sessions cu
 connection its pool holds, but the pool only finds out when it hands each of them out. A call
 that fails on a cut connection and is retried must get a live one, not the next cut one: the
 worker retries a failed acknowledgement once, and a retry that fails again means a needless
-redelivery (found by the chaos run as duplicates after each cut of all connections)."""
+redelivery (found by the chaos run as duplicates after each cut of all connections).
+
+Each interleaving is made certain by events, not by timing: waits end on a condition, at most
+``HANG_S`` (only a hang takes that long, even on a loaded host)."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from workerhandlers import HANG_S, join_idle_waits, wait_until
 
 from pyqueue import DatabaseError, DelayedQueue, Worker
 from pyqueue.aio import AsyncDelayedQueue, AsyncWorker
@@ -25,22 +29,22 @@ POOL_SIZE = 4
 
 
 def cut_all(dsn: str, app: str) -> int:
-    """pg_terminate_backend of every session of ``application_name = app``, as a restart would."""
+    """pg_terminate_backend of every session of ``application_name = app``, as a restart would;
+    returns how many, once they are gone (sessions the app opens meanwhile are left alone)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        killed = conn.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                              "WHERE application_name = %s", (app,)).fetchone()[0]
-        deadline = time.monotonic() + 10
-        while conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
-                           (app,)).fetchone()[0] and time.monotonic() < deadline:
-            time.sleep(0.02)
-    return int(killed)
+        sessions = [pid for pid, in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,)).fetchall()]
+        killed = [pid for pid, in conn.execute(
+            "SELECT pid FROM unnest(%s::int[]) pid WHERE pg_terminate_backend(pid)", (sessions,)).fetchall()]
+        wait_until(conn, "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s))", (killed,))
+    return len(killed)
 
 
 def test_call_after_a_cut_gets_a_live_connection(dsn: str) -> None:
     app = f"cut-{uuid.uuid4().hex[:8]}"
     with ConnectionPool(make_conninfo(dsn, application_name=app), min_size=POOL_SIZE, max_size=POOL_SIZE,
                         kwargs={"autocommit": True}, open=True) as pool:
-        pool.wait(10)
+        pool.wait(HANG_S)
         q = DelayedQueue(pool, "jobs")
         q.offer("k", "x")
         assert cut_all(dsn, app) == POOL_SIZE
@@ -55,7 +59,7 @@ def test_async_call_after_a_cut_gets_a_live_connection(dsn: str) -> None:
     async def main() -> None:
         async with AsyncConnectionPool(make_conninfo(dsn, application_name=app), min_size=POOL_SIZE,
                                        max_size=POOL_SIZE, kwargs={"autocommit": True}, open=False) as pool:
-            await pool.wait(10)
+            await pool.wait(HANG_S)
             q = AsyncDelayedQueue(pool, "jobs")
             await q.offer("k", "x")
             assert cut_all(dsn, app) == POOL_SIZE
@@ -75,27 +79,29 @@ def test_worker_acknowledges_after_all_its_connections_were_cut(dsn: str) -> Non
 
     def handler(message: object) -> None:
         started.set()
-        release.wait(10)
+        release.wait(HANG_S)
 
     with ConnectionPool(make_conninfo(dsn, application_name=app), min_size=POOL_SIZE, max_size=POOL_SIZE,
                         kwargs={"autocommit": True}, open=True) as pool:
-        pool.wait(10)
+        pool.wait(HANG_S)
         q = DelayedQueue(pool, "jobs")
         q.offer("cut", "x")
         worker = Worker(q, handler, concurrency=1, lock_timeout=30, idle_check=0.5)
         t = threading.Thread(target=worker.run)
         t.start()
         try:
-            assert started.wait(10)
+            assert started.wait(HANG_S)
             assert cut_all(dsn, app) >= POOL_SIZE
             release.set()
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + HANG_S
             while worker.stats.snapshot()["acknowledged"] < 1 and time.monotonic() < deadline:
                 time.sleep(0.05)
         finally:
             release.set()
             worker.stop()
-            t.join(10)
+            t.join(HANG_S)
+        assert not t.is_alive()
+        join_idle_waits()
         q.close()
         assert worker.stats.snapshot()["acknowledged"] == 1
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -114,22 +120,22 @@ def test_async_worker_acknowledges_after_all_its_connections_were_cut(dsn: str) 
 
         async with AsyncConnectionPool(make_conninfo(dsn, application_name=app), min_size=POOL_SIZE,
                                        max_size=POOL_SIZE, kwargs={"autocommit": True}, open=False) as pool:
-            await pool.wait(10)
+            await pool.wait(HANG_S)
             q = AsyncDelayedQueue(pool, "jobs")
             await q.offer("cut", "x")
             worker = AsyncWorker(q, handler, concurrency=1, lock_timeout=30, idle_check=0.5)
             task = asyncio.create_task(worker.run(install_signal_handlers=False))
             try:
-                await asyncio.wait_for(started.wait(), 10)
+                await asyncio.wait_for(started.wait(), HANG_S)
                 assert await asyncio.to_thread(cut_all, dsn, app) >= POOL_SIZE
                 release.set()
-                deadline = time.monotonic() + 10
+                deadline = time.monotonic() + HANG_S
                 while worker.stats.snapshot()["acknowledged"] < 1 and time.monotonic() < deadline:
                     await asyncio.sleep(0.05)
             finally:
                 release.set()
                 worker.stop()
-                await asyncio.wait_for(task, 10)
+                await asyncio.wait_for(task, HANG_S)
             await q.close()
             return worker.stats.snapshot()
 
@@ -141,37 +147,45 @@ def test_async_worker_acknowledges_after_all_its_connections_were_cut(dsn: str) 
 def test_heartbeat_that_races_a_finishing_handler_reports_no_lost_lock(dsn: str, caplog) -> None:
     """The heartbeat takes the list of running messages, then extends each. A handler that finishes
     in between is acknowledged, and the extend of its (now deleted) message returns NULL: that is
-    not a lost lock. The race is made certain by holding the heartbeat's list until the
-    acknowledgement (the chaos run saw it as "lock … was lost" warnings with no fault at all)."""
+    not a lost lock. The race is made certain by events, whatever the host's load: the handler
+    returns only once a heartbeat has taken its message, and that heartbeat holds its list until
+    the acknowledgement (the chaos run saw it as "lock … was lost" warnings with no fault at all)."""
+    taken = threading.Event()  # a heartbeat took the running message
+    followed = threading.Event()  # the heartbeat after the held one: the held one's extends are done
 
     class PreemptedHeartbeat(Worker):
         raced = False  # a heartbeat held a running message's lock token until that message was acknowledged
 
         def _to_extend(self) -> list:
+            if type(self).raced:
+                followed.set()
             running = super()._to_extend()
-            deadline = time.monotonic() + 10
-            while running and self.stats.snapshot()["acknowledged"] < 1 and time.monotonic() < deadline:
+            if not running:
+                return running
+            taken.set()
+            deadline = time.monotonic() + HANG_S
+            while self.stats.snapshot()["acknowledged"] < 1 and time.monotonic() < deadline:
                 time.sleep(0.01)
-            if running and self.stats.snapshot()["acknowledged"] >= 1:
+            if self.stats.snapshot()["acknowledged"] >= 1:
                 type(self).raced = True
             return running
 
     with DelayedQueue(dsn, "jobs") as q:
         q.offer("race", "x")
-        worker = PreemptedHeartbeat(q, lambda m: time.sleep(0.7), concurrency=1, lock_timeout=1.5, idle_check=0.5)
+        worker = PreemptedHeartbeat(q, lambda m: taken.wait(HANG_S), concurrency=1, lock_timeout=1.5, idle_check=0.5)
         t = threading.Thread(target=worker.run)
         t.start()
         try:
-            deadline = time.monotonic() + 10
-            while worker.stats.snapshot()["acknowledged"] < 1 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            time.sleep(0.3)  # the held heartbeat extends the acknowledged message meanwhile
+            # the held heartbeat extends the acknowledged message, then the next one comes
+            assert followed.wait(HANG_S)
         finally:
             worker.stop()
-            t.join(10)
+            t.join(HANG_S)
+        assert not t.is_alive()
+        join_idle_waits()
     snap = worker.stats.snapshot()
-    # The handler (0.7 s) outlasts the heartbeat period (lock_timeout / 3 = 0.5 s), so a heartbeat
-    # took the running message and, held, extended it only after its acknowledgement: the race ran.
+    # A heartbeat took the running message and, held, extended it only after its acknowledgement:
+    # the race ran.
     assert PreemptedHeartbeat.raced
     assert snap["acknowledged"] == 1 and snap["lock_lost"] == 0, snap
     assert not [r for r in caplog.records if "was lost" in r.getMessage()]
