@@ -63,6 +63,7 @@ class AsyncDriver:
         self.queue, self.schema, self.serializers = ops.queue, ops.schema, ops.serializers
         self._listening = routines.Listening()
         self._listeners: list[AsyncConnection] = []
+        self._closed = False  # after close(), a wait that ends gives its connection back by closing it
         self._opened = False
         self._owns_pool = isinstance(conninfo_or_pool, str)
         settings = ops.pool_settings(pool_size, "pyqueue-aio")
@@ -78,11 +79,11 @@ class AsyncDriver:
         """Open the owned pool (done by ``async with`` and on first use)."""
         if self._owns_pool and not self._opened:
             await self._pool.open()
-        self._opened = True
+        self._opened, self._closed = True, False
 
     async def close(self) -> None:
         """Close the waiting connections, and the pool if this queue created it."""
-        listeners, self._listeners = self._listeners, []
+        listeners, self._listeners, self._closed = self._listeners, [], True
         for conn in listeners:
             await conn.close()
         if self._owns_pool and self._opened:
@@ -133,7 +134,8 @@ class AsyncDriver:
         return conn
 
     async def _give_back(self, conn: AsyncConnection, keep: bool) -> None:
-        if keep and not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        if keep and not self._closed and not conn.closed \
+                and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
             self._listeners.append(conn)
         else:
             await conn.close()

@@ -63,6 +63,7 @@ class Driver:
         self._listening = routines.Listening()
         self._listeners: list[Connection] = []
         self._listeners_lock = threading.Lock()
+        self._closed = False  # after close(), a wait that ends gives its connection back by closing it
         self._owns_pool = isinstance(conninfo_or_pool, str)
         settings = ops.pool_settings(pool_size, "pyqueue")
         self._pool: ConnectionPool[Any] = (
@@ -77,7 +78,7 @@ class Driver:
     def close(self) -> None:
         """Close the waiting connections, and the pool if this queue created it."""
         with self._listeners_lock:
-            listeners, self._listeners = self._listeners, []
+            listeners, self._listeners, self._closed = self._listeners, [], True
         for conn in listeners:
             conn.close()
         if self._owns_pool:
@@ -134,9 +135,10 @@ class Driver:
     def _give_back(self, conn: Connection, keep: bool) -> None:
         if keep and not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
             with self._listeners_lock:
-                self._listeners.append(conn)
-        else:
-            conn.close()
+                if not self._closed:  # a wait that outlived close() (a worker's idle wait) closes its own
+                    self._listeners.append(conn)
+                    return
+        conn.close()
 
     def _step(self, routine: routines.Routine[T], conn: Connection | None = None) -> T:
         """Perform the steps of ``routine`` on ``conn`` (or the connection it acquires) until it

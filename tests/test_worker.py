@@ -29,7 +29,6 @@ from workerhandlers import (
     assert_idle_budget,
     idle_waiters,
     idle_worker_calls,
-    join_idle_waits,
     wait_until,
 )
 
@@ -273,7 +272,6 @@ def test_worker_in_process_stops_on_stop(dsn: str, conn, worker_mode: str) -> No
             worker.stop()
             t.join(timeout=HANG_S)
             assert not t.is_alive()
-            join_idle_waits()
             snap = worker.stats.snapshot()
     else:
         async def handler(message: AsyncMessage) -> None:
@@ -332,7 +330,6 @@ def test_handler_that_acknowledges_in_its_own_transaction(dsn: str, conn, worker
             worker.stop()
             t.join(timeout=HANG_S)
             assert not t.is_alive()
-            join_idle_waits()
             snap = worker.stats.snapshot()
     else:
         async def main() -> dict:

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
-from workerhandlers import HANG_S, join_idle_waits, wait_until
+from workerhandlers import HANG_S, idle_waiters, wait_until
 
 from pyqueue import DatabaseError, DelayedQueue, Worker
 from pyqueue.aio import AsyncDelayedQueue, AsyncWorker
@@ -101,7 +101,6 @@ def test_worker_acknowledges_after_all_its_connections_were_cut(dsn: str) -> Non
             worker.stop()
             t.join(HANG_S)
         assert not t.is_alive()
-        join_idle_waits()
         q.close()
         assert worker.stats.snapshot()["acknowledged"] == 1
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -182,7 +181,6 @@ def test_heartbeat_that_races_a_finishing_handler_reports_no_lost_lock(dsn: str,
             worker.stop()
             t.join(HANG_S)
         assert not t.is_alive()
-        join_idle_waits()
     snap = worker.stats.snapshot()
     # A heartbeat took the running message and, held, extended it only after its acknowledgement:
     # the race ran.
@@ -190,3 +188,25 @@ def test_heartbeat_that_races_a_finishing_handler_reports_no_lost_lock(dsn: str,
     assert snap["acknowledged"] == 1 and snap["lock_lost"] == 0, snap
     assert not [r for r in caplog.records if "was lost" in r.getMessage()]
     assert len(worker._deliveries) == 0  # no token kept for a message that is gone
+
+
+def test_an_idle_wait_that_outlives_close_closes_its_connection(dsn: str) -> None:
+    """Worker.stop() cannot interrupt a wait for a notification from another thread: the idle wait
+    ends by its timer, after the application may have closed the queue. The LISTEN connection it
+    then gives back is closed, not kept (nothing would ever close it)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        q = DelayedQueue(dsn, "jobs")
+        worker = Worker(q, lambda m: None, concurrency=1, idle_check=3)
+        t = threading.Thread(target=worker.run)
+        t.start()
+        [(pid, _)] = idle_waiters(conn)
+        worker.stop()
+        t.join(HANG_S)
+        assert not t.is_alive()
+        q.close()  # the idle wait still holds its connection, in the server's session `pid`
+        waits = [th for th in threading.enumerate() if th.name == "pyqueue-idle-wait"]
+        for th in waits:
+            th.join(HANG_S)
+            assert not th.is_alive()
+        wait_until(conn, "SELECT NOT EXISTS (SELECT FROM pg_stat_activity WHERE pid = %s)", (pid,))
+        assert q._listeners == []  # noqa: SLF001 - what close() would have had to close

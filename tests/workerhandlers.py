@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from datetime import datetime
@@ -165,15 +164,3 @@ def assert_idle_budget(calls: dict[str, int], registrations: int, lifetime: floa
     assert calls.get("dq_channel") == 1, calls
     top_level = {"dq_ack", "dq_nack", "dq_extend", "dq_offer", "dq_get", "dq_next_due", "dq_wait_done"}
     assert not top_level & set(calls), calls
-
-
-def join_idle_waits() -> None:
-    """Until the idle waits of in-process Workers have ended, at most HANG_S. ``Worker.stop()`` does
-    not wait for them (a psycopg wait for a notification cannot be interrupted from another
-    thread), and ``DelayedQueue.close()`` closes only the LISTEN connections no wait holds: one that
-    a wait gives back after the close stays open (a ResourceWarning when it is collected). Call this
-    after ``run()`` returned and before the queue is closed."""
-    for thread in threading.enumerate():
-        if thread.name == "pyqueue-idle-wait":
-            thread.join(HANG_S)
-            assert not thread.is_alive()
