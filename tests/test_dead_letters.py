@@ -152,7 +152,7 @@ def test_worker_dead_letters_a_message_that_always_fails(dsn: str) -> None:
             q.offer("poison", {"x": 1})
         # the CLI's default backoff: retries after about 1 s and 2 s, then the third failure is dead
         proc = start_worker(dsn, "workerhandlers:always_fail", "--idle-check", "0.5")
-        wait_for(db, "SELECT count(*) FROM dq_messages WHERE queue = 'jobs.dead'", 1, timeout=40)
+        wait_for(db, "SELECT count(*) FROM dq_messages WHERE queue = 'jobs.dead'", 1)
         code, out = stop(proc)
         assert code == 0, out
         assert db.execute("SELECT count(*) FROM handled").fetchone()[0] == 3
