@@ -30,14 +30,10 @@ LANGUAGE sql VOLATILE PARALLEL SAFE
 AS $$ SELECT pg_catalog.clock_timestamp() + (SELECT c.shift FROM {private}.dq__test_clock c) $$;
 """)
 
-#: The bodies of an install (sql/000_common.sql), restored by :meth:`TestClock.uninstall`.
-PRODUCTION = sql.SQL("""
-CREATE OR REPLACE FUNCTION {private}.dq__now() RETURNS timestamptz
-LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT pg_catalog.now() $$;
-CREATE OR REPLACE FUNCTION {private}.dq__clock() RETURNS timestamptz
-LANGUAGE sql VOLATILE PARALLEL SAFE AS $$ SELECT pg_catalog.clock_timestamp() $$;
-DROP TABLE IF EXISTS {private}.dq__test_clock;
-""")
+#: The definitions of the clock functions as installed, saved before they are replaced.
+DEFINITIONS = sql.SQL(
+    "SELECT pg_get_functiondef(p.oid) FROM pg_proc p "
+    "WHERE p.pronamespace = {private_name}::regnamespace AND p.proname IN ('dq__now', 'dq__clock')")
 
 
 class TestClock:
@@ -50,6 +46,8 @@ class TestClock:
     def __init__(self, dsn: str, schema: str = "public") -> None:
         self._conn: psycopg.Connection[Any] = psycopg.connect(dsn, autocommit=True)
         self._private = sql.Identifier(f"{schema}_internal")
+        self._installed = [row[0] for row in self._conn.execute(
+            DEFINITIONS.format(private_name=sql.Literal(f"{schema}_internal"))).fetchall()]
         self._conn.execute(INSTALL.format(private=self._private))
 
     @property
@@ -75,8 +73,10 @@ class TestClock:
         return row[0]  # type: ignore[no-any-return]
 
     def uninstall(self) -> None:
-        """Restore the server's clock (the install's bodies) and drop the offset."""
-        self._conn.execute(PRODUCTION.format(private=self._private))
+        """Restore the server's clock (the definitions saved before the replacement) and drop the offset."""
+        for definition in self._installed:
+            self._conn.execute(definition)  # type: ignore[arg-type]
+        self._conn.execute(sql.SQL("DROP TABLE IF EXISTS {}.dq__test_clock").format(self._private))
 
     def close(self) -> None:
         self._conn.close()
