@@ -122,14 +122,15 @@ class Statements:
         "AS at) AS t"
     )
     # Each element's time as in offer; its expiry, when some element has a ttl, likewise.
+    # (SELECT dq_now()) is an uncorrelated subquery: evaluated once per statement, not per element.
     offer_many: str = (
         "SELECT key, outcome FROM {s}dq_offer_many(%(queue)s, %(keys)s::text[], %(payloads)s::bytea[], "
-        "(SELECT array_agg(coalesce(u.at, {s}dq_now() + coalesce(u.delay, interval '0')) ORDER BY u.i) "
+        "(SELECT array_agg(coalesce(u.at, (SELECT {s}dq_now()) + coalesce(u.delay, interval '0')) ORDER BY u.i) "
         "   FROM unnest(%(ats)s::timestamptz[], %(delays)s::interval[]) WITH ORDINALITY AS u(at, delay, i)), "
         "%(can_update)s, %(payload_types)s::text[], %(priorities)s::integer[], %(groups)s::text[], "
         "CASE WHEN %(ttls)s::interval[] IS NULL THEN %(expires_ats)s::timestamptz[] ELSE "
         "(SELECT array_agg(coalesce(u.expires_at, "
-        "coalesce(u.at, {s}dq_now() + coalesce(u.delay, interval '0')) + u.ttl) "
+        "coalesce(u.at, (SELECT {s}dq_now()) + coalesce(u.delay, interval '0')) + u.ttl) "
         "                  ORDER BY u.i) "
         "   FROM unnest(%(ats)s::timestamptz[], %(delays)s::interval[], %(expires_ats)s::timestamptz[], "
         "               %(ttls)s::interval[]) WITH ORDINALITY AS u(at, delay, expires_at, ttl, i)) END, "
