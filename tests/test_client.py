@@ -426,7 +426,17 @@ def test_queue_cron_accessor_installs_lists_pauses_and_uninstalls(q, conn):
     assert 5 <= len(keys) <= 7 and all(k.startswith(f"digest/{h}/") for k in keys)
     first = q.get(keys[0])
     assert first is not None and first.payload == {"kind": "digest"}
-    assert q.cron.tick() == 0
+    # The tick offers exactly what it counts: nothing, unless an occurrence entered a lookahead
+    # window since the install (a statement of its own, a moment earlier); such an occurrence comes
+    # after every message its schedule's queue had.
+    listing = "SELECT key, queue, scheduled_at FROM dq_messages"
+    before = {key: (queue, at) for key, queue, at in conn.execute(listing)}
+    ticked = q.cron.tick()
+    added = {key: (queue, at) for key, queue, at in conn.execute(listing) if key not in before}
+    assert {key: (queue, at) for key, queue, at in conn.execute(listing) if key in before} == before
+    assert ticked == len(added)
+    for queue, at in added.values():
+        assert at > max(t for qu, t in before.values() if qu == queue)
     assert q.cron.pause("digest") is True
     assert count(conn) == 0
     assert q.cron.list()[0].paused is True

@@ -226,19 +226,22 @@ def test_install_and_uninstall_read_only_their_own_prefix_of_the_queue(dsn):
 
 def test_install_installs_the_lookahead_window_with_keys_name_hash_epoch_ms(conn):
     before = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
-    h = install(conn, "five", "*/5 * * * *", lookahead="2 hours")
-    assert len(h) == 16
-    msgs = messages(conn, "q")
-    assert 23 <= len(msgs) <= 25
-    for key, at in msgs:
-        name, hash_, ms = key.split("/")
-        assert (name, hash_) == ("five", h)
-        assert int(ms) == int(at.timestamp() * 1000)
-        assert at.minute % 5 == 0 and at.second == 0
-    after = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
-    assert msgs[0][1] > before and msgs[0][1] <= after + timedelta(minutes=5)
-    assert msgs[-1][1] <= after + timedelta(hours=2)
-    assert conn.execute("SELECT dq_cron_tick()").fetchone() == (0,)
+    # One transaction, so the tick sees the install's instant: in separate ones an occurrence
+    # can enter the window between them, and the tick rightly offers it.
+    with conn.transaction():
+        h = install(conn, "five", "*/5 * * * *", lookahead="2 hours")
+        assert len(h) == 16
+        msgs = messages(conn, "q")
+        assert 23 <= len(msgs) <= 25
+        for key, at in msgs:
+            name, hash_, ms = key.split("/")
+            assert (name, hash_) == ("five", h)
+            assert int(ms) == int(at.timestamp() * 1000)
+            assert at.minute % 5 == 0 and at.second == 0
+        after = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        assert msgs[0][1] > before and msgs[0][1] <= after + timedelta(minutes=5)
+        assert msgs[-1][1] <= after + timedelta(hours=2)
+        assert conn.execute("SELECT dq_cron_tick()").fetchone() == (0,)
 
 
 def test_reinstalling_the_same_definition_changes_nothing(conn):
@@ -299,11 +302,12 @@ def test_pause_and_resume(conn):
 
 
 def test_at_least_the_next_occurrence_is_installed(conn):
-    install(conn, "y", "@yearly", lookahead="1 minute")
-    msgs = messages(conn, "q")
-    assert len(msgs) == 1
-    assert (msgs[0][1].month, msgs[0][1].day, msgs[0][1].hour) == (1, 1, 0)
-    assert conn.execute("SELECT dq_cron_tick()").fetchone() == (0,)
+    with conn.transaction():  # the tick at the install's instant (see the first install test)
+        install(conn, "y", "@yearly", lookahead="1 minute")
+        msgs = messages(conn, "q")
+        assert len(msgs) == 1
+        assert (msgs[0][1].month, msgs[0][1].day, msgs[0][1].hour) == (1, 1, 0)
+        assert conn.execute("SELECT dq_cron_tick()").fetchone() == (0,)
 
 
 @pytest.mark.parametrize("lookahead", ["1 day", "366 days"])
@@ -563,12 +567,13 @@ def test_concurrent_installs_of_one_name_leave_one_definition(dsn, conn):
 
 
 def test_python_api(conn):
-    h = cron.install(conn, "py", "q", "every 10 minutes", {"a": 1}, lookahead=timedelta(hours=1))
-    [s] = cron.schedules(conn)
-    assert (s.name, s.config_hash, s.payload_type, s.paused) == ("py", h, "json", False)
-    assert s.lookahead == timedelta(hours=1)
-    assert len(s.next_occurrences) == 5
-    assert cron.tick(conn) == 0
+    with conn.transaction():  # the tick at the install's instant (see the first install test)
+        h = cron.install(conn, "py", "q", "every 10 minutes", {"a": 1}, lookahead=timedelta(hours=1))
+        [s] = cron.schedules(conn)
+        assert (s.name, s.config_hash, s.payload_type, s.paused) == ("py", h, "json", False)
+        assert s.lookahead == timedelta(hours=1)
+        assert len(s.next_occurrences) == 5
+        assert cron.tick(conn) == 0
     assert cron.pause(conn, "py") and messages(conn, "q") == []
     assert cron.resume(conn, "py") and len(messages(conn, "q")) >= 6
     assert cron.uninstall(conn, "py") and not cron.uninstall(conn, "py")

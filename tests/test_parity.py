@@ -354,7 +354,7 @@ def test_a_queue_with_a_schema_works_whatever_the_search_path(queue_in, elsewher
         assert q.pause() and q.resume()
         assert q.stats().ready == 1 and q.redrive() == 0 and q.cancel("c")
         assert q.cron.install("beat", schedule="@daily", payload="x") and [s.name for s in q.cron.list()] == ["beat"]
-        assert q.cron.pause("beat") and q.cron.resume("beat") and q.cron.tick() == 0 and q.cron.uninstall("beat")
+        assert q.cron.pause("beat") and q.cron.tick() == 0 and q.cron.resume("beat") and q.cron.uninstall("beat")
         assert q.purge(confirm=True) == 1
 
 
