@@ -432,8 +432,9 @@ def test_queue_cron_accessor_installs_lists_pauses_and_uninstalls(q, conn):
     listing = "SELECT key, queue, scheduled_at FROM dq_messages"
     before = {key: (queue, at) for key, queue, at in conn.execute(listing)}
     ticked = q.cron.tick()
-    added = {key: (queue, at) for key, queue, at in conn.execute(listing) if key not in before}
-    assert {key: (queue, at) for key, queue, at in conn.execute(listing) if key in before} == before
+    after = {key: (queue, at) for key, queue, at in conn.execute(listing)}
+    added = {key: row for key, row in after.items() if key not in before}
+    assert {key: row for key, row in after.items() if key in before} == before
     assert ticked == len(added)
     for queue, at in added.values():
         assert at > max(t for qu, t in before.values() if qu == queue)
