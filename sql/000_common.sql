@@ -29,8 +29,26 @@
 -- (pg_catalog, pg_temp_N). Every file starts by pinning the session's search_path to
 -- '<install schema>, <install schema>_internal, pg_temp', so the next file finds the same schemas,
 -- objects are created in the install schema, and every function captures that value (SET
--- search_path FROM CURRENT): it finds the tables and the helpers. pg_catalog is not named: it is then
--- searched first (PostgreSQL manual, 5.9.5 "The Schema Search Path"), and naming it first would make
+-- search_path FROM CURRENT): it finds the tables and the helpers. `dq__search_path(internal =>
+-- false)`, which ends every file, then re-pins each SECURITY DEFINER function of the install schema
+-- to '<install schema>_internal, <install schema>, pg_temp': the private schema first.
+--
+-- Why the private schema first. An application role may be able to create functions in the install
+-- schema: under PostgreSQL 15 the database owner may create in public (owned by pg_database_owner),
+-- and on clusters created before 15 (or pg_upgrade'd from them) PUBLIC may. A function it created
+-- there with the name and argument types of a helper (dq__now(), dq__name_error(...)) would be
+-- found first with the install schema first, and would run inside our SECURITY DEFINER functions
+-- with the owner's rights. Only the owner may create in the private schema, and of functions with
+-- identical argument types PostgreSQL uses the one met first on the search_path (PostgreSQL manual,
+-- 10.3 "Functions", step 1), so a planted twin is never chosen. What the install schema still
+-- resolves are our tables, types and public functions, whose names cannot be taken there (a
+-- relation or type name is unique in a schema; CREATE FUNCTION of an existing signature fails).
+-- Qualifying every internal reference instead would need the schema's name written into every body
+-- (the files are installed into any schema as they are, and stay runnable by psql). Overloads with
+-- other argument types are candidates wherever they are; every call passes the helper's own argument
+-- types, so the exact match wins (tests/test_planted.py plants twins and overloads of every helper
+-- as a role that may create in the install schema and runs the whole API as each role).
+-- pg_catalog is not named: it is then searched first (PostgreSQL manual, 5.9.5 "The Schema Search Path"), and naming it first would make
 -- it the schema in which CREATE puts unqualified objects. pg_temp is named last, so temporary objects
 -- are never found before ours ("Writing SECURITY DEFINER Functions Safely"). The helpers of each file
 -- are created between `SELECT dq__search_path(internal => true)`, which puts the private schema first
@@ -65,10 +83,30 @@ BEGIN
     EXECUTE pg_catalog.format(
         'CREATE OR REPLACE FUNCTION %I.dq__schema() RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
         v_private, pg_catalog.format('SELECT %L::text', v_install));
+    -- dq__search_path(false) also re-pins (ALTER FUNCTION ... SET search_path) every SECURITY
+    -- DEFINER function of the install schema that was created with the install schema first (SET
+    -- search_path FROM CURRENT) to the private schema first.
     EXECUTE pg_catalog.format(
-        'CREATE OR REPLACE FUNCTION %I.dq__search_path(internal boolean) RETURNS text LANGUAGE sql VOLATILE AS %L',
-        v_private, pg_catalog.format(
-            $f$SELECT pg_catalog.set_config('search_path', CASE WHEN internal THEN %L ELSE %L END, false)$f$,
+        'CREATE OR REPLACE FUNCTION %I.dq__search_path(internal boolean) RETURNS text LANGUAGE plpgsql VOLATILE AS %L',
+        v_private, pg_catalog.format($f$
+DECLARE
+    v_fn pg_catalog.regprocedure;
+BEGIN
+    IF NOT internal THEN
+        FOR v_fn IN SELECT p.oid FROM pg_catalog.pg_proc p
+                     WHERE p.pronamespace = %L::pg_catalog.regnamespace AND p.prosecdef
+                       AND %L = ANY (p.proconfig)
+                     ORDER BY p.oid
+        LOOP
+            EXECUTE pg_catalog.format('ALTER FUNCTION %%s SET search_path = %%s', v_fn, %L);
+        END LOOP;
+    END IF;
+    RETURN pg_catalog.set_config('search_path', CASE WHEN internal THEN %L ELSE %L END, false);
+END;
+$f$,
+            pg_catalog.quote_ident(v_install),
+            'search_path=' || pg_catalog.format('%I, %I, pg_temp', v_install, v_private),
+            pg_catalog.format('%I, %I, pg_temp', v_private, v_install),
             pg_catalog.format('%I, %I, pg_temp', v_private, v_install),
             pg_catalog.format('%I, %I, pg_temp', v_install, v_private)));
 END;
@@ -329,3 +367,6 @@ COMMENT ON FUNCTION dq_now() IS
   'dq_now() -> timestamptz: the queue''s time, which every dq_* function uses: the start of the current transaction, as now() (PostgreSQL manual, 9.9.5 "Current Date/Time"). The default scheduled_at of dq_offer and dq_offer_many; the Python client offers a delay as dq_now() + delay. Changes nothing. Errors: none.';
 REVOKE ALL ON FUNCTION dq_now() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_now() TO dq_producer, dq_consumer;
+
+-- Re-pin the SECURITY DEFINER functions of this file to the private schema first (sql/000_common.sql).
+SELECT dq__search_path(internal => false);

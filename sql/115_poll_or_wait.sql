@@ -66,3 +66,6 @@ COMMENT ON FUNCTION dq_poll_or_wait(text, integer, interval, interval) IS
   'dq_poll_or_wait(queue text, max_count integer, lock_timeout interval, max_wait interval default 5 s) -> the rows of dq_poll_many without queue (wake_in NULL), or, when nothing was acquired, one row with id NULL and wake_in = how long to sleep on LISTEN dq_channel(queue) (the caller is registered as waiting, as by dq_wait). One statement per idle cycle. Errors: those of dq_poll_many and dq_wait (max_wait positive and at most 1 hour, checked on every call).';
 REVOKE ALL ON FUNCTION dq_poll_or_wait(text, integer, interval, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_poll_or_wait(text, integer, interval, interval) TO dq_consumer;
+
+-- Re-pin the SECURITY DEFINER functions of this file to the private schema first (sql/000_common.sql).
+SELECT dq__search_path(internal => false);

@@ -275,3 +275,6 @@ COMMENT ON FUNCTION dq_extend(uuid, interval) IS
   'dq_extend(lock_token uuid, lock_timeout interval > 0) -> timestamptz: heartbeat; the message stays invisible until the returned now + lock_timeout; NULL when the token no longer holds the message. Errors: 22004 NULL, 22023 lock_timeout not positive (by its effect), 22008 now + lock_timeout after 9999-12-30. Source: ChangeMessageVisibility (SQS Developer Guide).';
 REVOKE ALL ON FUNCTION dq_extend(uuid, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_extend(uuid, interval) TO dq_consumer;
+
+-- Re-pin the SECURITY DEFINER functions of this file to the private schema first (sql/000_common.sql).
+SELECT dq__search_path(internal => false);

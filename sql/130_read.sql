@@ -144,3 +144,6 @@ COMMENT ON FUNCTION dq_next_due(text) IS
   'dq_next_due(queue text) -> timestamptz: when the next message of the queue becomes visible (a due one, or an in-flight one whose lock expires; of a FIFO group only its first message counts), NULL when the queue is empty. Pause and limits are not taken into account (dq_wait does). Errors: 22004/22023/22001 queue.';
 REVOKE ALL ON FUNCTION dq_next_due(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_next_due(text) TO dq_consumer;
+
+-- Re-pin the SECURITY DEFINER functions of this file to the private schema first (sql/000_common.sql).
+SELECT dq__search_path(internal => false);

@@ -199,3 +199,6 @@ COMMENT ON FUNCTION dq_dead_letters(text, integer) IS
   'dq_dead_letters(dead_letter_queue text, max_rows integer 1..100000 default 100) -> the dead letters of the queue, oldest death first: key, dead_from (the queue it died in), dead_from_id (its id there), dead_at (timestamptz), dead_delivery_count (deliveries there), delivery_count (deliveries from the dead-letter queue), last_error and last_error_at (the handler''s error, or the lock expiry), payload_type, payload_text (the payload decoded as UTF-8, or \x and hex digits when it is not UTF-8), headers, locked_until (NULL unless a consumer holds it). A plain read, no lock. Errors: 22004/22023/22001 dead_letter_queue, 22004/22023 max_rows. Source: dead-letter queues (SQS Developer Guide).';
 REVOKE ALL ON FUNCTION dq_dead_letters(text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_dead_letters(text, integer) TO dq_admin;
+
+-- Re-pin the SECURITY DEFINER functions of this file to the private schema first (sql/000_common.sql).
+SELECT dq__search_path(internal => false);

@@ -627,3 +627,6 @@ COMMENT ON VIEW dq_stats IS
 -- Reading it is an operator's business (the view runs with its owner's rights).
 REVOKE ALL ON dq_stats FROM PUBLIC;
 GRANT SELECT ON dq_stats TO dq_admin;
+
+-- Re-pin the SECURITY DEFINER functions of this file to the private schema first (sql/000_common.sql).
+SELECT dq__search_path(internal => false);

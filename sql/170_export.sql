@@ -204,3 +204,6 @@ COMMENT ON FUNCTION dq_export_archive_bounds(jsonb) IS
   'dq_export_archive_bounds(filters jsonb DEFAULT ''[]'') -> one row (id_min bigint, id_max bigint): the smallest and largest archive_id of the archive rows that match the filters (as dq_export_archive takes them), both NULL when none. Errors: those of dq_export_archive''s filters.';
 REVOKE ALL ON FUNCTION dq_export_archive_bounds(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_export_archive_bounds(jsonb) TO dq_admin;
+
+-- Re-pin the SECURITY DEFINER functions of this file to the private schema first (sql/000_common.sql).
+SELECT dq__search_path(internal => false);

@@ -292,3 +292,6 @@ COMMENT ON FUNCTION dq_cron_config_hash(text, text, text, bytea, text) IS
 REVOKE ALL ON FUNCTION dq_cron_config_hash(text, text, text, bytea, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_config_hash(text, text, text, bytea, text) TO dq_admin;
 
+
+-- Re-pin the SECURITY DEFINER functions of this file to the private schema first (sql/000_common.sql).
+SELECT dq__search_path(internal => false);

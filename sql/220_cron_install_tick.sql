@@ -242,3 +242,6 @@ COMMENT ON FUNCTION dq_uninstall_tick(text, text, text) IS
   'dq_uninstall_tick(queue text, key_prefix text, config_hash text default NULL = every hash) -> integer messages deleted: the future (not yet due), not-in-flight occurrence messages key_prefix/<hash>/<epoch ms> of the queue that dq_install_tick created for this key_prefix (never other messages). Occurrences already due or in flight are left to their consumers. Errors: 22004 NULL, 22023 empty or "/" in config_hash, 22001 too long.';
 REVOKE ALL ON FUNCTION dq_uninstall_tick(text, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_uninstall_tick(text, text, text) TO dq_admin;
+
+-- Re-pin the SECURITY DEFINER functions of this file to the private schema first (sql/000_common.sql).
+SELECT dq__search_path(internal => false);

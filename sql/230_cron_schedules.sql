@@ -472,3 +472,6 @@ COMMENT ON VIEW dq_cron_schedules IS
 REVOKE ALL ON dq_cron_schedules FROM PUBLIC;
 GRANT SELECT ON dq_cron_schedules TO dq_admin;
 
+
+-- Re-pin the SECURITY DEFINER functions of this file to the private schema first (sql/000_common.sql).
+SELECT dq__search_path(internal => false);

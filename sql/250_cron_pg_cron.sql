@@ -4,10 +4,13 @@ SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, p
 
 SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- The pg_cron jobs of this install: name, schedule and command. An install in public keeps the
--- names and commands of earlier releases (a deploy finds its jobs by name); an install in another
--- schema suffixes the names with '@<schema>' and qualifies the commands, so two installs in one
--- database have a job each (cron.schedule with an existing name replaces that job) and each job
--- calls its own install's function, whatever the search_path pg_cron runs it with.
+-- names of earlier releases (a deploy finds its jobs by name); an install in another schema
+-- suffixes the names with '@<schema>', so two installs in one database have a job each
+-- (cron.schedule with an existing name replaces that job). Every command is schema-qualified, so
+-- each job calls its own install's function whatever the search_path pg_cron runs it with: pg_cron
+-- runs a job as its owner (the installing role) with the database's default search_path
+-- ("$user", public), and a role that may create a schema in the database (its owner) could
+-- otherwise plant a function named like ours in a schema named after the installing role.
 CREATE OR REPLACE FUNCTION dq__pg_cron_jobs()
 RETURNS TABLE (jobname text, schedule text, command text)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -15,16 +18,39 @@ SET search_path FROM CURRENT
 AS $$
     SELECT j.base || CASE WHEN dq__schema() = 'public' THEN '' ELSE '@' || dq__schema() END,
            j.schedule,
-           format(j.command, CASE WHEN dq__schema() = 'public' THEN '' ELSE quote_ident(dq__schema()) || '.' END)
+           format(j.command, quote_ident(dq__schema()) || '.')
       FROM (VALUES ('dq-cron-tick', '* * * * *', 'SELECT %sdq_cron_tick()'),
                    ('dq-archive-prune', '*/10 * * * *', 'CALL %sdq_prune_archive_all()'),
                    ('dq-cron-prune-history', '17 3 * * *', 'SELECT %sdq_cron_prune_run_details()'))
            AS j(base, schedule, command)
 $$;
 COMMENT ON FUNCTION dq__pg_cron_jobs() IS
-  'Internal: the pg_cron jobs of this install (jobname, schedule, command): dq-cron-tick, dq-archive-prune and dq-cron-prune-history, suffixed with @<schema> and calling schema-qualified functions outside public.';
+  'Internal: the pg_cron jobs of this install (jobname, schedule, command): dq-cron-tick, dq-archive-prune and dq-cron-prune-history, suffixed with @<schema> outside public, calling schema-qualified functions.';
 REVOKE ALL ON FUNCTION dq__pg_cron_jobs() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
+
+-- The jobs registered by earlier releases (migrations 0005-0007) in public call unqualified
+-- functions; they are given the qualified command of dq__pg_cron_jobs(), keeping their schedule
+-- (cron.schedule with an existing job name of the same role replaces its schedule and command). A
+-- command an operator changed is left alone.
+DO $$
+DECLARE
+    v_job record;
+BEGIN
+    IF pg_catalog.to_regclass('cron.job') IS NULL THEN
+        RETURN;
+    END IF;
+    FOR v_job IN SELECT j.jobname, j.schedule, o.command
+                   FROM cron.job j JOIN dq__pg_cron_jobs() o ON o.jobname = j.jobname
+                  WHERE j.username = current_user AND j.database = pg_catalog.current_database()
+                    AND j.command <> o.command
+                    AND j.command = pg_catalog.replace(o.command, pg_catalog.quote_ident(dq__schema()) || '.', '')
+                  ORDER BY j.jobname
+    LOOP
+        PERFORM cron.schedule(v_job.jobname, v_job.schedule, v_job.command);
+    END LOOP;
+END;
+$$;
 
 -- pg_cron hygiene. pg_cron writes one cron.job_run_details row per run and never deletes any
 -- (github.com/citusdata/pg_cron/issues/416; "cron.log_run" turns logging off server-wide, losing
@@ -71,3 +97,6 @@ COMMENT ON FUNCTION dq_cron_prune_run_details(interval) IS
   'dq_cron_prune_run_details(keep interval >= 0 default 7 days) -> bigint rows deleted: deletes cron.job_run_details rows of this install''s pg_cron jobs (dq-cron-tick, dq-archive-prune, dq-cron-prune-history; suffixed @<schema> outside public) that ended more than keep ago; other jobs'' rows are untouched. Returns 0 with a NOTICE when pg_cron is not installed here. Run daily by the pg_cron job dq-cron-prune-history. Errors: 22004 keep NULL, 22023 keep negative. Source: pg_cron documentation (cron.job_run_details, cron.log_run) and github.com/citusdata/pg_cron/issues/416 (the table grows without bound).';
 REVOKE ALL ON FUNCTION dq_cron_prune_run_details(interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_prune_run_details(interval) TO dq_admin;
+
+-- Re-pin the SECURITY DEFINER functions of this file to the private schema first (sql/000_common.sql).
+SELECT dq__search_path(internal => false);

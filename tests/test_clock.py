@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 from clock import TestClock
-from psycopg import errors
+from psycopg import errors, sql
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 
@@ -105,6 +105,39 @@ def test_no_application_role_can_shift_the_clock(conn: psycopg.Connection[Any], 
         assert clock.shift == timedelta(0)
     finally:
         clock.close()
+
+
+@pytest.mark.parametrize("role", ["dq_producer", "dq_consumer", "dq_admin"])
+def test_a_role_that_may_create_in_the_install_schema_cannot_shift_the_clock(
+        conn: psycopg.Connection[Any], login: Any, role: str) -> None:
+    """A role with CREATE on the install schema (as the database owner has on public under
+    PostgreSQL 15, and PUBLIC before 15) may create clock twins there, a day ahead; the functions
+    search their private schema first, so the twins are never used."""
+    conn.execute("SELECT dq_offer('later', 'k', 'x'::bytea, clock_timestamp() + interval '1 hour')")
+    dsn = login(role)
+    app_role = psycopg.conninfo.conninfo_to_dict(dsn)["user"]
+    conn.execute(sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(str(app_role))))
+    with psycopg.connect(dsn, autocommit=True) as app:
+        app.execute("CREATE FUNCTION public.dq__now() RETURNS timestamptz LANGUAGE sql "
+                    "AS $$ SELECT pg_catalog.now() + interval '1 day' $$")
+        app.execute("CREATE FUNCTION public.dq__clock() RETURNS timestamptz LANGUAGE sql "
+                    "AS $$ SELECT pg_catalog.clock_timestamp() + interval '1 day' $$")
+        assert app.execute("SELECT public.dq__now() > now() + interval '23 hours'").fetchone() == (True,)
+        with app.transaction():
+            assert app.execute("SELECT dq_now() = pg_catalog.now()").fetchone() == (True,)
+            if role in ("dq_producer", "dq_admin"):
+                assert app.execute("SELECT dq_offer('q', 'default-time', 'x'::bytea)").fetchone() == ("created",)
+        if role in ("dq_producer", "dq_admin"):
+            row = conn.execute(
+                "SELECT scheduled_at <= clock_timestamp(), scheduled_at = created_at FROM dq_messages "
+                "WHERE key = 'default-time'").fetchone()
+            assert row == (True, True)
+        if role in ("dq_consumer", "dq_admin"):
+            # a clock a day ahead would deliver the message due in an hour
+            assert app.execute("SELECT count(*) FROM dq_poll_many('later', 10)").fetchone() == (0,)
+            assert app.execute("SELECT dq_next_due('later') > pg_catalog.clock_timestamp()").fetchone() == (True,)
+    conn.execute("DROP FUNCTION public.dq__now(), public.dq__clock()")
+    test_an_install_reads_the_server_clock(conn)
 
 
 def test_moving_the_clock_moves_every_function(conn: psycopg.Connection[Any], clock: TestClock) -> None:

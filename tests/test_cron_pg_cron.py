@@ -50,12 +50,12 @@ def test_the_pg_cron_job_fires_and_installs_occurrences(admin_dsn):
         job = conn.execute(
             "SELECT jobid, schedule, command, active FROM cron.job WHERE jobname = 'dq-cron-tick'"
         ).fetchone()
-        assert job is not None and job[1:] == ("* * * * *", "SELECT dq_cron_tick()", True)
+        assert job is not None and job[1:] == ("* * * * *", "SELECT public.dq_cron_tick()", True)
         prune = conn.execute("SELECT schedule, command FROM cron.job WHERE jobname = 'dq-archive-prune'").fetchone()
-        assert prune == ("*/10 * * * *", "CALL dq_prune_archive_all()")  # registered by 0006
+        assert prune == ("*/10 * * * *", "CALL public.dq_prune_archive_all()")  # registered by 0006, qualified by sql/
         history = conn.execute(
             "SELECT schedule, command FROM cron.job WHERE jobname = 'dq-cron-prune-history'").fetchone()
-        assert history == ("17 3 * * *", "SELECT dq_cron_prune_run_details()")  # registered by 0007
+        assert history == ("17 3 * * *", "SELECT public.dq_cron_prune_run_details()")  # by 0007
         jobid = job[0]
         started = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
         try:

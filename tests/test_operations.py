@@ -231,7 +231,7 @@ def test_public_has_no_privileges_and_every_public_function_is_a_pinned_security
     not_definer = conn.execute(
         "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
         "WHERE n.nspname = 'public' AND p.proname LIKE 'dq\\_%' AND p.proname NOT LIKE 'dq\\_\\_%' AND p.prokind = 'f' "
-        "AND NOT (p.prosecdef AND 'search_path=public, public_internal, pg_temp' = ANY (p.proconfig))").fetchall()
+        "AND NOT (p.prosecdef AND 'search_path=public_internal, public, pg_temp' = ANY (p.proconfig))").fetchall()
     assert not_definer == []
 
 

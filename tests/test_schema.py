@@ -59,6 +59,8 @@ def schema_dump_of(dsn: str, schema: str) -> str:
         .replace(f"''{schema}''::text", "''SCHEMA''::text")
         .replace(f"'{private}, {schema}, pg_temp'", "'SCHEMA_internal, SCHEMA, pg_temp'")
         .replace(f"'{schema}, {private}, pg_temp'", "'SCHEMA, SCHEMA_internal, pg_temp'")
+        .replace(f"'search_path={schema}, {private}, pg_temp'", "'search_path=SCHEMA, SCHEMA_internal, pg_temp'")
+        .replace(f"'{schema}'::pg_catalog.regnamespace", "'SCHEMA'::pg_catalog.regnamespace")
         .replace(f"search_path TO '{schema}'", "search_path TO 'SCHEMA'")
         for line in out.splitlines()
         if line.strip() and not line.startswith(("--", "SET ", "SELECT pg_catalog.set_config(", "\\"))

@@ -129,12 +129,14 @@ def test_rerunning_one_file_changes_nothing(module_dsn: str, path: Path) -> None
     assert (schema_dump(module_dsn), privileges(module_dsn)) == before
 
 
-def test_every_file_pins_the_search_path_first() -> None:
+def test_every_file_pins_the_search_path_first_and_re_pins_its_functions_last() -> None:
     for path in SQL_FILES:
         statements = [
             line for line in path.read_text(encoding="utf-8").splitlines() if line and not line.startswith("--")
         ]
         assert statements[0].startswith("SELECT pg_catalog.set_config('search_path',"), path.name
+        # ... and ends by re-pinning its SECURITY DEFINER functions to the private schema first.
+        assert statements[-1].startswith("SELECT dq__search_path(internal => false);"), path.name
 
 
 def test_privileges_are_those_of_the_table(conn: psycopg.Connection[Any]) -> None:
@@ -164,7 +166,7 @@ def test_privileges_are_those_of_the_table(conn: psycopg.Connection[Any]) -> Non
             assert not secdef and config is None, sig
         else:
             assert secdef, sig
-            assert "search_path=public, public_internal, pg_temp" in config, sig
+            assert "search_path=public_internal, public, pg_temp" in config, sig
     assert public_names == set(ROLE_OF)
     # No application role may use the private schema: the helpers are reached only by the owner.
     for role in ("public", *ROLES):
@@ -224,7 +226,7 @@ def test_a_second_schema_is_an_independent_install(dsn: str) -> None:
             "WHERE p.pronamespace = %s::regnamespace AND p.proconfig IS NOT NULL",
             (other,),
         ).fetchall()
-        assert configs == [(f"search_path={other}, {other_internal}, pg_temp",)]
+        assert configs == [(f"search_path={other_internal}, {other}, pg_temp",)]
         assert one(conn, in_other("SELECT {oi}.dq__schema()")) == OTHER
         assert one(conn, "SELECT public_internal.dq__schema()") == "public"
         # Its helpers live in its own private schema, and none in the install schema.
@@ -248,9 +250,9 @@ def test_a_second_schema_is_an_independent_install(dsn: str) -> None:
         assert one(conn, "SELECT public.dq_channel('q')") == "dq_" + one(conn, "SELECT md5('q')")
         assert one(conn, in_other("SELECT {o}.dq_channel('q')")) == "dq_" + one(conn, "SELECT md5(%s)", other + ".q")
         assert conn.execute("SELECT * FROM public_internal.dq__pg_cron_jobs() ORDER BY 1").fetchall() == [
-            ("dq-archive-prune", "*/10 * * * *", "CALL dq_prune_archive_all()"),
-            ("dq-cron-prune-history", "17 3 * * *", "SELECT dq_cron_prune_run_details()"),
-            ("dq-cron-tick", "* * * * *", "SELECT dq_cron_tick()"),
+            ("dq-archive-prune", "*/10 * * * *", "CALL public.dq_prune_archive_all()"),
+            ("dq-cron-prune-history", "17 3 * * *", "SELECT public.dq_cron_prune_run_details()"),
+            ("dq-cron-tick", "* * * * *", "SELECT public.dq_cron_tick()"),
         ]
         assert conn.execute(in_other("SELECT * FROM {oi}.dq__pg_cron_jobs() ORDER BY 1")).fetchall() == [
             (f"dq-archive-prune@{OTHER}", "*/10 * * * *", f"CALL {other}.dq_prune_archive_all()"),
