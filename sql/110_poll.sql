@@ -83,6 +83,15 @@ BEGIN
         IF v_cfg.paused THEN
             RETURN;
         END IF;
+        -- That lock may have waited for another poller's transaction: every time this poll stores
+        -- (locked_until, claimed_at, rate tokens, archive times) is read after it, or a lock would be
+        -- handed out already expired (and the message delivered twice).
+        v_now := dq__clock();
+        v_error := dq__time_after_error('dq_poll_many', 'lock_timeout', dq_poll_many.lock_timeout, v_now, false);
+        IF v_error IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+        END IF;
+        v_until := v_now + dq_poll_many.lock_timeout;
         IF v_cfg.max_in_flight IS NOT NULL THEN
             v_busy := dq__in_flight(dq_poll_many.queue, v_now, v_cfg.max_in_flight);
             v_want := least(v_want, v_cfg.max_in_flight - v_busy);
@@ -215,6 +224,15 @@ BEGIN
         -- One rate token per delivery, the oldest first.
         UPDATE dq_rate_tokens t SET used_at = v_now
          WHERE t.queue = dq_poll_many.queue AND t.slot = ANY (v_slots[1:v_got]);
+    END IF;
+    IF v_cfg.max_in_flight IS NOT NULL AND v_got > 0 THEN
+        -- A poll that put messages in flight writes the queue's row (a new version of it, changing no
+        -- value), so that a poller under REPEATABLE READ or SERIALIZABLE whose snapshot predates this
+        -- transaction's commit fails to lock the row with 40001 (could not serialize access due to
+        -- concurrent update; PostgreSQL manual, 13.2.2 "Repeatable Read Isolation Level") instead of
+        -- counting the messages in flight with its older snapshot and exceeding max_in_flight. Under
+        -- READ COMMITTED the next poller waits for the row as before and counts with a new snapshot.
+        UPDATE dq_queues q SET max_in_flight = q.max_in_flight WHERE q.queue = dq_poll_many.queue;
     END IF;
 END;
 $$;

@@ -190,17 +190,29 @@ BEGIN
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    v_at := v_now + dq_nack.delay;
     IF char_length(dq_nack.error) > 10000 THEN
         RAISE EXCEPTION 'dq_nack: error is % characters, the limit is 10000', char_length(dq_nack.error)
             USING ERRCODE = '22001';
     END IF;
+    -- The row lock first (FOR UPDATE waits for a transaction holding the message, then
+    -- re-checks the token on the row's latest version), then the clock: a wait does not move the
+    -- stored due time and error time into the past.
+    SELECT m.id INTO v_id FROM dq_messages m WHERE m.lock_token = dq_nack.lock_token FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    v_now := dq__clock();
+    v_error := dq__time_after_error('dq_nack', 'delay', dq_nack.delay, v_now, true);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_at := v_now + dq_nack.delay;
     UPDATE dq_messages m
        SET scheduled_at = v_at,
            lock_token = NULL,
            last_error = coalesce(dq_nack.error, m.last_error),
            last_error_at = CASE WHEN dq_nack.error IS NOT NULL THEN v_now ELSE m.last_error_at END
-     WHERE m.lock_token = dq_nack.lock_token
+     WHERE m.id = v_id AND m.lock_token = dq_nack.lock_token
     RETURNING m.id, m.queue, m.scheduled_at, m.delivery_count, m.message_group, m.dead_from IS NOT NULL
          INTO v_id, v_queue, v_at, v_count, v_group, v_dead;
     IF NOT FOUND THEN
@@ -255,11 +267,21 @@ BEGIN
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
+    -- Safe with concurrent calls: the row lock (FOR UPDATE re-checks the token on the row's
+    -- latest version after a wait; a stale token matches no row), taken before the clock is read, so
+    -- a wait for another transaction does not shorten the new lock.
+    SELECT m.id INTO v_id FROM dq_messages m WHERE m.lock_token = dq_extend.lock_token FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    v_error := dq__time_after_error('dq_extend', 'lock_timeout', dq_extend.lock_timeout, dq__clock(), false);
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     v_until := dq__clock() + dq_extend.lock_timeout;
-    -- Safe with concurrent calls: the row lock of this UPDATE; a stale token matches no row.
     UPDATE dq_messages m
        SET scheduled_at = v_until
-     WHERE m.lock_token = dq_extend.lock_token
+     WHERE m.id = v_id AND m.lock_token = dq_extend.lock_token
     RETURNING m.scheduled_at, m.id, m.queue, m.message_group, m.dead_from IS NOT NULL
          INTO v_until, v_id, v_queue, v_group, v_dead;
     IF v_group IS NOT NULL AND NOT v_dead THEN

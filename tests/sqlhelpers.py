@@ -372,3 +372,13 @@ def module_conn(module_dsn: str) -> Iterator[psycopg.Connection[Any]]:
     Import it as ``conn`` to replace conftest's per-test database in a module."""
     with clean_connection(module_dsn) as c:
         yield c
+
+
+def wait_for_lock_wait(conn: psycopg.Connection, text: str) -> None:
+    """Until another session running a statement containing ``text`` waits for a lock (at most 60 s)."""
+    deadline = time.monotonic() + 60
+    while not conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid() "
+        "AND strpos(query, %s) > 0)", (text,)).fetchone()[0]:
+        assert time.monotonic() < deadline, f"no session running {text} waits for a lock"
+        time.sleep(0.05)

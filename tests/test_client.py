@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 from blocking import Blocking, EventLoopThread
+from sqlhelpers import wait_for_lock_wait
 
 import pyqueue
 from pyqueue import DelayedQueue, OfferOutcome, OfferRequest, Worker
@@ -78,16 +79,6 @@ def deliver_with_worker(q: DelayedQueue, count: int) -> list[tuple[str, object]]
             thread.join(timeout=60)
         assert not thread.is_alive()
     return got
-
-
-def wait_for_lock_wait(conn: psycopg.Connection, text: str) -> None:
-    """Until another session running a statement containing ``text`` waits for a lock (at most 60 s)."""
-    deadline = time.monotonic() + 60
-    while not conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid() "
-        "AND strpos(query, %s) > 0)", (text,)).fetchone()[0]:
-        assert time.monotonic() < deadline, f"no session running {text} waits for a lock"
-        time.sleep(0.05)
 
 
 def count(conn: psycopg.Connection, queue: str = "emails") -> int:
