@@ -56,6 +56,34 @@
 -- pinned value: every file ends with it.
 SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
+-- The owner of the install schema may drop and replace any object in it (PostgreSQL manual, DROP
+-- TABLE: "only the owner of the table, the owner of the schema, and superuser"): a table replaced by
+-- one with a trigger of its own, or a function, would then run inside our SECURITY DEFINER functions
+-- with the installing role's rights. So the install schema must be owned by the installing role, by
+-- a superuser, or by a role that already has the installing role's rights (a member of it). A schema
+-- owned by pg_database_owner (public, under PostgreSQL 15) is owned by the database's owner. Anything
+-- else is refused (42501) unless the session sets dq.allow_schema_owner = 'on' (for example
+-- PGOPTIONS='-c dq.allow_schema_owner=on'), which accepts that the schema's owner is trusted.
+DO $$
+DECLARE
+    v_owner oid := (SELECT n.nspowner FROM pg_catalog.pg_namespace n
+                     WHERE n.nspname = (pg_catalog.current_schemas(false))[1]);
+BEGIN
+    IF v_owner = 'pg_database_owner'::pg_catalog.regrole THEN
+        v_owner := (SELECT d.datdba FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database());
+    END IF;
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = v_owner)
+       AND NOT pg_catalog.pg_has_role(v_owner, current_user, 'USAGE')
+       AND coalesce(pg_catalog.current_setting('dq.allow_schema_owner', true), '') <> 'on' THEN
+        RAISE EXCEPTION 'install: schema % is owned by role %, which could drop and replace the queue''s objects and so act with the rights of the installing role %',
+            pg_catalog.quote_ident((pg_catalog.current_schemas(false))[1]), v_owner::pg_catalog.regrole, current_user
+            USING ERRCODE = '42501',
+                  HINT = 'Install into a schema owned by the installing role (CREATE SCHEMA dq AUTHORIZATION '
+                         || pg_catalog.quote_ident(current_user) || ', then migrate with --schema dq), install as the schema''s owner, or set dq.allow_schema_owner = on to trust that owner.';
+    END IF;
+END;
+$$;
+
 -- The private schema, and the two helpers written with the schemas' names (SQL, no SET clause):
 --  * dq__schema() -> text: the name of the install schema, an inlined constant (IMMUTABLE), for the
 --    few names that must differ between two installs in one database (dq_channel, the pg_cron jobs)

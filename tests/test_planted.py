@@ -20,6 +20,10 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from sqlhelpers import PROJECT, schema_dump
+from test_sql_install import privileges, run_psql_file
+
+from pyqueue.migrate import migrate
 
 PLANTED_HITS = "public.planted_hits"
 
@@ -223,3 +227,37 @@ def test_planted_helpers_are_never_used(conn: psycopg.Connection[Any], login: An
     assert conn.execute(
         "SELECT count(*) FROM pg_roles WHERE rolsuper AND rolname LIKE 'login\\_%' OR rolname LIKE 'planter\\_%' "
         "AND rolsuper").fetchone() == (0,)
+
+
+# ------------------------------------------------------------------------ the install schema's owner
+
+@pytest.mark.parametrize("how", ["database owner", "schema owner"])
+def test_an_install_schema_another_role_owns_is_refused(dsn: str, conn: psycopg.Connection[Any], how: str) -> None:
+    """The owner of the install schema may drop and replace any object in it, so installing there
+    as another role would hand it that role's rights: refused (42501), nothing changed, unless the
+    session sets dq.allow_schema_owner = on."""
+    app = f"app_{uuid.uuid4().hex[:8]}"
+    dbname = str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
+    conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(app)))
+    if how == "database owner":  # public belongs to pg_database_owner, that is to the database's owner
+        conn.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(sql.Identifier(dbname), sql.Identifier(app)))
+    else:
+        conn.execute(sql.SQL("ALTER SCHEMA public OWNER TO {}").format(sql.Identifier(app)))
+    try:
+        before = schema_dump(dsn), privileges(dsn)
+        for path in sorted((PROJECT / "sql").glob("*.sql"))[:1]:
+            proc = run_psql_file(dsn, path)
+            assert proc.returncode != 0
+            assert f"schema public is owned by role {app}" in proc.stderr
+            assert "act with the rights of the installing role postgres" in proc.stderr
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="dq.allow_schema_owner"):
+            migrate(dsn)
+        assert (schema_dump(dsn), privileges(dsn)) == before
+        # Trusting the owner explicitly installs as before.
+        trusting = psycopg.conninfo.make_conninfo(dsn, options="-c dq.allow_schema_owner=on")
+        migrate(trusting)
+        assert conn.execute("SELECT dq_offer('q', 'k', 'x'::text)").fetchone() == ("created",)
+    finally:
+        conn.execute(sql.SQL("ALTER DATABASE {} OWNER TO postgres").format(sql.Identifier(dbname)))
+        conn.execute("ALTER SCHEMA public OWNER TO pg_database_owner")
+        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(app)))
