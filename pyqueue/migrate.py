@@ -57,6 +57,22 @@ The two files of ``migrations/`` that are not numbered steps (``9999_sql.py`` an
    migrated and rolled back on their own; an install schema's name is at most 54 bytes, so that
    its private schema's fits PostgreSQL's 63.
 
+7. **One install per pair of schemas.** The install in S owns two schemas, S and ``S_internal``,
+   so an install into S is refused (22023, :class:`pyqueue.InvalidArgument`, exit status 2 for
+   ``pyqueue migrate``) when S is the private schema of an install (S = ``T_internal`` and T holds
+   one: the new install's ``sql/`` would drop T's helpers, and every call of T would fail with
+   42883), or when ``S_internal`` holds an install (S's helpers would be created in it, beside its
+   tables, which they would then use). An install is recognised by its table ``dq_messages``: the
+   first step creates it and only that step's rollback drops it, so it marks an install of any
+   release, also one migrated ``up_to`` an early step or older than the private schema, while
+   yoyo's bookkeeping tables alone do not. :func:`migrate` and :func:`pending` check before they
+   write anything (before creating the schema or yoyo's tables), so a refused run changes nothing;
+   ``9999_sql`` checks again before it touches a function, which is the only check plain ``yoyo
+   apply`` gets: yoyo runs the numbered steps before any code of ours, so there the refused run
+   has already created the tables of those steps. The check reads the committed catalogs and takes
+   no lock: it does not serialise two installers started at the same moment into S and
+   ``S_internal``.
+
 The migration files import this module, so plain ``yoyo`` must run where ``pyqueue`` is
 installed (it is: yoyo-migrations is one of its dependencies). Release snapshots of
 ``migrations/`` (``tests/upgrade/``) call :func:`apply_functions` and :data:`FORGET_FUNCTION_STEP`
@@ -75,6 +91,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from yoyo import get_backend, read_migrations
+
+from .errors import InvalidArgument
 
 __all__ = [
     "FUNCTION_STEP",
@@ -132,6 +150,38 @@ def private_schema(schema: str) -> str:
     return f"{schema}_internal"
 
 
+# Rule 7: for each name, its quoted form and whether the schema of that name holds an install
+# (the table dq_messages, created by the first step; a name without a schema holds none).
+_INSTALLS = """
+SELECT u.name, pg_catalog.quote_ident(u.name),
+       EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                WHERE n.nspname = u.name AND c.relname = 'dq_messages' AND c.relkind IN ('r', 'p'))
+  FROM pg_catalog.unnest(%s::text[]) AS u(name)
+"""
+
+
+def _refuse_shared_schemas(cur: psycopg.Cursor[Any], schema: str) -> None:
+    """Rule 7: refuse an install into ``schema`` when it is the private schema of an install, or
+    when its own private schema holds an install. Reads the catalogs only.
+
+    :raises InvalidArgument: (22023) naming both schemas.
+    """
+    suffix = private_schema("")
+    owner = schema[: -len(suffix)] if schema.endswith(suffix) else None
+    private = private_schema(schema)
+    rows = cur.execute(_INSTALLS, ([schema, private, *([owner] if owner is not None else [])],)).fetchall()
+    quoted = {name: q for name, q, _ in rows}
+    installs = {name for name, _, is_install in rows if is_install}
+    if owner in installs:
+        raise InvalidArgument(
+            f"migrate: schema {quoted[schema]} is the private schema of the install in schema {quoted[owner]} "
+            "(it holds that install's dq__* helpers); choose another schema")
+    if private in installs:
+        raise InvalidArgument(
+            f"migrate: schema {quoted[schema]} cannot hold an install: its private schema would be "
+            f"{quoted[private]}, which holds another install; choose another schema")
+
+
 def _sql_dir_beside(migrations: Path) -> Path:
     for candidate in (migrations.parent / "sql", migrations.parent / "_sql"):
         if candidate.is_dir():
@@ -172,7 +222,12 @@ def yoyo_uri(dsn: str, schema: str | None = None) -> str:
 
 
 def pending(dsn: str, *, schema: str = "public") -> list[str]:
-    """Ids of the numbered schema steps not yet applied in ``schema``, in order (``[]``: up to date)."""
+    """Ids of the numbered schema steps not yet applied in ``schema``, in order (``[]``: up to date).
+
+    :raises InvalidArgument: (22023) ``schema`` cannot hold an install (rule 7); nothing is written.
+    """
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        _refuse_shared_schemas(conn.cursor(), schema)
     backend = get_backend(yoyo_uri(dsn, schema))
     try:
         migrations = read_migrations(str(migrations_dir()))
@@ -191,11 +246,14 @@ def migrate(dsn: str, *, schema: str = "public", up_to: str | None = None) -> li
         release's schema, for upgrade tests. ``None`` applies everything.
     :returns: the ids of the schema steps applied, in order (``[]`` when the schema was up to date;
         the functions are checked on every call all the same).
+    :raises InvalidArgument: (22023) ``schema`` is the private schema of an install, or its own
+        private schema holds an install (rule 7); raised before anything is written.
     :raises yoyo.exceptions.LockTimeout: another migration holds yoyo's lock for 10 s.
     :raises psycopg.Error: on a failing step (that step's transaction is rolled back), or when the
         schema is absent and the user may not create it (42501).
     """
     with psycopg.connect(dsn, autocommit=True) as conn:
+        _refuse_shared_schemas(conn.cursor(), schema)
         if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None:
             conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
     backend = get_backend(yoyo_uri(dsn, schema))
@@ -234,7 +292,7 @@ ORDER BY 1
 def apply_functions(conn: psycopg.Connection[Any], migrations: Path) -> bool:
     """The step ``9999_sql``: apply ``sql/`` (beside ``migrations``) in the current transaction.
 
-    Follows rules 3, 5 and 6 of the module docstring.
+    Follows rules 3, 5, 6 and 7 of the module docstring.
 
     :param conn: yoyo's connection, inside the step's transaction; its ``current_schema()`` is the
         install schema.
@@ -243,6 +301,8 @@ def apply_functions(conn: psycopg.Connection[Any], migrations: Path) -> bool:
         kept) or some schema step is not applied (nothing done).
     :raises psycopg.Error: from a failing ``sql/`` file (yoyo rolls the transaction back); 3F000
         when the connection has no current schema (the install schema does not exist).
+    :raises InvalidArgument: (22023) the install schema is the private schema of another install,
+        or its private schema holds another install (rule 7); no function is touched.
     """
     cur = conn.cursor()
     applied = {r[0] for r in cur.execute("SELECT migration_id FROM _yoyo_migration").fetchall()}
@@ -254,6 +314,7 @@ def apply_functions(conn: psycopg.Connection[Any], migrations: Path) -> bool:
     if row is None:
         raise psycopg.errors.InvalidSchemaName("pyqueue: the install schema does not exist (no current_schema())")
     schema_oid, schema = row
+    _refuse_shared_schemas(cur, schema)
     private = cur.execute("SELECT to_regnamespace(quote_ident(%s))::oid", (private_schema(schema),)).fetchone()
     names = {"schema": schema_oid, "private": private[0] if private else None}
     texts = [path.read_text(encoding="utf-8") for path in sorted(_sql_dir_beside(migrations).glob("*.sql"))]

@@ -198,8 +198,9 @@ def release_with_changed_sql(tmp_path: Path) -> Path:
     return copy
 
 
-def pyqueue_cli(*args: str, pythonpath: Path = PROJECT) -> subprocess.CompletedProcess[str]:
-    """``pyqueue ARGS`` in a new process, importing the package from ``pythonpath``."""
+def pyqueue_cli(*args: str, pythonpath: Path = PROJECT, returncode: int = 0) -> subprocess.CompletedProcess[str]:
+    """``pyqueue ARGS`` in a new process, importing the package from ``pythonpath``; asserts its
+    exit status is ``returncode``."""
     proc = subprocess.run(
         [sys.executable, "-m", "pyqueue.cli", *args],
         capture_output=True,
@@ -208,7 +209,7 @@ def pyqueue_cli(*args: str, pythonpath: Path = PROJECT) -> subprocess.CompletedP
         env=dict(os.environ, PYTHONPATH=str(pythonpath)),
         cwd=pythonpath,  # python -m puts the working directory first on sys.path
     )
-    assert proc.returncode == 0, f"pyqueue {args} failed:\n{proc.stdout}\n{proc.stderr}"
+    assert proc.returncode == returncode, f"pyqueue {args} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
     return proc
 
 
