@@ -73,6 +73,14 @@ The two files of ``migrations/`` that are not numbered steps (``9999_sql.py`` an
    no lock: it does not serialise two installers started at the same moment into S and
    ``S_internal``.
 
+8. **An install schema the installer can trust.** The owner of a schema may drop and replace
+   anything in it, and so run code of its own inside the queue's SECURITY DEFINER functions with
+   the installing role's rights. ``sql/000_common.sql`` refuses (42501) an install schema owned by
+   another role (``public`` under PostgreSQL 15 belongs to the database's owner) unless that role
+   is a superuser or has the installing role's rights, or the session sets
+   ``dq.allow_schema_owner = on``. :func:`migrate` and :func:`pending` run that same check (the
+   block between its marker lines) before any step, so a refused run changes nothing.
+
 The migration files import this module, so plain ``yoyo`` must run where ``pyqueue`` is
 installed (it is: yoyo-migrations is one of its dependencies). Release snapshots of
 ``migrations/`` (``tests/upgrade/``) call :func:`apply_functions` and :data:`FORGET_FUNCTION_STEP`
@@ -92,7 +100,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from yoyo import get_backend, read_migrations
 
-from .errors import InvalidArgument
+from .errors import InvalidArgument, translating
 
 __all__ = [
     "FUNCTION_STEP",
@@ -182,6 +190,26 @@ def _refuse_shared_schemas(cur: psycopg.Cursor[Any], schema: str) -> None:
             f"{quoted[private]}, which holds another install; choose another schema")
 
 
+#: The install schema owner check of sql/000_common.sql, between its marker lines (rule 8).
+_OWNER_CHECK = re.compile(r"^-- install schema owner check: begin\n(.*?)^-- install schema owner check: end$",
+                          re.S | re.M)
+
+
+def _refuse_untrusted_owner(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Rule 8: run the install schema owner check of ``sql/000_common.sql`` for ``schema``, if it
+    exists (a schema :func:`migrate` creates belongs to the installing role).
+
+    :raises InsufficientPrivilege: (42501) another role owns ``schema``.
+    """
+    match = _OWNER_CHECK.search((_sql_dir_beside(migrations_dir()) / "000_common.sql").read_text(encoding="utf-8"))
+    assert match is not None, "sql/000_common.sql: the install schema owner check's markers are missing"
+    with translating(), conn.transaction():
+        if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None:
+            return
+        conn.execute("SELECT pg_catalog.set_config('search_path', pg_catalog.quote_ident(%s), true)", (schema,))
+        conn.execute(match.group(1))
+
+
 def _sql_dir_beside(migrations: Path) -> Path:
     for candidate in (migrations.parent / "sql", migrations.parent / "_sql"):
         if candidate.is_dir():
@@ -228,6 +256,7 @@ def pending(dsn: str, *, schema: str = "public") -> list[str]:
     """
     with psycopg.connect(dsn, autocommit=True) as conn:
         _refuse_shared_schemas(conn.cursor(), schema)
+        _refuse_untrusted_owner(conn, schema)
     backend = get_backend(yoyo_uri(dsn, schema))
     try:
         migrations = read_migrations(str(migrations_dir()))
@@ -248,12 +277,15 @@ def migrate(dsn: str, *, schema: str = "public", up_to: str | None = None) -> li
         the functions are checked on every call all the same).
     :raises InvalidArgument: (22023) ``schema`` is the private schema of an install, or its own
         private schema holds an install (rule 7); raised before anything is written.
+    :raises InsufficientPrivilege: (42501) another role owns ``schema`` and the
+        session does not set ``dq.allow_schema_owner = on`` (rule 8); raised before anything is written.
     :raises yoyo.exceptions.LockTimeout: another migration holds yoyo's lock for 10 s.
     :raises psycopg.Error: on a failing step (that step's transaction is rolled back), or when the
         schema is absent and the user may not create it (42501).
     """
     with psycopg.connect(dsn, autocommit=True) as conn:
         _refuse_shared_schemas(conn.cursor(), schema)
+        _refuse_untrusted_owner(conn, schema)
         if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None:
             conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
     backend = get_backend(yoyo_uri(dsn, schema))

@@ -64,6 +64,8 @@ SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, p
 -- owned by pg_database_owner (public, under PostgreSQL 15) is owned by the database's owner. Anything
 -- else is refused (42501) unless the session sets dq.allow_schema_owner = 'on' (for example
 -- PGOPTIONS='-c dq.allow_schema_owner=on'), which accepts that the schema's owner is trusted.
+-- pyqueue.migrate runs this block (between the marker lines) before any schema step.
+-- install schema owner check: begin
 DO $$
 DECLARE
     v_owner oid := (SELECT n.nspowner FROM pg_catalog.pg_namespace n
@@ -83,6 +85,7 @@ BEGIN
     END IF;
 END;
 $$;
+-- install schema owner check: end
 
 -- The private schema, and the two helpers written with the schemas' names (SQL, no SET clause):
 --  * dq__schema() -> text: the name of the install schema, an inlined constant (IMMUTABLE), for the

@@ -23,6 +23,7 @@ from psycopg import sql
 from sqlhelpers import PROJECT, schema_dump
 from test_sql_install import privileges, run_psql_file
 
+import pyqueue
 from pyqueue.migrate import migrate
 
 PLANTED_HITS = "public.planted_hits"
@@ -250,8 +251,9 @@ def test_an_install_schema_another_role_owns_is_refused(dsn: str, conn: psycopg.
             assert proc.returncode != 0
             assert f"schema public is owned by role {app}" in proc.stderr
             assert "act with the rights of the installing role postgres" in proc.stderr
-        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="dq.allow_schema_owner"):
+        with pytest.raises(pyqueue.InsufficientPrivilege, match=f"owned by role {app}") as raised:
             migrate(dsn)
+        assert raised.value.sqlstate == "42501"
         assert (schema_dump(dsn), privileges(dsn)) == before
         # Trusting the owner explicitly installs as before.
         trusting = psycopg.conninfo.make_conninfo(dsn, options="-c dq.allow_schema_owner=on")
@@ -261,3 +263,33 @@ def test_an_install_schema_another_role_owns_is_refused(dsn: str, conn: psycopg.
         conn.execute(sql.SQL("ALTER DATABASE {} OWNER TO postgres").format(sql.Identifier(dbname)))
         conn.execute("ALTER SCHEMA public OWNER TO pg_database_owner")
         conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(app)))
+
+
+def test_a_fresh_database_another_role_owns_is_refused_before_any_step(admin_dsn: str) -> None:
+    """``CREATE DATABASE appdb OWNER app``, migrated as postgres into public: ``pyqueue migrate``
+    (and :func:`pyqueue.migrate.migrate`) refuse before the first schema step, so nothing is
+    written; the CLI says so in one line."""
+    from test_migrations import pyqueue_cli
+
+    from pyqueue import testing
+
+    app = f"app_{uuid.uuid4().hex[:8]}"
+    name = f"dq_owned_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(app)))
+        admin.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(name), sql.Identifier(app)))
+    dsn = testing.with_dbname(admin_dsn, name)
+    try:
+        with pytest.raises(pyqueue.InsufficientPrivilege, match=f"owned by role {app}"):
+            migrate(dsn)
+        proc = pyqueue_cli("migrate", "--dsn", dsn, returncode=2)
+        assert "Traceback" not in proc.stderr and f"owned by role {app}" in proc.stderr and "42501" in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            assert conn.execute(
+                "SELECT count(*) FROM pg_class WHERE relnamespace = 'public'::regnamespace").fetchone() == (0,)
+            assert conn.execute("SELECT to_regnamespace('public_internal')").fetchone() == (None,)
+    finally:
+        testing.drop_database(admin_dsn, name)
+        with psycopg.connect(admin_dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(app)))
