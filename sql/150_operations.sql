@@ -181,6 +181,10 @@ BEGIN
         RAISE EXCEPTION 'dq_configure_queue: max_deliveries needs a dead_letter_queue' USING ERRCODE = '22023';
     END IF;
     IF v_new.rate_limit IS NOT NULL AND v_new.rate_period IS NULL THEN
+        IF 'rate_period' = ANY (v_clear) THEN
+            RAISE EXCEPTION 'dq_configure_queue: clear names rate_period, but rate_limit stays %: clear rate_limit too, or give a rate_period',
+                v_new.rate_limit USING ERRCODE = '22023';
+        END IF;
         RAISE EXCEPTION 'dq_configure_queue: rate_limit needs a rate_period (an interval, at most 1 day)'
             USING ERRCODE = '22023';
     END IF;

@@ -126,7 +126,7 @@ CLEAR_REFUSED = [
     pytest.param([""], "22023", ("dq_configure_queue:", "clear"), id="empty-name"),
     pytest.param(["dead_letter_queue"], "22023",
                  ("dq_configure_queue:", "clear", "dead_letter_queue", "max_deliveries"), id="dlq-under-a-limit"),
-    pytest.param(["rate_period"], "22023", ("dq_configure_queue:", "rate_limit", "rate_period"),
+    pytest.param(["rate_period"], "22023", ("dq_configure_queue:", "clear", "rate_limit", "rate_period"),
                  id="period-under-a-rate-limit"),
 ]
 
