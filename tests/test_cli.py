@@ -12,17 +12,19 @@ import os
 import subprocess
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 import psycopg
 from workerhandlers import HANG_S
 
 
-def cli(dsn: str | None, *args: str, columns: int | None = None) -> subprocess.CompletedProcess[str]:
+def cli(dsn: str | None, *args: str, columns: int | None = None,
+        cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     if columns is not None:
         env["COLUMNS"] = str(columns)
     return subprocess.run([sys.executable, "-m", "pyqueue", *args, *(["--dsn", dsn] if dsn else [])],
-                          capture_output=True, text=True, timeout=HANG_S, env=env)
+                          capture_output=True, text=True, timeout=HANG_S, env=env, cwd=cwd)
 
 
 def stored(conn: psycopg.Connection, queue: str, key: str) -> tuple[str, bytes] | None:
