@@ -345,11 +345,12 @@ def _cmd_queue(args: argparse.Namespace) -> int:
                   file=sys.stderr)
         else:  # configure
             settings = {name: getattr(args, name) for name in _CONFIGURE}
-            if all(v is None for v in settings.values()):
+            clear = [name.replace("-", "_") for name in args.clear or ()]
+            if all(v is None for v in settings.values()) and not clear:
                 print("pyqueue queue configure: give at least one of "
-                      + ", ".join("--" + name.replace("_", "-") for name in _CONFIGURE), file=sys.stderr)
+                      + ", ".join("--" + name.replace("_", "-") for name in (*_CONFIGURE, "clear")), file=sys.stderr)
                 return 2
-            q.configure(**settings)
+            q.configure(**settings, clear=clear)
             print("ok")
     return 0
 
@@ -565,8 +566,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_queue("pause", "stop deliveries (offers, acks and nacks keep working); prints paused or already paused")
     add_queue("resume", "deliver again and wake waiting consumers; prints resumed or was not paused")
-    c = add_queue("configure", "set the queue's settings (dq_configure_queue; an option left out keeps its "
-                               "value, 0 clears a limit)")
+    c = add_queue("configure", "set the queue's settings (dq_configure_queue): an option left out keeps its "
+                               "value; --clear SETTING resets one to its default")
     c.add_argument("--max-deliveries", type=Integer(), default=None,
                    help="deliveries before a message goes to --dead-letter-queue (give both)")
     c.add_argument("--dead-letter-queue", default=None, help="where messages go after --max-deliveries")
@@ -583,6 +584,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="at most N deliveries start in any window of --rate-period (0: no limit)")
     c.add_argument("--rate-period", type=Duration(), default=None,
                    help="the window of --rate-limit: seconds, or 500ms, 30s, 1m, 1h (at most 1 day)")
+    c.add_argument("--clear", action="append", metavar="SETTING", type=lambda text: text.replace("_", "-"),
+                   choices=[name.replace("_", "-") for name in _CONFIGURE],
+                   help="reset SETTING to its default (repeatable): " + ", ".join(
+                       name.replace("_", "-") for name in _CONFIGURE) + "; clearing rate-limit clears rate-period")
 
     c = add_queue("redrive", "send up to --max-count dead letters of this dead-letter queue back to the queues "
                              "they died in (dq_redrive); prints how many moved")
