@@ -153,7 +153,7 @@ class Statements:
     configure: str = (
         "SELECT max_deliveries, dead_letter_queue FROM {s}dq_configure_queue(%(queue)s, %(max_deliveries)s, "
         "%(dead_letter_queue)s, %(archive)s, %(retention)s, %(notify)s, %(max_payload_bytes)s, %(max_in_flight)s, "
-        "%(rate_limit)s, %(rate_period)s::interval)"
+        "%(rate_limit)s, %(rate_period)s::interval, %(clear)s::text[])"
     )
     pause: str = "SELECT {s}dq_pause_queue(%(queue)s) AS changed"
     resume: str = "SELECT {s}dq_resume_queue(%(queue)s) AS changed"
@@ -271,6 +271,19 @@ def check_int(
             f" of at least {lo}" if lo is not None else "")
         raise InvalidArgument(f"{name} must be an int{bounds}{' or None' if optional else ''}, got {_got(value)}")
     return value
+
+
+def check_setting_names(value: object, name: str) -> list[str]:
+    """``value`` (an iterable of str, not a str itself, which would name its letters) as a list;
+    raises :class:`pyqueue.InvalidArgument` naming ``name``. Which names exist is the database's
+    rule (``dq_configure_queue`` raises 22023 for an unknown one)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise InvalidArgument(f"{name} must be a list of setting names (e.g. ['max_in_flight']), got {_got(value)}")
+    names = list(value)
+    for i, item in enumerate(names):
+        if not isinstance(item, str):
+            raise InvalidArgument(f"{name}[{i}] must be a setting name (a str), got {_got(item)}")
+    return names
 
 
 def check_bool(value: object, name: str, *, optional: bool = False) -> Any:
@@ -596,6 +609,7 @@ class QueueOps(Ops):
         max_in_flight: int | None = None,
         rate_limit: int | None = None,
         rate_period: Seconds | None = None,
+        clear: Iterable[str] = (),
     ) -> Op[None]:
         params = self._q(
             max_deliveries=check_int(max_deliveries, "max_deliveries", optional=True),
@@ -608,6 +622,7 @@ class QueueOps(Ops):
             max_in_flight=check_int(max_in_flight, "max_in_flight", optional=True),
             rate_limit=check_int(rate_limit, "rate_limit", optional=True),
             rate_period=None if rate_period is None else as_timedelta(rate_period, "rate_period"),
+            clear=check_setting_names(clear, "clear"),
         )
         return Op(self.sql.configure, params, _none)
 

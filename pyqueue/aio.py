@@ -179,12 +179,12 @@ class AsyncDelayedQueue(AsyncDriver):
         self, *, max_deliveries: int | None = None, dead_letter_queue: str | None = None,
         archive: bool | None = None, retention: Seconds | None = None, notify: bool | None = None,
         max_payload_bytes: int | None = None, max_in_flight: int | None = None, rate_limit: int | None = None,
-        rate_period: Seconds | None = None,
+        rate_period: Seconds | None = None, clear: Iterable[str] = (),
     ) -> None:
         """Configure this queue (``dq_configure_queue``); see :meth:`pyqueue.DelayedQueue.configure`
-        (``max_in_flight=0`` and ``rate_limit=0`` clear those limits)."""
+        (a setting left None keeps its value; ``clear`` names the settings to reset)."""
         await self._run(self._ops.configure(max_deliveries, dead_letter_queue, archive, retention, notify,
-                                            max_payload_bytes, max_in_flight, rate_limit, rate_period))
+                                            max_payload_bytes, max_in_flight, rate_limit, rate_period, clear))
 
     async def pause(self) -> bool:
         """Pause this queue (``dq_pause_queue``); see :meth:`pyqueue.DelayedQueue.pause`.

@@ -3,6 +3,13 @@
 ``pyqueue migrate --dsn DSN`` installs or upgrades the database (same as ``yoyo apply``).
 The DSN defaults to the ``DQ_DSN`` environment variable. Every command takes ``--schema NAME``,
 the schema of the install (default: the names are resolved by the connection's search_path).
+
+Bad arguments end in one line on stderr and exit status 2, never a traceback: numbers and
+durations are checked by the library's own checks (:func:`pyqueue.durations.as_timedelta`,
+``check_int``) as the arguments are parsed, the rest by the library or the database
+(:class:`pyqueue.PyQueueError`). Text that producers control (queue names, keys, error texts,
+payloads, schedule names) is printed with its control characters escaped (:func:`shown`,
+:func:`json_line`), so it cannot move the cursor, retitle or clear the operator's terminal.
 """
 
 from __future__ import annotations
@@ -19,22 +26,67 @@ import sys
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 
 from . import cron as cron_api
+from ._ops import check_int
 from .client import DelayedQueue
 from .delivery import stop_signals
-from .errors import PyQueueError
+from .durations import as_timedelta
+from .errors import InvalidArgument, PyQueueError, translating
+from .limits import POLL_MAX_COUNT
 from .migrate import migrate, pending
 from .worker import Worker
+
+
+class UsageError(Exception):
+    """A command's argument the parser could not judge (a handler that does not import, a payload
+    that is not JSON, no DSN): :func:`main` prints ``pyqueue COMMAND: message`` as one line and
+    exits with 2."""
+
+    def __init__(self, message: str, command: str | None = None) -> None:
+        super().__init__(message)
+        self.command = command
+
+
+#: Characters a terminal acts on instead of showing (a regular expression's character class): the
+#: C0 controls (ESC, BEL, CR, LF, ...), DEL, the C1 controls (U+0080 to U+009F: CSI U+009B and OSC
+#: U+009D start escape sequences on their own), the line and paragraph separators, and the Unicode
+#: bidirectional controls, which reorder the text after them (CVE-2021-42574, "Trojan Source").
+_UNSAFE_CHARS = r"\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_UNSAFE = re.compile(f"[{_UNSAFE_CHARS}]")
+_UNSAFE_OR_BACKSLASH = re.compile(f"[{_UNSAFE_CHARS}\\\\]")
+_SHORT_ESCAPES = {"\n": r"\n", "\r": r"\r", "\t": r"\t", "\\": "\\\\"}
+
+
+def _escape(m: re.Match[str]) -> str:
+    ch = m.group()
+    return _SHORT_ESCAPES.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) <= 0xFF else f"\\u{ord(ch):04x}")
+
+
+def shown(text: str) -> str:
+    """``text`` safe to print on a terminal, on one line: each character a terminal would act on
+    (:data:`_UNSAFE_CHARS`) as a Python escape (``\\x1b``, ``\\r``, ``\\u202e``), and a backslash
+    doubled, so an escape shown and the same characters typed stay apart. Every table and every
+    error line of the CLI goes through it."""
+    return _UNSAFE_OR_BACKSLASH.sub(_escape, text)
+
+
+def json_line(value: object) -> str:
+    """``value`` as one line of JSON for the CLI's listings: non-ASCII text as itself, but each
+    character a terminal would act on as a JSON escape (``\\u001b``; JSON escapes most of them
+    already, not DEL, the C1 controls or the bidirectional ones), so the line is safe on a
+    terminal and parses back to the same value."""
+    text = json.dumps(value, default=_json_default, ensure_ascii=False)
+    return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _dsn(args: argparse.Namespace) -> str:
     dsn: str | None = args.dsn or os.environ.get("DQ_DSN")
     if not dsn:
-        raise SystemExit("pyqueue: pass --dsn or set DQ_DSN")
+        raise UsageError("pass --dsn or set DQ_DSN")
     return dsn
 
 
@@ -57,15 +109,14 @@ def _payload(text: str, as_json: bool, as_text: bool, command: str) -> object:
         return json.loads(text)
     except ValueError as exc:
         if as_json:
-            raise SystemExit(
-                f"pyqueue {command}: --payload is not JSON ({exc}); drop --json to store it as text") from None
+            raise UsageError(f"--payload is not JSON ({exc}); drop --json to store it as text", command) from None
         return text
 
 
 def _cmd_offer(args: argparse.Namespace) -> int:
     payload = _payload(args.payload, args.json, args.text, "offer")
     with DelayedQueue(_dsn(args), args.queue, pool_size=1, schema=args.schema) as q:
-        outcome = q.offer(args.key, payload, delay=timedelta(seconds=args.delay), can_update=not args.no_update)
+        outcome = q.offer(args.key, payload, delay=args.delay, can_update=not args.no_update)
     print(outcome.value)
     print(f"payload_type {q.serializers.infer_type(payload)}", file=sys.stderr)
     return 0
@@ -75,16 +126,16 @@ def _cmd_poll(args: argparse.Namespace) -> int:
     with DelayedQueue(_dsn(args), args.queue, pool_size=1, schema=args.schema) as q:
         messages = q.poll(args.max_count, lock_timeout=args.lock_timeout, wait=args.wait)
         for m in messages:
-            print(json.dumps({"key": m.key, "payload_type": m.payload_type,
-                              "payload": m.raw_payload.decode("utf-8", "backslashreplace"),
-                              "scheduled_at": m.scheduled_at.isoformat(),
-                              "delivery_count": m.delivery_count, "lock_token": str(m.lock_token),
-                              "locked_until": m.locked_until.isoformat()}))
+            print(json_line({"key": m.key, "payload_type": m.payload_type,
+                             "payload": m.raw_payload.decode("utf-8", "backslashreplace"),
+                             "scheduled_at": m.scheduled_at.isoformat(),
+                             "delivery_count": m.delivery_count, "lock_token": str(m.lock_token),
+                             "locked_until": m.locked_until.isoformat()}))
         if args.ack:
             q.ack_many(messages)
         elif messages:
             print(f"pyqueue poll: {len(messages)} message(s) stay locked until acknowledged "
-                  f"(pyqueue ack --queue {args.queue} LOCK_TOKEN...) or until their lock expires "
+                  f"(pyqueue ack --queue {shown(args.queue)} LOCK_TOKEN...) or until their lock expires "
                   f"(locked_until; then they are delivered again)", file=sys.stderr)
     return 0
 
@@ -109,17 +160,27 @@ def _cmd_next_due(args: argparse.Namespace) -> int:
 
 
 def _load_handler(spec: str) -> Any:
-    """Import ``package.module:function`` from the current directory or PYTHONPATH."""
+    """Import ``package.module:function`` from the current directory or PYTHONPATH. Raises
+    :class:`UsageError` (one line, exit 2) when the module does not import (missing, or raising
+    while it is imported), lacks the attribute, or the attribute is not callable."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise SystemExit(f"pyqueue worker: handler must be package.module:function, got {spec!r}")
+        raise UsageError(f"the handler must be package.module:function, got {spec!r}", "worker")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    obj: Any = importlib.import_module(module_name)
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:  # the module's own import-time error, whatever it is, is the user's to fix
+        raise UsageError(f"the handler's module {module_name!r} does not import: {type(exc).__name__}: {exc}",
+                         "worker") from None
     for part in attr.split("."):
-        obj = getattr(obj, part)
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise UsageError(f"the handler {spec!r} does not exist: {module_name} has no attribute {attr!r}",
+                             "worker") from None
     if not callable(obj):
-        raise SystemExit(f"pyqueue worker: {spec} is not callable")
+        raise UsageError(f"the handler {spec!r} is not callable (a {type(obj).__name__})", "worker")
     return obj
 
 
@@ -133,10 +194,10 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         "concurrency": args.concurrency,
         "batch_size": args.batch_size,
         "prefetch": args.prefetch,
-        "lock_timeout": timedelta(seconds=args.lock_timeout),
-        "idle_check": timedelta(seconds=args.idle_check),
-        "shutdown_grace": timedelta(seconds=args.shutdown_grace),
-        "cron_tick": None if args.cron_tick is None else timedelta(seconds=args.cron_tick),
+        "lock_timeout": args.lock_timeout,
+        "idle_check": args.idle_check,
+        "shutdown_grace": args.shutdown_grace,
+        "cron_tick": args.cron_tick,
     }
     if args.use_async:
         from .aio import AsyncDelayedQueue, AsyncWorker
@@ -204,10 +265,12 @@ def _stats_title(rows: list[Any]) -> str:
 def _stats_table(rows: list[Any], title: str, width: int | None = None) -> Any:
     """The stats as a rich table that fits ``width`` terminal columns (None: no limit): the least
     needed columns are left out (and named in the caption) until it fits; a queue name never
-    loses characters: one longer than the room left folds onto the next line."""
+    loses characters: one longer than the room left folds onto the next line. A queue name is
+    shown with its control characters escaped (:func:`shown`) and its brackets as they are."""
     from rich.console import Console
     from rich.measure import Measurement
     from rich.table import Table
+    from rich.text import Text
 
     dropped: list[str] = []
 
@@ -219,7 +282,8 @@ def _stats_table(rows: list[Any], title: str, width: int | None = None) -> Any:
         for name, _ in kept:
             table.add_column(name, justify="right", no_wrap=True)
         for r in rows:
-            table.add_row(r.queue, *(cell(r) for _, cell in kept))
+            # Text, not a str: a queue name is data, never rich markup; shown() escapes its controls.
+            table.add_row(Text(shown(r.queue)), *(cell(r) for _, cell in kept))
         return table
 
     table = build()
@@ -243,7 +307,6 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     from rich.live import Live
 
     from .client import all_stats
-    from .errors import translating
 
     console = Console()
     with translating(), psycopg.connect(_dsn(args), autocommit=True) as conn:
@@ -258,7 +321,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         # raised inside a query or a redraw could leave either half done (a CI run once hung there).
         stop = threading.Event()
         with stop_signals(lambda _: stop.set()), Live(render(), console=console, auto_refresh=False) as live:
-            while not stop.wait(args.interval):
+            while not stop.wait(args.interval.total_seconds()):
                 live.update(render(), refresh=True)
         return 0
 
@@ -276,17 +339,18 @@ def _cmd_queue(args: argparse.Namespace) -> int:
         elif args.queue_command == "dead-letters":
             rows = q.dead_letters(args.max_rows)
             for row in rows:
-                print(json.dumps(row, default=_json_default, ensure_ascii=False))
+                print(json_line(row))
             print(f"{len(rows)} dead letter(s) in {args.name!r}, oldest first"
                   + (f" (the first {args.max_rows}; --max-rows for more)" if len(rows) == args.max_rows else ""),
                   file=sys.stderr)
         else:  # configure
             settings = {name: getattr(args, name) for name in _CONFIGURE}
-            if all(v is None for v in settings.values()):
+            clear = [name.replace("-", "_") for name in args.clear or ()]
+            if all(v is None for v in settings.values()) and not clear:
                 print("pyqueue queue configure: give at least one of "
-                      + ", ".join("--" + name.replace("_", "-") for name in _CONFIGURE), file=sys.stderr)
+                      + ", ".join("--" + name.replace("_", "-") for name in (*_CONFIGURE, "clear")), file=sys.stderr)
                 return 2
-            q.configure(**settings)
+            q.configure(**settings, clear=clear)
             print("ok")
     return 0
 
@@ -303,19 +367,61 @@ def _json_default(value: object) -> str:
     return str(value)
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+class Duration:
+    """The argparse type of a duration option: seconds (``30``, ``1.5``) or a number with a unit
+    (``500ms``, ``30s``, ``2m``, ``1h``), checked by the library's own rule
+    (:func:`pyqueue.durations.as_timedelta`: finite, not negative, within what a timedelta holds;
+    positive unless ``allow_zero``) and at most ``maximum`` when given."""
+
+    _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    _WITH_UNIT = re.compile(r"^\s*(\S+?)\s*(ms|s|m|h)\s*$")
+
+    def __init__(self, *, allow_zero: bool = False, maximum: timedelta | None = None) -> None:
+        self.allow_zero = allow_zero
+        self.maximum = maximum
+
+    def __call__(self, text: str) -> timedelta:
+        m = self._WITH_UNIT.match(text)
+        number, unit = (m.group(1), self._UNITS[m.group(2)]) if m else (text, 1.0)
+        try:
+            seconds = float(number) * unit
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"not a duration: {text!r} (seconds, or a number with ms, s, m or h: 500ms, 30s, 2m, 1h)") from None
+        try:
+            value = as_timedelta(seconds, "the duration", allow_zero=self.allow_zero)
+        except InvalidArgument as exc:
+            raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+        if self.maximum is not None and value > self.maximum:
+            raise argparse.ArgumentTypeError(f"{text!r}: the duration is at most {self.maximum}")
+        return value
 
 
-def _duration(text: str) -> timedelta:
-    """``30s``, ``1.5m``, ``2h``, ``500ms`` or plain seconds."""
-    m = _DURATION.match(text)
-    if m is None:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (examples: 30s, 2m, 1h, 500ms)")
-    unit = {"ms": 0.001, "s": 1.0, None: 1.0, "m": 60.0, "h": 3600.0}[m.group(2)]
-    value = timedelta(seconds=float(m.group(1)) * unit)
-    if value <= timedelta(0):
-        raise argparse.ArgumentTypeError("the duration must be positive")
-    return value
+class Integer:
+    """The argparse type of a count option: a whole number from ``lo`` to ``hi`` (by default those
+    of a PostgreSQL integer: a value the library or the database then checks against the
+    option's own limit), checked by the library's ``check_int``."""
+
+    def __init__(self, lo: int = -2**31, hi: int = 2**31 - 1) -> None:
+        self.lo, self.hi = lo, hi
+
+    def __call__(self, text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        try:
+            return int(check_int(value, "the number", self.lo, self.hi))
+        except InvalidArgument as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors on one line (``pyqueue offer: error: argument --delay: ...``),
+    the value it echoes escaped (:func:`shown`); exit status 2 as argparse's."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {shown(message)} (see {self.prog} --help)\n")
 
 
 def _cmd_cron(args: argparse.Namespace) -> int:
@@ -323,11 +429,11 @@ def _cmd_cron(args: argparse.Namespace) -> int:
     schema = args.schema
     if args.cron_command == "tick" and args.every is not None:
         return _cron_tick_loop(dsn, args.every, schema)
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with translating(), psycopg.connect(dsn, autocommit=True) as conn:
         if args.cron_command == "tick":
             print(cron_api.tick(conn, schema=schema))
         elif args.cron_command == "install":
-            payload: object = json.loads(args.payload) if args.json else args.payload
+            payload: object = _payload(args.payload, args.json, False, "cron install") if args.json else args.payload
             print(cron_api.install(conn, args.name, args.queue, args.schedule, payload, timezone=args.timezone,
                                    payload_type=args.payload_type, lookahead=args.lookahead, schema=schema))
         elif args.cron_command in ("uninstall", "pause", "resume"):
@@ -338,10 +444,10 @@ def _cmd_cron(args: argparse.Namespace) -> int:
             print("ok")
         else:  # list
             for s in cron_api.schedules(conn, schema=schema):
-                print(json.dumps({"name": s.name, "queue": s.queue, "schedule": s.schedule, "timezone": s.timezone,
-                                  "payload_type": s.payload_type, "lookahead_s": s.lookahead.total_seconds(),
-                                  "config_hash": s.config_hash, "paused": s.paused,
-                                  "next": [t.isoformat() for t in s.next_occurrences]}))
+                print(json_line({"name": s.name, "queue": s.queue, "schedule": s.schedule, "timezone": s.timezone,
+                                 "payload_type": s.payload_type, "lookahead_s": s.lookahead.total_seconds(),
+                                 "config_hash": s.config_hash, "paused": s.paused,
+                                 "next": [t.isoformat() for t in s.next_occurrences]}))
     return 0
 
 
@@ -368,11 +474,11 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pyqueue", description="Delayed message queue in PostgreSQL")
+    parser = _Parser(prog="pyqueue", description="Delayed message queue in PostgreSQL")
     parser.add_argument("--version", action="version", version=f"pyqueue (pgdelayq) {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     # The options of every command (the cron subcommands included).
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--dsn", help="libpq connection string (default: $DQ_DSN)")
     common.add_argument("--schema", default=None,
                         help="schema of the install (default: names resolved by the connection's search_path)")
@@ -393,16 +499,19 @@ def build_parser() -> argparse.ArgumentParser:
     kind.add_argument("--text", action="store_true",
                       help="store the payload as text even when it is JSON (default: JSON text is stored as "
                            "payload_type json, anything else as text)")
-    p.add_argument("--delay", type=float, default=0.0, help="seconds from now (database clock)")
+    p.add_argument("--delay", type=Duration(allow_zero=True), default=timedelta(0),
+                   help="seconds from now (database clock), or 500ms, 30s, 2m, 1h")
     p.add_argument("--no-update", action="store_true", help="ignore if the key exists")
     p.set_defaults(func=_cmd_offer)
 
     p = add("poll", "poll due messages and print them as JSON lines (with their lock_token); they stay locked "
                     "until acknowledged (--ack, or pyqueue ack) or until --lock-timeout passes")
     p.add_argument("--queue", required=True)
-    p.add_argument("--max-count", type=int, default=1)
-    p.add_argument("--lock-timeout", type=float, default=300.0, help="seconds")
-    p.add_argument("--wait", type=float, default=None, help="seconds to wait for a message")
+    p.add_argument("--max-count", type=Integer(), default=1, help=f"1 to {POLL_MAX_COUNT} (default 1)")
+    p.add_argument("--lock-timeout", type=Duration(), default=timedelta(seconds=300),
+                   help="seconds, or 30s, 5m, ... (default 300)")
+    p.add_argument("--wait", type=Duration(allow_zero=True), default=None,
+                   help="seconds to wait for a message, or 500ms, 30s, ...")
     p.add_argument("--ack", action="store_true", help="acknowledge what was printed")
     p.set_defaults(func=_cmd_poll)
 
@@ -413,15 +522,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("worker", "consume a queue with a handler until SIGTERM/SIGINT")
     p.add_argument("--queue", required=True)
-    p.add_argument("--concurrency", type=int, default=4, help="handler threads (default 4)")
-    p.add_argument("--batch-size", type=int, default=None, help="max messages per poll (default: concurrency)")
-    p.add_argument("--prefetch", type=int, default=None,
+    # --concurrency is bounded here: the worker opens concurrency + 3 connections, and its default
+    # batch size (the concurrency) must fit one poll.
+    p.add_argument("--concurrency", type=Integer(1, POLL_MAX_COUNT), default=4,
+                   help=f"handler threads, 1 to {POLL_MAX_COUNT} (default 4)")
+    p.add_argument("--batch-size", type=Integer(), default=None, help="max messages per poll (default: concurrency)")
+    p.add_argument("--prefetch", type=Integer(), default=None,
                    help="messages polled ahead while every handler is busy (default: batch size; 0: none)")
-    p.add_argument("--lock-timeout", type=float, default=30.0, help="seconds (default 30); extended while running")
-    p.add_argument("--idle-check", type=float, default=5.0, help="seconds between checks while idle (default 5)")
-    p.add_argument("--shutdown-grace", type=float, default=30.0, help="seconds handlers get on stop (default 30)")
+    p.add_argument("--lock-timeout", type=Duration(), default=timedelta(seconds=30),
+                   help="seconds (default 30); extended while running")
+    p.add_argument("--idle-check", type=Duration(), default=timedelta(seconds=5),
+                   help="seconds between checks while idle (default 5)")
+    p.add_argument("--shutdown-grace", type=Duration(), default=timedelta(seconds=30),
+                   help="seconds handlers get on stop (default 30)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    p.add_argument("--cron-tick", type=float, default=None,
+    p.add_argument("--cron-tick", type=Duration(), default=None,
                    help="also call dq_cron_tick() every this many seconds (one worker per database at a time)")
     p.add_argument("--async", dest="use_async", action="store_true",
                    help="run the asyncio worker (a coroutine handler is awaited, a plain one runs in a thread)")
@@ -431,7 +546,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("stats", "show the dq_stats view (one row per queue) as a table")
     p.add_argument("--queue", default=None, help="only this queue")
     p.add_argument("--watch", action="store_true", help="refresh in place until Ctrl-C")
-    p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes (default 2)")
+    p.add_argument("--interval", type=Duration(maximum=timedelta(days=1)), default=timedelta(seconds=2),
+                   help="seconds between refreshes (default 2, at most 1 day)")
     p.set_defaults(func=_cmd_stats)
 
     p = add("next-due", "print when the next message becomes visible")
@@ -450,31 +566,35 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_queue("pause", "stop deliveries (offers, acks and nacks keep working); prints paused or already paused")
     add_queue("resume", "deliver again and wake waiting consumers; prints resumed or was not paused")
-    c = add_queue("configure", "set the queue's settings (dq_configure_queue; an option left out keeps its "
-                               "value, 0 clears a limit)")
-    c.add_argument("--max-deliveries", type=int, default=None,
+    c = add_queue("configure", "set the queue's settings (dq_configure_queue): an option left out keeps its "
+                               "value; --clear SETTING resets one to its default")
+    c.add_argument("--max-deliveries", type=Integer(), default=None,
                    help="deliveries before a message goes to --dead-letter-queue (give both)")
     c.add_argument("--dead-letter-queue", default=None, help="where messages go after --max-deliveries")
     c.add_argument("--archive", action=argparse.BooleanOptionalAction, default=None,
                    help="keep acknowledged, dead and cancelled messages in the archive")
-    c.add_argument("--retention", type=_duration, default=None,
+    c.add_argument("--retention", type=Duration(), default=None,
                    help="how long archive rows are kept: seconds, or 30s, 2h, ...")
     c.add_argument("--notify", action=argparse.BooleanOptionalAction, default=None,
                    help="wake idle consumers by NOTIFY (on by default)")
-    c.add_argument("--max-payload-bytes", type=int, default=None, help="the largest payload an offer may carry")
-    c.add_argument("--max-in-flight", type=int, default=None,
+    c.add_argument("--max-payload-bytes", type=Integer(), default=None, help="the largest payload an offer may carry")
+    c.add_argument("--max-in-flight", type=Integer(), default=None,
                    help="at most N messages of the queue locked at once, across all consumers (0: no limit)")
-    c.add_argument("--rate-limit", type=int, default=None,
+    c.add_argument("--rate-limit", type=Integer(), default=None,
                    help="at most N deliveries start in any window of --rate-period (0: no limit)")
-    c.add_argument("--rate-period", type=_duration, default=None,
+    c.add_argument("--rate-period", type=Duration(), default=None,
                    help="the window of --rate-limit: seconds, or 500ms, 30s, 1m, 1h (at most 1 day)")
+    c.add_argument("--clear", action="append", metavar="SETTING", type=lambda text: text.replace("_", "-"),
+                   choices=[name.replace("_", "-") for name in _CONFIGURE],
+                   help="reset SETTING to its default (repeatable): " + ", ".join(
+                       name.replace("_", "-") for name in _CONFIGURE) + "; clearing rate-limit clears rate-period")
 
     c = add_queue("redrive", "send up to --max-count dead letters of this dead-letter queue back to the queues "
                              "they died in (dq_redrive); prints how many moved")
-    c.add_argument("--max-count", type=int, default=1000, help="default 1000")
+    c.add_argument("--max-count", type=Integer(), default=1000, help="default 1000")
     c = add_queue("dead-letters", "print the dead letters of this dead-letter queue as JSON lines, oldest first "
                                   "(dq_dead_letters: key, dead_from, last_error, payload_text, ...)")
-    c.add_argument("--max-rows", type=int, default=100, help="default 100")
+    c.add_argument("--max-rows", type=Integer(), default=100, help="default 100")
 
     p = sub.add_parser("cron", help="recurring messages: tick, install, uninstall, pause, resume, list")
     cron_sub = p.add_subparsers(dest="cron_command", required=True)
@@ -485,7 +605,7 @@ def build_parser() -> argparse.ArgumentParser:
         return c
 
     c = add_cron("tick", "install due occurrences once (prints the count), or every --every until SIGINT/SIGTERM")
-    c.add_argument("--every", type=_duration, default=None, help="loop with this period (30s, 1m, ...)")
+    c.add_argument("--every", type=Duration(), default=None, help="loop with this period (30s, 1m, ...)")
     c = add_cron("install", "create or replace a named schedule; prints its config hash")
     c.add_argument("--name", required=True)
     c.add_argument("--queue", required=True)
@@ -494,7 +614,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="the payload is JSON (payload_type json)")
     c.add_argument("--payload-type", default=None)
     c.add_argument("--timezone", default="UTC", help="IANA zone name (default UTC)")
-    c.add_argument("--lookahead", type=_duration, default=timedelta(hours=1), help="default 1h")
+    c.add_argument("--lookahead", type=Duration(), default=timedelta(hours=1), help="default 1h")
     for name, help_ in (("uninstall", "remove a schedule and its future messages"),
                         ("pause", "pause a schedule (its future messages are removed)"),
                         ("resume", "resume a paused schedule")):
@@ -505,11 +625,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; 0 on success, 2 after a one-line error about an argument (the parser's,
+    a :class:`UsageError`, or a :class:`pyqueue.PyQueueError` from the library or the database)."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
+    except UsageError as exc:
+        print(f"pyqueue{' ' + exc.command if exc.command else ''}: {shown(str(exc))}", file=sys.stderr)
+        return 2
     except PyQueueError as exc:
-        print(f"pyqueue: {exc} (SQLSTATE {exc.sqlstate})", file=sys.stderr)
+        print(f"pyqueue: {shown(str(exc))} (SQLSTATE {exc.sqlstate})", file=sys.stderr)
         return 2
 
 

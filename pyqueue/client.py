@@ -269,16 +269,22 @@ class DelayedQueue(Driver):
         self, *, max_deliveries: int | None = None, dead_letter_queue: str | None = None,
         archive: bool | None = None, retention: Seconds | None = None, notify: bool | None = None,
         max_payload_bytes: int | None = None, max_in_flight: int | None = None, rate_limit: int | None = None,
-        rate_period: Seconds | None = None,
+        rate_period: Seconds | None = None, clear: Iterable[str] = (),
     ) -> None:
         """Configure this queue (``dq_configure_queue``; needs role dq_admin).
 
-        :param max_deliveries: deliveries before a message is dead-lettered (≥ 1); None: no limit.
-            Set together with ``dead_letter_queue`` (both None clears the limit).
-        :param dead_letter_queue: where such messages go (required with ``max_deliveries``).
+        One rule for every setting: a setting left None keeps its current value; to reset one to
+        its default (that of a queue never configured), name it in ``clear``. The call is one
+        statement that locks the queue's configuration row, so a concurrent ``configure`` of
+        another setting is kept, not undone.
+
+        :param max_deliveries: deliveries before a message is dead-lettered (≥ 1); None: unchanged
+            (a new queue has no limit). Needs a ``dead_letter_queue``, given now or set before.
+        :param dead_letter_queue: where such messages go; None: unchanged.
         :param archive: keep acknowledged, dead and cancelled messages in ``dq_archive``; None: unchanged.
         :param retention: how long archive rows are kept (timedelta or seconds > 0); None: unchanged.
         :param notify: wake idle consumers by NOTIFY (default on); off, they poll every idle_check.
+            None: unchanged.
         :param max_payload_bytes: the largest payload an offer may carry, in bytes, from
             :data:`pyqueue.limits.PAYLOAD_BYTES_MIN` to :data:`pyqueue.limits.PAYLOAD_BYTES_MAX` (a
             queue's default is :data:`pyqueue.limits.PAYLOAD_BYTES_DEFAULT`, 1 MiB); None: unchanged.
@@ -293,13 +299,21 @@ class DelayedQueue(Driver):
             Needs a ``rate_period``, given now or set before.
         :param rate_period: the window of ``rate_limit`` (timedelta or seconds > 0, at most
             :data:`pyqueue.limits.RATE_PERIOD_MAX`); None: unchanged.
+        :param clear: names of settings to reset to their defaults (a list of str, e.g.
+            ``["max_deliveries", "dead_letter_queue"]``): ``max_deliveries`` (no delivery limit),
+            ``dead_letter_queue`` (none; refused while a ``max_deliveries`` stays), ``archive``
+            (off), ``retention`` (archive rows kept forever), ``notify`` (on), ``max_payload_bytes``
+            (:data:`pyqueue.limits.PAYLOAD_BYTES_DEFAULT`), ``max_in_flight`` (no limit),
+            ``rate_limit`` (no limit; its ``rate_period`` goes with it), ``rate_period`` (refused
+            while a ``rate_limit`` stays). Default: none.
         :raises InvalidArgument: (22023) a limit below 1, no dead-letter queue, the queue itself or a
             chain of dead-letter queues leading back to it, retention ≤ 0, max_payload_bytes out of range,
             max_in_flight or rate_limit out of range, a rate_limit without a rate_period, a rate_period
-            ≤ 0 or over its limit.
+            ≤ 0 or over its limit, an unknown name in ``clear`` or a setting both given and cleared;
+            before any I/O, ``clear`` that is not a list of str. Nothing is changed on error.
         """
         op = self._ops.configure(max_deliveries, dead_letter_queue, archive, retention, notify, max_payload_bytes,
-                                 max_in_flight, rate_limit, rate_period)
+                                 max_in_flight, rate_limit, rate_period, clear)
         self._run(op)
 
     def pause(self) -> bool:

@@ -12,17 +12,20 @@ import os
 import subprocess
 import sys
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import psycopg
 from workerhandlers import HANG_S
 
 
-def cli(dsn: str | None, *args: str, columns: int | None = None) -> subprocess.CompletedProcess[str]:
+def cli(dsn: str | None, *args: str, columns: int | None = None,
+        cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     if columns is not None:
         env["COLUMNS"] = str(columns)
     return subprocess.run([sys.executable, "-m", "pyqueue", *args, *(["--dsn", dsn] if dsn else [])],
-                          capture_output=True, text=True, timeout=HANG_S, env=env)
+                          capture_output=True, text=True, timeout=HANG_S, env=env, cwd=cwd)
 
 
 def stored(conn: psycopg.Connection, queue: str, key: str) -> tuple[str, bytes] | None:
@@ -85,6 +88,73 @@ def test_queue_configure_sets_every_setting(dsn: str, conn) -> None:
     assert bad.returncode == 2 and "SQLSTATE 22023" in bad.stderr, bad.stderr
     nothing = cli(dsn, "queue", "configure", "jobs")
     assert nothing.returncode == 2 and "--max-deliveries" in nothing.stderr and "--rate-period" in nothing.stderr
+
+
+#: Each setting of ``pyqueue queue configure``: its column, the options that change it alone (from
+#: the values of CONFIGURED), the value they set, and the options that clear it.
+CONFIGURE_SETTINGS: list[tuple[str, list[str], Any, list[str]]] = [
+    ("max_deliveries", ["--max-deliveries", "7"], 7, ["--clear", "max-deliveries"]),
+    ("dead_letter_queue", ["--dead-letter-queue", "jobs.other"], "jobs.other", ["--clear", "dead-letter-queue"]),
+    ("archive", ["--no-archive"], False, ["--clear", "archive"]),
+    ("retention", ["--retention", "3h"], timedelta(hours=3), ["--clear", "retention"]),
+    ("notify", ["--notify"], True, ["--clear", "notify"]),
+    ("max_payload_bytes", ["--max-payload-bytes", "8192"], 8192, ["--clear", "max_payload_bytes"]),
+    ("max_in_flight", ["--max-in-flight", "9"], 9, ["--clear", "max-in-flight"]),
+    ("rate_limit", ["--rate-limit", "6"], 6, ["--clear", "rate-limit"]),
+    ("rate_period", ["--rate-period", "20s"], timedelta(seconds=20), ["--clear", "rate-period"]),
+]
+CONFIGURED = {"max_deliveries": 3, "dead_letter_queue": "jobs.dlq", "archive": True, "retention": timedelta(hours=2),
+              "notify": False, "max_payload_bytes": 4096, "max_in_flight": 4, "rate_limit": 5,
+              "rate_period": timedelta(seconds=10)}
+DEFAULTS = {"max_deliveries": None, "dead_letter_queue": None, "archive": False, "retention": None, "notify": True,
+            "max_payload_bytes": None, "max_in_flight": None, "rate_limit": None, "rate_period": None}
+
+
+def queue_row(conn: psycopg.Connection, queue: str = "jobs") -> dict[str, Any]:
+    row = conn.execute("SELECT max_deliveries, dead_letter_queue, archive, retention, notify, max_payload_bytes, "
+                       "max_in_flight, rate_limit, rate_period FROM dq_queues WHERE queue = %s", (queue,)).fetchone()
+    return dict(zip(DEFAULTS, row, strict=True))
+
+
+def test_queue_configure_keeps_what_it_does_not_name_and_clears_explicitly(dsn: str, conn) -> None:
+    """The rule of dq_configure_queue (issue 25): an option left out keeps its value, ``--clear
+    SETTING`` (repeatable, with - or _) resets one to its default; a bad --clear changes nothing."""
+    out = cli(dsn, "queue", "configure", "jobs", "--max-deliveries", "3", "--dead-letter-queue", "jobs.dlq",
+              "--archive", "--retention", "2h", "--no-notify", "--max-payload-bytes", "4096", "--max-in-flight", "4",
+              "--rate-limit", "5", "--rate-period", "10s")
+    assert (out.returncode, out.stdout.strip()) == (0, "ok"), out.stderr
+    expected = dict(CONFIGURED)
+    assert queue_row(conn) == expected
+    for column, options, value, _ in CONFIGURE_SETTINGS:  # each alone: every other setting kept
+        out = cli(dsn, "queue", "configure", "jobs", *options)
+        assert out.returncode == 0, (options, out.stderr)
+        expected[column] = value
+        assert queue_row(conn) == expected, options
+
+    refused = [["--clear", "max-inflight"],                            # not a setting: the parser's error
+               ["--max-in-flight", "3", "--clear", "max-in-flight"],   # given and cleared
+               ["--clear", "dead-letter-queue"],                       # max_deliveries stays
+               ["--clear", "rate-period"]]                             # rate_limit stays
+    for options in refused:
+        bad = cli(dsn, "queue", "configure", "jobs", *options)
+        assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1, (options, bad.stderr)
+        assert "clear" in bad.stderr and "Traceback" not in bad.stderr, (options, bad.stderr)
+        assert queue_row(conn) == expected, options
+
+    for column, _, _, clear in CONFIGURE_SETTINGS:
+        if column in ("dead_letter_queue", "rate_period"):
+            continue  # cleared with max_deliveries and rate_limit below
+        if column == "max_deliveries":
+            clear = [*clear, "--clear", "dead_letter_queue"]
+        out = cli(dsn, "queue", "configure", "jobs", *clear)
+        assert out.returncode == 0, (clear, out.stderr)
+        expected[column] = DEFAULTS[column]
+        if column == "max_deliveries":
+            expected["dead_letter_queue"] = None
+        if column == "rate_limit":
+            expected["rate_period"] = None  # a rate limit cleared takes its period with it
+        assert queue_row(conn) == expected, clear
+    assert expected == DEFAULTS
 
 
 def test_queue_dead_letters_and_redrive(dsn: str, conn) -> None:
