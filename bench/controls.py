@@ -1,8 +1,9 @@
 """Delivery-controls benchmark: what priorities, FIFO groups and rate limits cost, and how exact they are.
 
     python -m bench.controls --dsn postgresql://postgres@127.0.0.1:55432/dq [--quick] [--rows N] [--out PATH]
+        [--parts regression,backlog,rate,levels] [--levels 1,100,20000,65536] [--level-samples N]
 
-Three parts, on the server of ``--dsn``, in two databases dropped and recreated at every run:
+Four parts, on the server of ``--dsn``, in two databases dropped and recreated at every run:
 ``<prefix>`` (default ``dq_bench_controls``: this checkout's schema and bench.core's baseline
 table) and ``<prefix>_old`` (the release before the controls).
 
@@ -33,6 +34,19 @@ table) and ``<prefix>_old`` (the release before the controls).
    measured 30 s divided by 30 s, and the maximum count in any window [t, t + 1 s) is found over
    the sorted timestamps (every delivery of the run, the warm-up included). Targets: rate within
    5 % of 1000/s; no window above 1000.
+
+4. **Priority levels.** For 1, 100, 20,000 and 65,536 levels (``--levels``) of messages due in a
+   day, one message at each priority (centred on 0; 65,536 fills the whole smallint range), in
+   three layouts: ``ungrouped`` (loaded with ``dq_offer_many``), ``grouped`` (each message heads a
+   FIFO group of its own; written directly into ``dq_messages`` and ``dq_groups``, as the offer
+   would leave them) and ``baseline`` (the same rows in bench.core's plain table, polled by one
+   plain SQL statement over the due rows ordered by priority, then due time: the cost of reading
+   the index once). Per cell, from one session: ``--level-samples`` empty polls
+   (``dq_poll_many(q, 1)``), then the same with one due message at the lowest priority (each
+   poll in a transaction that is rolled back, so the message stays due), p50 / p95; the shared
+   buffers one such poll touches (``EXPLAIN (ANALYZE, BUFFERS)``, nested statements included);
+   and, for the queue's functions, ``dq_wait(q, 1 s)`` on the empty queue (an idle consumer's
+   other call). Target: an empty poll under 5 ms at every level count.
 
 The machine may be shared: each figure comes with the CPU other processes took meanwhile
 (bench.core's CpuSnapshot) and the spread of the repetitions.
@@ -148,6 +162,9 @@ class Config:
     target_poll_p50_ms: float = 5.0
     target_drain: float = 0.5
     target_rate_error: float = 0.05
+    level_counts: tuple[int, ...] = (1, 100, 20_000, 65_536)
+    level_samples: int = 30  # timed polls per cell of part 4
+    target_empty_poll_ms: float = 5.0
 
     @property
     def groups(self) -> int:
@@ -172,7 +189,7 @@ class Config:
 FULL = Config("full", rows=1_000_000, clients=(1, 4), repeat=3, warmup_s=1.0, duration_s=3.0, poll_samples=100,
               drain_workers=4, drain_warmup_s=1.0, drain_s=5.0)
 QUICK = Config("quick", rows=100_000, clients=(1, 4), repeat=3, warmup_s=0.5, duration_s=1.5, poll_samples=30,
-               drain_workers=4, drain_warmup_s=0.3, drain_s=1.0)
+               drain_workers=4, drain_warmup_s=0.3, drain_s=1.0, level_samples=10)
 
 
 def spread(values: list[float]) -> dict[str, Any]:
@@ -541,6 +558,125 @@ def rate_part(admin: psycopg.Connection[Any], dsn: str, cfg: Config) -> dict[str
     return result
 
 
+# --------------------------------------------------------------------------- 4. priority levels
+
+LAYOUTS = ("ungrouped", "grouped", "baseline")
+
+# n messages due in a day at priorities n / 2 - 1 down to -n / 2, one each (%(n)s, %(t)s: their due time).
+LEVELS_OFFER = """
+    SELECT count(*) FROM dq_offer_many(%(queue)s::text,
+        ARRAY(SELECT 'level-' || g FROM generate_series(0, %(n)s::int - 1) g),
+        array_fill(%(payload)s::bytea, ARRAY[%(n)s::int]), array_fill(%(t)s::timestamptz, ARRAY[%(n)s::int]),
+        priorities => ARRAY(SELECT g - %(n)s::int / 2 FROM generate_series(0, %(n)s::int - 1) g))"""
+# The same messages each heading a FIFO group of its own, written as dq_offer_many leaves them.
+LEVELS_GROUPED = ("""
+    INSERT INTO dq_messages (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, priority,
+                             message_group)
+    SELECT %(queue)s::text, 'level-' || g, %(payload)s::bytea, 'bytes', %(t)s::timestamptz, %(t)s::timestamptz,
+           g - %(n)s::int / 2, 'group-' || g
+      FROM generate_series(0, %(n)s::int - 1) g""", """
+    INSERT INTO dq_groups (queue, message_group, head_id, priority, due_at)
+    SELECT m.queue, m.message_group, m.id, m.priority, m.scheduled_at FROM dq_messages m WHERE m.queue = %(queue)s""")
+LEVELS_BASELINE = """
+    INSERT INTO bench_baseline (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, priority)
+    SELECT %(queue)s::text, 'level-' || g, %(payload)s::bytea, 'bytes', %(t)s::timestamptz, %(t)s::timestamptz,
+           g - %(n)s::int / 2
+      FROM generate_series(0, %(n)s::int - 1) g"""
+# One due message at the lowest priority (%(t)s: a second ago).
+LEVELS_DUE = {
+    "ungrouped": "SELECT dq_offer(%(queue)s::text, 'due', %(payload)s::bytea, %(t)s::timestamptz, priority => -32768)",
+    "grouped": "SELECT dq_offer(%(queue)s::text, 'due', %(payload)s::bytea, %(t)s::timestamptz, priority => -32768,"
+               " message_group => 'group-due')",
+    "baseline": "INSERT INTO bench_baseline (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially,"
+                " priority) VALUES (%(queue)s::text, 'due', %(payload)s::bytea, 'bytes', %(t)s::timestamptz,"
+                " %(t)s::timestamptz, -32768)",
+}
+# The plain-SQL poll over every level: the due rows by priority, then due time, from the copy of
+# dq_messages_ready_idx (queue, priority DESC, scheduled_at), the due time checked in the index.
+LEVELS_BASELINE_POLL = """
+    WITH c AS (SELECT id FROM bench_baseline
+                WHERE queue = %s AND (message_group IS NULL OR dead_from IS NOT NULL) AND scheduled_at <= now()
+                ORDER BY priority DESC, scheduled_at LIMIT %s::int FOR UPDATE SKIP LOCKED)
+    UPDATE bench_baseline t
+       SET scheduled_at = now() + interval '5 min', lock_token = gen_random_uuid(),
+           delivery_count = t.delivery_count + 1
+      FROM c WHERE t.id = c.id
+    RETURNING t.id, t.key, t.payload, t.lock_token"""
+LEVELS_WAIT = "SELECT dq_wait(%s::text, interval '1 second')"
+
+
+def load_levels(admin: psycopg.Connection[Any], layout: str, levels: int, due: bool) -> None:
+    """Empty every queue table and drop the queue's controls (part 3 sets a rate limit); write
+    `levels` future messages at distinct priorities in `layout`, and with `due` one due message at
+    the lowest priority; VACUUM ANALYZE."""
+    admin.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY").format(
+        sql.SQL(", ").join(sql.Identifier(t) for t in EVERY_TABLE)))
+    admin.execute("DELETE FROM dq_queues WHERE queue = %s", (QUEUE,))
+    params = {"queue": QUEUE, "payload": core.PAYLOAD, "n": levels,
+              "t": value(admin, "SELECT now() + interval '1 day'")}
+    for stmt in {"ungrouped": (LEVELS_OFFER,), "grouped": LEVELS_GROUPED, "baseline": (LEVELS_BASELINE,)}[layout]:
+        admin.execute(stmt, params)
+    if due:
+        admin.execute(LEVELS_DUE[layout], {**params, "t": value(admin, "SELECT now() - interval '1 second'")})
+    table = "bench_baseline" if layout == "baseline" else "dq_messages"
+    admin.execute(sql.SQL("VACUUM ANALYZE {}, dq_groups").format(sql.Identifier(table)))
+
+
+def time_statement(dsn: str, statement: str, params: tuple[Any, ...], samples: int,
+                   expect_rows: int) -> dict[str, Any]:
+    """`samples` executions of `statement` from one session, each in a transaction that is rolled
+    back (a poll leaves its due message due), timed per call; the first (it prepares and plans the
+    statement and the function's) is left out. Every call must return `expect_rows` rows. Then the
+    shared buffers of one more execution (EXPLAIN (ANALYZE, BUFFERS): a function scan counts its
+    nested statements)."""
+    times = []
+    with connect(dsn) as conn:
+        cur = conn.cursor()
+        for i in range(samples + 1):
+            with conn.transaction(force_rollback=True):
+                t0 = time.perf_counter()
+                cur.execute(statement, params)
+                rows = cur.fetchall()
+                t1 = time.perf_counter()
+            if len(rows) != expect_rows:
+                raise RuntimeError(f"{statement.split()[:4]}: {len(rows)} rows, expected {expect_rows}")
+            if i:
+                times.append(t1 - t0)
+        with conn.transaction(force_rollback=True):
+            row = conn.execute(sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}").format(sql.SQL(statement)),
+                               params).fetchone()
+    assert row is not None
+    plan = row[0][0]["Plan"]
+    buffers = plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
+    return {"p50_ms": percentile(times, 50) * 1e3, "p95_ms": percentile(times, 95) * 1e3, "buffers": buffers,
+            "samples": len(times)}
+
+
+def levels_part(admin: psycopg.Connection[Any], dsn: str, cfg: Config) -> dict[str, Any]:
+    """Per level count and layout: the empty poll (and dq_wait), then the poll of one due message."""
+    cells = []
+    for levels in cfg.level_counts:
+        for layout in LAYOUTS:
+            poll = LEVELS_BASELINE_POLL if layout == "baseline" else DQ.poll
+            cell: dict[str, Any] = {"levels": levels, "layout": layout}
+            snap, t0 = CpuSnapshot.take(os.getpid(), admin.info.dbname), time.perf_counter()
+            load_levels(admin, layout, levels, due=False)
+            cell["empty"] = time_statement(dsn, poll, (QUEUE, 1), cfg.level_samples, 0)
+            if layout != "baseline":
+                cell["wait"] = time_statement(dsn, LEVELS_WAIT, (QUEUE,), cfg.level_samples, 1)
+            load_levels(admin, layout, levels, due=True)
+            cell["one_due"] = time_statement(dsn, poll, (QUEUE, 1), cfg.level_samples, 1)
+            cell["other_cpu"] = snap.until(CpuSnapshot.take(os.getpid(), admin.info.dbname),
+                                           time.perf_counter() - t0)["other_cpu"]
+            cell["pass"] = cell["empty"]["p50_ms"] < cfg.target_empty_poll_ms
+            console().log(f"levels {levels:,} {layout}: empty poll p50 {cell['empty']['p50_ms']:.2f} ms"
+                          f" ({cell['empty']['buffers']:,} buffers), one due p50 {cell['one_due']['p50_ms']:.2f} ms"
+                          f" ({cell['one_due']['buffers']:,} buffers)"
+                          + (f", dq_wait p50 {cell['wait']['p50_ms']:.2f} ms" if "wait" in cell else ""))
+            cells.append(cell)
+    return {"samples": cfg.level_samples, "cells": cells}
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -615,6 +751,27 @@ def rate_table(r: dict[str, Any]) -> Table:
     return table
 
 
+def levels_table(part: dict[str, Any], cfg: Config) -> Table:
+    from rich.table import Table
+
+    table = Table(title="4. Priority levels of future messages (one per level): dq_poll_many(q, 1) from one"
+                        " session, ms")
+    for col in ("levels", "layout", "empty p50", "p95", "buffers", f"< {cfg.target_empty_poll_ms:g} ms",
+                "1 due p50", "p95", "buffers", "dq_wait p50", "other CPU"):
+        table.add_column(col, justify="left" if col == "layout" else "right")
+    for c in part["cells"]:
+        empty, due = c["empty"], c["one_due"]
+        table.add_row(f"{c['levels']:,}", c["layout"], f"{empty['p50_ms']:.2f}", f"{empty['p95_ms']:.2f}",
+                      f"{empty['buffers']:,}", _status(c["pass"]), f"{due['p50_ms']:.2f}", f"{due['p95_ms']:.2f}",
+                      f"{due['buffers']:,}", f"{c['wait']['p50_ms']:.2f}" if "wait" in c else "-",
+                      f"{c['other_cpu']:.0%}")
+    table.caption = (f"{part['samples']} polls per cell, each in a rolled-back transaction. 1 due: one more message,"
+                     " due, at the lowest priority. buffers: shared buffers of one poll, nested statements included."
+                     " baseline: one plain SQL statement over the due rows, by priority then due time. dq_wait:"
+                     " on the empty queue")
+    return table
+
+
 def tables(report: dict[str, Any], cfg: Config) -> list[Table]:
     """The tables of the parts the report holds."""
     out = []
@@ -624,12 +781,14 @@ def tables(report: dict[str, Any], cfg: Config) -> list[Table]:
         out.append(backlog_table(report["backlog"], cfg))
     if "rate" in report:
         out.append(rate_table(report["rate"]))
+    if "levels" in report:
+        out.append(levels_table(report["levels"], cfg))
     return out
 
 
 # --------------------------------------------------------------------------- main
 
-PARTS = ("regression", "backlog", "rate")
+PARTS = ("regression", "backlog", "rate", "levels")
 
 
 def run(admin_dsn: str, cfg: Config, out: Path, prefix: str, old_ref: str | None,
@@ -657,6 +816,8 @@ def run(admin_dsn: str, cfg: Config, out: Path, prefix: str, old_ref: str | None
             report["backlog"] = backlog_part(admin, dsn, cfg)
         if "rate" in parts:
             report["rate"] = rate_part(admin, dsn, cfg)
+        if "levels" in parts:
+            report["levels"] = levels_part(admin, dsn, cfg)
     report["wall_time_s"] = round(time.perf_counter() - started, 1)
     report["load_average_after"] = os.getloadavg()
     for table in tables(report, cfg):
@@ -677,6 +838,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clients", default=None, help="client counts of part 1, comma-separated (default 1,4)")
     parser.add_argument("--rate-seconds", type=float, default=None, help="measured seconds of part 3 (default 30)")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
+    parser.add_argument("--levels", default=None,
+                        help="priority level counts of part 4, comma-separated (default 1,100,20000,65536)")
+    parser.add_argument("--level-samples", type=int, default=None,
+                        help="timed polls per cell of part 4 (default 30, 10 with --quick)")
     parser.add_argument("--old-ref", default=None,
                         help=f"git revision of the old functions (default: the parent of the commit adding"
                              f" {CONTROLS_MIGRATION})")
@@ -694,6 +859,12 @@ def main(argv: list[str] | None = None) -> None:
         overrides["clients"] = tuple(int(c) for c in args.clients.split(","))
     if args.rate_seconds is not None:
         overrides["rate_s"] = args.rate_seconds
+    if args.levels is not None:
+        overrides["level_counts"] = tuple(int(n) for n in args.levels.split(","))
+        if not all(1 <= n <= 65_536 for n in overrides["level_counts"]):
+            parser.error("--levels: each count is 1 to 65536 (the priorities of a smallint)")
+    if args.level_samples is not None:
+        overrides["level_samples"] = args.level_samples
     parts = tuple(p for p in args.parts.split(",") if p)
     if unknown := set(parts) - set(PARTS):
         parser.error(f"unknown parts: {', '.join(sorted(unknown))}")

@@ -51,7 +51,7 @@ def test_tiny_run_reports_every_part(admin_dsn: str, tmp_path: Path) -> None:
     out = tmp_path / "controls.json"
     command = [sys.executable, "-m", "bench.controls", "--dsn", admin_dsn, "--quick", "--rows", "30000",
                "--repeat", "1", "--clients", "2", "--rate-seconds", "3", "--old-ref", "HEAD", "--db-prefix", prefix,
-               "--out", str(out)]
+               "--levels", "1,300", "--level-samples", "3", "--out", str(out)]
     env = dict(os.environ, PYTHONPATH=str(PROJECT))
     try:
         done = subprocess.run(command, cwd=PROJECT, env=env, capture_output=True, text=True, timeout=600)
@@ -87,3 +87,15 @@ def test_tiny_run_reports_every_part(admin_dsn: str, tmp_path: Path) -> None:
     # The rule itself: never more than rate_limit deliveries in any window of rate_period.
     assert rate["max_in_any_period"] <= 1000
     assert rate["rate_per_s"] <= 1000
+
+    # Part 4: every level count and layout, each poll checked to return what was due (none, then one).
+    levels = report["levels"]["cells"]
+    assert [(c["levels"], c["layout"]) for c in levels] == [
+        (n, layout) for n in (1, 300) for layout in ("ungrouped", "grouped", "baseline")]
+    for c in levels:
+        assert c["empty"]["samples"] == c["one_due"]["samples"] == 3, c
+        assert c["empty"]["p50_ms"] > 0 and c["one_due"]["p50_ms"] > 0 and c["one_due"]["buffers"] > 0, c
+        assert ("wait" in c) == (c["layout"] != "baseline"), c
+    # 300 levels of future messages: past the skip scan's 128 levels, one pass over the rest.
+    by_cell = {(c["levels"], c["layout"]): c for c in levels}
+    assert by_cell[(300, "ungrouped")]["empty"]["buffers"] < 300 * 6, by_cell[(300, "ungrouped")]

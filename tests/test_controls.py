@@ -103,6 +103,33 @@ def test_priority_levels_skip_a_level_of_future_messages(conn):
     assert keys(poll(conn, 5)) == ["due-low"]
 
 
+def test_priority_order_holds_past_many_levels_of_future_messages(conn, module_dsn):
+    """More levels of future messages than the poll probes one at a time (128): 300 ungrouped levels
+    and 300 levels of FIFO groups above every due message, 100 more levels between two due levels,
+    and a due message that another session holds. The poll then finds each level with a due entry
+    directly, and keeps the order: highest priority first, earliest due within a level, a group's
+    head only, a held message skipped."""
+    levels = ("WITH s AS (SELECT p FROM generate_series(%(lo)s::int, %(hi)s::int) p) "
+              "SELECT count(*) FROM dq_offer_many('q', ARRAY(SELECT %(prefix)s || p FROM s ORDER BY p), "
+              "ARRAY(SELECT 'x'::bytea FROM s), ARRAY(SELECT now() + interval '1 day' FROM s), "
+              "priorities => ARRAY(SELECT p FROM s ORDER BY p), "
+              "message_groups => CASE WHEN %(grouped)s THEN ARRAY(SELECT %(prefix)s || p FROM s ORDER BY p) END)")
+    conn.execute(levels, {"prefix": "f", "lo": 1000, "hi": 1299, "grouped": False})
+    conn.execute(levels, {"prefix": "fg", "lo": 700, "hi": 999, "grouped": True})
+    conn.execute(levels, {"prefix": "fm", "lo": 400, "hi": 499, "grouped": False})
+    offer(conn, "held", at(0), priority=600)
+    offer(conn, "u-500-late", at(5), priority=500)
+    offer(conn, "u-500-early", at(1), priority=500)
+    offer(conn, "g-500", at(3), priority=500, message_group="gd")
+    offer(conn, "g-500-next", at(4), priority=500, message_group="gd")
+    offer(conn, "u-10", at(0), priority=10)
+    with psycopg.connect(module_dsn) as other:  # holds the row lock of "held" until it rolls back
+        other.execute("SELECT id FROM dq_messages WHERE queue = 'q' AND key = 'held' FOR UPDATE").fetchone()
+        assert keys(poll(conn, 10)) == ["u-500-early", "g-500", "u-500-late", "u-10"]
+        other.rollback()
+    assert keys(poll(conn, 10)) == ["held"]
+
+
 def test_batch_fills_across_levels_in_order(conn):
     for level in (3, 2, 1):
         for i in range(3):
