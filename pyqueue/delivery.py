@@ -72,8 +72,12 @@ class Backoff:
             raise InvalidArgument("Backoff needs base > 0, cap >= base, factor >= 1 and 0 <= jitter < 1")
 
     def delay(self, delivery_count: int) -> timedelta:
-        """The nack delay after the ``delivery_count``-th delivery failed."""
-        raw = self.base.total_seconds() * self.factor ** max(delivery_count - 1, 0)
+        """The nack delay after the ``delivery_count``-th delivery failed; the cap for any count
+        whose ``base * factor**(delivery_count - 1)`` exceeds it, however large."""
+        try:
+            raw = self.base.total_seconds() * self.factor ** max(delivery_count - 1, 0)
+        except OverflowError:  # factor ** n beyond a float (n > 1023 with factor 2): far past the cap
+            raw = float("inf")
         capped = min(raw, self.cap.total_seconds())
         return timedelta(seconds=capped * random.uniform(1 - self.jitter, 1 + self.jitter))
 

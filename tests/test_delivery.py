@@ -293,6 +293,15 @@ def test_handler_failure_is_nacked_with_the_backoff() -> None:
     assert lost.state is State.LOST
 
 
+def test_backoff_is_the_cap_however_many_deliveries_failed() -> None:
+    """factor ** (delivery_count - 1) leaves the floats past 1024 deliveries with factor 2 (a week
+    of 10-minute retries): the delay is then the cap, not an OverflowError out of the nack."""
+    backoff = Backoff(jitter=0)
+    assert backoff.delay(1) == timedelta(seconds=1)
+    for count in (11, 1025, 10**6):
+        assert backoff.delay(count) == timedelta(minutes=10)
+
+
 def test_heartbeat_extends_running_ones_and_marks_lost_locks() -> None:
     c = core()
     keep, lose, own = (c._received(message(k)) for k in "abc")
