@@ -35,6 +35,10 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
 
     :param handler: a coroutine function (awaited in the loop, at most ``concurrency`` at once) or
         a plain function (run in a thread with :func:`asyncio.to_thread`) taking an :class:`AsyncMessage`.
+        Whatever it raises, a ``CancelledError`` that comes out of a task it awaited included, is
+        a failure of its message, as for :class:`pyqueue.Worker`; only the worker's own
+        cancellation of a handler still running after ``shutdown_grace`` is not (its message is
+        delivered again when its lock expires).
 
     :meth:`run` returns after :meth:`stop`, or SIGTERM/SIGINT when ``install_signal_handlers`` is
     true and it runs in the main thread (the process is never exited here; ``pyqueue worker
@@ -50,6 +54,7 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
         self._stopped: asyncio.Task[Any] | None = None  # ends at the stop: what idle waits race against
         self._heartbeat: asyncio.Task[Any] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()  # the runners' tasks
+        self._runners_cancelled = False  # set as _drain cancels the runners' tasks after the grace period
         self._ended = asyncio.Event()  # a handler ended since the run loop last counted (or a stop)
         self._runners = Runners(self.concurrency, self._ended.set)  # the handler slots: deliveries and their runners
         self._spawned: set[asyncio.Task[Any]] = set()  # steps driven beside the run loop (acknowledgements)
@@ -130,7 +135,15 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
     async def _handle(self, delivery: Delivery) -> None:
         try:
             await self._call(delivery.message)
-        except Exception as exc:  # the handler's failure (a cancellation after the grace is not one)
+        except BaseException as exc:  # whatever it raised settles it, SystemExit too, but:
+            if isinstance(exc, asyncio.CancelledError):
+                if self._runners_cancelled:
+                    # _drain cancelled the runners after the grace period: not the handler's outcome;
+                    # the delivery stays running and its lock expires (docs/state_machine.md).
+                    raise
+                # A task the handler awaited was cancelled (or the handler cancelled its own task):
+                # a failure, and a cancellation request of this task it may hold is consumed here.
+                _uncancel()
             return await self._drive(self.failed_steps(delivery, exc))  # type: ignore[no-any-return]
         self.handler_returned(delivery)
 
@@ -154,6 +167,7 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
         while self._runners.held and (left := deadline - loop.time()) > 0:
             self._ended.clear()
             await self._wait_handlers(left)
+        self._runners_cancelled = True
         for task in list(self._tasks):
             task.cancel()
         return self._runners.held
@@ -185,6 +199,15 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
                 pass
             return []
         return polling.result()
+
+
+def _uncancel() -> None:
+    """A CancelledError the running task caught and did not re-raise: withdraw the cancellation
+    request it answered, if one was made of this task (``Task.uncancel()``), so that a later
+    ``asyncio.timeout()`` or ``TaskGroup`` in the task is not misled by it."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        task.uncancel()
 
 
 async def _nack(message: AsyncMessage, delay: timedelta, error: str) -> bool:

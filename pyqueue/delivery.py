@@ -36,7 +36,7 @@ from .limits import POLL_MAX_COUNT
 
 __all__ = [
     "Backoff", "Delivery", "DeliveryStateError", "Deliveries", "Op", "Runners", "State", "WorkerCore", "WorkerStats",
-    "stop_signals",
+    "error_text", "stop_signals",
 ]
 
 LATENESS_BUCKETS_MS = (1, 5, 10, 50, 100, 500, 1000, 5000, float("inf"))
@@ -48,6 +48,37 @@ RECONNECT_CAP_S = 30.0
 #: How long a worker with every handler slot busy, or with nothing new to poll while handlers
 #: run, waits for one of them to finish before it looks again (seconds).
 HANDLER_WAIT_S = 0.5
+
+#: Most characters of the error text a worker stores with a nack (``dq_nack`` takes up to
+#: :data:`pyqueue.limits.ERROR_CHARS`; a traceback-sized text is not useful in the queue).
+ERROR_TEXT_CHARS = 2000
+
+
+def error_text(exc: BaseException) -> str:
+    """What a worker stores as a failed message's last error and logs: ``TypeName: str(exc)``, or
+    ``TypeName`` alone when ``str(exc)`` is empty, at most :data:`ERROR_TEXT_CHARS` characters.
+
+    Never raises, whatever ``exc`` is: when ``str(exc)`` raises (or returns something else than a
+    str) the text says so (``TypeName: <str() raised RuntimeError>``); NUL characters and lone
+    surrogates, which PostgreSQL's text cannot hold, are written as backslash escapes (``\\x00``,
+    ``\\udc80``), so the ``dq_nack`` that stores the text cannot fail because of it.
+
+    :param exc: what a handler raised (any :class:`BaseException`).
+    :returns: the text (str).
+    """
+    try:
+        name = type(exc).__name__
+        try:
+            detail = str(exc)
+            if type(detail) is not str:  # a str subclass whose own methods could raise
+                detail = str.__str__(detail)
+        except BaseException as str_exc:  # formatting an error must never fail
+            detail = f"<str() raised {type(str_exc).__name__}>"
+        text = f"{name}: {detail}" if detail else name
+        text = text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+    except BaseException:  # e.g. a __name__ that is not a str
+        text = "<an exception that cannot be described>"
+    return text[:ERROR_TEXT_CHARS]
 
 
 @dataclass(frozen=True)
@@ -72,8 +103,12 @@ class Backoff:
             raise InvalidArgument("Backoff needs base > 0, cap >= base, factor >= 1 and 0 <= jitter < 1")
 
     def delay(self, delivery_count: int) -> timedelta:
-        """The nack delay after the ``delivery_count``-th delivery failed."""
-        raw = self.base.total_seconds() * self.factor ** max(delivery_count - 1, 0)
+        """The nack delay after the ``delivery_count``-th delivery failed; the cap for any count
+        whose ``base * factor**(delivery_count - 1)`` exceeds it, however large."""
+        try:
+            raw = self.base.total_seconds() * self.factor ** max(delivery_count - 1, 0)
+        except OverflowError:  # factor ** n beyond a float (n > 1023 with factor 2): far past the cap
+            raw = float("inf")
         capped = min(raw, self.cap.total_seconds())
         return timedelta(seconds=capped * random.uniform(1 - self.jitter, 1 + self.jitter))
 
@@ -590,42 +625,58 @@ class WorkerCore(Generic[Q, H]):
 
     # -- one handler ---------------------------------------------------------------------------
     # The driver calls the handler itself (the hot path stays free of steps), then
-    # handler_returned, or drives failed_steps with what it raised.
+    # handler_returned, or drives failed_steps with whatever it raised (any BaseException but the
+    # cancellation of the driver's own task): every outcome of a handler settles its delivery.
     def handler_returned(self, delivery: Delivery) -> None:
         """The handler returned: DONE (acknowledged with the next batch), SETTLED, or it stays LOST."""
         if self._deliveries.returned(delivery) is State.LOST:
             self._log.warning("key %r finished after its lock was lost: not acknowledged", delivery.message.key)
 
-    def failed_steps(self, delivery: Delivery, exc: Exception) -> Steps:
-        """The handler raised ``exc``: FAILED and nacked with the backoff (nothing is sent for a LOST one)."""
+    def failed_steps(self, delivery: Delivery, exc: BaseException) -> Steps:
+        """The handler raised ``exc``, whatever it is (an :class:`Exception`, ``SystemExit`` from
+        ``sys.exit()``, an application's own :class:`BaseException`, the ``CancelledError`` of a
+        task it awaited, ``KeyboardInterrupt``): FAILED, and nacked with the backoff, its
+        :func:`error_text` stored as the message's last error and logged (nothing is sent for a
+        LOST one). ``KeyboardInterrupt`` also stops the worker, as :meth:`stop` does.
+
+        The steps raise nothing of their own: a nack that fails (whatever it raises as an
+        :class:`Exception`) is logged and the lock left to expire. What the driver throws in that
+        is not an Exception (the cancellation of its own task) propagates."""
         message = delivery.message
-        delay = self.backoff.delay(message.delivery_count)
-        failed = "handler failed for key %r (delivery %d): %r"
-        if self._deliveries.raised(delivery) is not State.FAILED:
-            self._log.warning(failed + "; its lock was lost: not nacked", message.key, message.delivery_count, exc)
+        state = self._deliveries.raised(delivery)
+        text = error_text(exc)
+        failed = "handler failed for key %r (delivery %d): %s"
+        if isinstance(exc, KeyboardInterrupt):
+            self._log.warning("handler for key %r raised KeyboardInterrupt: stopping the worker (grace %.0f s)",
+                              message.key, self.shutdown_grace)
+            self.stop()
+        if state is not State.FAILED:
+            self._log.warning(failed + "; its lock was lost: not nacked", message.key, message.delivery_count, text)
             return
+        delay = self.backoff.delay(message.delivery_count)
         try:
-            nacked = yield (Op.NACK, message, delay, f"{type(exc).__name__}: {exc}"[:2000])
-        except PyQueueError as nack_exc:
+            nacked = yield (Op.NACK, message, delay, text)
+        except Exception as nack_exc:  # the delivery's lock then expires: logged
             self._log.warning(failed + "; nack failed: %s (the lock will expire)", message.key,
-                              message.delivery_count, exc, nack_exc)
+                              message.delivery_count, text, error_text(nack_exc))
             return
         # At the queue's max_deliveries the nack moved the message to its dead-letter queue.
         dead_letter_queue = None
         if nacked:
             try:
                 dead_letter_queue = yield (Op.DEAD_LETTER_QUEUE, message)
-            except PyQueueError as look_exc:
-                self._log.info("could not tell where key %r went after its nack: %s", message.key, look_exc)
+            except Exception as look_exc:  # only the log's wording depends on it
+                self._log.info("could not tell where key %r went after its nack: %s", message.key,
+                               error_text(look_exc))
         if dead_letter_queue is not None:
             self._log.warning(failed + "; dead-lettered: moved to queue %r (the queue's max_deliveries was "
-                              "reached), not retried", message.key, message.delivery_count, exc, dead_letter_queue)
+                              "reached), not retried", message.key, message.delivery_count, text, dead_letter_queue)
         elif nacked:
-            self._log.warning(failed + "; retry in %s", message.key, message.delivery_count, exc,
+            self._log.warning(failed + "; retry in %s", message.key, message.delivery_count, text,
                               format_duration(delay))
         else:
             self._log.warning(failed + "; its lock was lost before the nack: not retried by this worker",
-                              message.key, message.delivery_count, exc)
+                              message.key, message.delivery_count, text)
 
     # -- the heartbeat -------------------------------------------------------------------------
     def _to_extend(self) -> list[Delivery]:

@@ -76,7 +76,10 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
     :param queue: the :class:`DelayedQueue` to consume (its pool should allow ``concurrency + 3``
         connections; the worker's own polls, heartbeat and acknowledgements use it).
     :param handler: called with each :class:`Message` in a thread of the worker's pool; returning
-        acknowledges it, raising (an :class:`Exception`) negatively acknowledges it with ``backoff``.
+        acknowledges it, raising anything (any :class:`BaseException`: ``SystemExit`` from
+        ``sys.exit()`` too) negatively acknowledges it with ``backoff``, the error's text stored
+        as its last error and logged, and the handler thread goes on with the next message;
+        ``KeyboardInterrupt`` also stops the worker, as :meth:`stop`.
         A handler may settle the message itself, e.g. ``message.ack(conn=conn)`` inside the
         transaction that holds its own writes (exactly-once effects; docs/api.md); the worker then
         sends nothing more for it and counts it acknowledged.
@@ -195,7 +198,7 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
     def _handle(self, delivery: Delivery) -> None:
         try:
             self.handler(delivery.message)
-        except Exception as exc:  # the handler's failure
+        except BaseException as exc:  # whatever it raised, SystemExit too, settles it
             return self._drive(self.failed_steps(delivery, exc))  # type: ignore[no-any-return]
         self.handler_returned(delivery)
 

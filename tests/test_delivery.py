@@ -16,6 +16,7 @@ import pytest
 
 from pyqueue import DatabaseError, Message
 from pyqueue.delivery import (
+    ERROR_TEXT_CHARS,
     HANDLER_WAIT_S,
     LATENESS_BUCKETS_MS,
     TRANSITIONS,
@@ -29,6 +30,7 @@ from pyqueue.delivery import (
     Stepper,
     WorkerCore,
     WorkerStats,
+    error_text,
 )
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -291,6 +293,73 @@ def test_handler_failure_is_nacked_with_the_backoff() -> None:
     c._deliveries.lock_lost(lost)
     assert Stepper(c.failed_steps(lost, ValueError("late"))).step(None) is None  # nothing to nack
     assert lost.state is State.LOST
+
+
+def test_backoff_is_the_cap_however_many_deliveries_failed() -> None:
+    """factor ** (delivery_count - 1) leaves the floats past 1024 deliveries with factor 2 (a week
+    of 10-minute retries): the delay is then the cap, not an OverflowError out of the nack."""
+    backoff = Backoff(jitter=0)
+    assert backoff.delay(1) == timedelta(seconds=1)
+    for count in (11, 1025, 10**6):
+        assert backoff.delay(count) == timedelta(minutes=10)
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str() fails")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("repr() fails")
+
+
+class NotAString(Exception):
+    def __str__(self) -> Any:
+        return 42
+
+
+class Halt(BaseException):
+    pass
+
+
+@pytest.mark.parametrize(("exc", "text"), [
+    (ValueError("bad"), "ValueError: bad"),
+    (RuntimeError(), "RuntimeError"),
+    (SystemExit(3), "SystemExit: 3"),
+    (KeyboardInterrupt(), "KeyboardInterrupt"),
+    (Halt("own"), "Halt: own"),
+    (Unprintable(), "Unprintable: <str() raised RuntimeError>"),
+    (NotAString(), "NotAString: <str() raised TypeError>"),
+    (ValueError("nul \x00 lone surrogate \udc80"), "ValueError: nul \\x00 lone surrogate \\udc80"),
+    (ValueError("x" * 5000), "ValueError: " + "x" * (ERROR_TEXT_CHARS - len("ValueError: "))),
+])
+def test_error_text_describes_any_exception_in_text_the_database_stores(exc: BaseException, text: str) -> None:
+    assert error_text(exc) == text
+    error_text(exc).encode("utf-8")  # no lone surrogate: psycopg sends it
+    assert "\x00" not in error_text(exc)
+
+
+def test_a_failure_whatever_it_raised_is_nacked_and_a_failing_nack_is_only_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """failed_steps takes any BaseException; the nack's own failure, whatever its kind, ends the
+    steps with a log line (the lock expires) instead of leaving them by an exception."""
+    c = core()
+    d = c._received(message())
+    steps = Stepper(c.failed_steps(d, Unprintable()))
+    assert steps.step(None) == (Op.NACK, d.message, timedelta(seconds=1), "Unprintable: <str() raised RuntimeError>")
+    assert steps.step(None, UnicodeEncodeError("utf-8", "\udc80", 0, 1, "surrogates not allowed")) is None
+    assert d.state is State.FAILED and len(c._deliveries) == 0
+    assert any("nack failed: UnicodeEncodeError" in r.getMessage() for r in caplog.records)
+    assert not c._stopping
+
+
+def test_keyboard_interrupt_from_a_handler_is_nacked_and_stops_the_worker() -> None:
+    c = core()
+    d = c._received(message())
+    steps = Stepper(c.failed_steps(d, KeyboardInterrupt()))
+    assert steps.step(None) == (Op.NACK, d.message, timedelta(seconds=1), "KeyboardInterrupt")
+    assert c._stopping  # stop() was called: the run loop polls no more
+    assert steps.step(True) == (Op.DEAD_LETTER_QUEUE, d.message)
+    assert steps.step(None) is None
 
 
 def test_heartbeat_extends_running_ones_and_marks_lost_locks() -> None:

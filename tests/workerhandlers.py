@@ -150,6 +150,12 @@ def always_fail(message: Message) -> None:
     raise ValueError(f"cannot handle {message.key}")
 
 
+def interrupt(message: Message) -> None:
+    """Raises KeyboardInterrupt (the worker nacks the message, then stops)."""
+    _record(message, "interrupted")
+    raise KeyboardInterrupt
+
+
 def assert_idle_budget(calls: dict[str, int], registrations: int, lifetime: float, idle_check: float) -> None:
     """What :func:`idle_worker_calls` returned is within an idle worker's budget, the documented one
     (at most one query per idle_check besides wake-ups, and the first poll): its start-up
