@@ -36,7 +36,7 @@ from .model import (
     column_names,
     delivery_from_row,
 )
-from .serializers import SerializerRegistry
+from .serializers import SerializerRegistry, json_bytes
 
 __all__ = ["Op", "Ops", "QueueOps", "Waited", "statements", "check_schema", "check_queue_name"]
 
@@ -346,7 +346,9 @@ def check_controls(
     """The delivery controls of an offer. Refused before any I/O: a priority that is not an int
     in :data:`pyqueue.limits.PRIORITY_MIN` .. :data:`pyqueue.limits.PRIORITY_MAX` (it could not
     even be sent as an integer beyond), ``expires_at`` together with ``ttl``, a naive
-    ``expires_at``, a ``ttl`` ≤ 0; the other rules (group length, headers) are the database's."""
+    ``expires_at``, a ``ttl`` ≤ 0, headers that are not a mapping or have no JSON text
+    (:func:`pyqueue.serializers.json_bytes`: NaN, colliding keys, a set…); the other rules (group
+    length, the size of the headers) are the database's."""
     if isinstance(priority, bool) or not isinstance(priority, int) \
             or not limits.PRIORITY_MIN <= priority <= limits.PRIORITY_MAX:
         raise InvalidArgument(
@@ -356,7 +358,14 @@ def check_controls(
     if headers is not None and not isinstance(headers, Mapping):
         raise InvalidArgument(f"headers must be a mapping (a JSON object) or None, got {_got(headers)}")
     return Controls(priority, check_str(group, "group", optional=True), check_instant(expires_at, "expires_at"),
-                    None if ttl is None else as_timedelta(ttl, "ttl"), None if headers is None else Jsonb(headers))
+                    None if ttl is None else as_timedelta(ttl, "ttl"),
+                    None if headers is None else Jsonb(json_bytes(headers, "headers"), dumps=_written))
+
+
+def _written(data: bytes) -> bytes:
+    """The ``dumps`` of a :class:`Jsonb` whose JSON text is written already (by ``json_bytes``,
+    before any I/O): sent as it is."""
+    return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -505,15 +514,18 @@ class QueueOps(Ops):
             else:
                 raise InvalidArgument(f"items[{i}] must be an OfferRequest or a (key, payload) pair, got {_got(item)}")
             check_str(req.key, f"items[{i}].key")
-            at, delay_td = check_at(req.at, req.delay)
             ptype_given = check_str(req.payload_type, f"items[{i}].payload_type", optional=True)
-            data, ptype = self.serializers.encode(req.payload, ptype_given)
+            try:
+                at, delay_td = check_at(req.at, req.delay)
+                data, ptype = self.serializers.encode(req.payload, ptype_given)
+                controls.append(check_controls(req.priority, req.group, req.expires_at, req.ttl, req.headers))
+            except InvalidArgument as exc:  # the same message as offer()'s, with the element named
+                raise type(exc)(f"items[{i}]: {exc.message}", sqlstate=exc.sqlstate) from None
             keys.append(req.key)
             payloads.append(data)
             types.append(ptype)
             ats.append(at)
             delays.append(delay_td)
-            controls.append(check_controls(req.priority, req.group, req.expires_at, req.ttl, req.headers))
         if not keys:
             return Op(None, None, _outcomes)
         params = self._q(keys=keys, payloads=payloads, can_update=can_update, payload_types=types)
