@@ -13,6 +13,8 @@ and psycopg's automatic prepared statements keep working.
 from __future__ import annotations
 
 import functools
+import math
+import os
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -20,7 +22,9 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
+import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 
 from . import limits
@@ -366,6 +370,26 @@ def _written(data: bytes) -> bytes:
     """The ``dumps`` of a :class:`Jsonb` whose JSON text is written already (by ``json_bytes``,
     before any I/O): sent as it is."""
     return data
+
+
+def check_conninfo(conninfo: str) -> dict[str, Any]:
+    """The parameters of a libpq connection string or URL, or :class:`InvalidArgument` for one
+    libpq cannot parse (before any I/O)."""
+    try:
+        return conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidArgument(f"conninfo_or_pool is not a libpq connection string: {exc}") from None
+
+
+def first_connection_kwargs(conninfo: str, timeout: float) -> dict[str, Any]:
+    """The keyword arguments of the first connection of a queue that owns its pool, made before
+    the pool opens (so that a refusal is reported at once, with the server's reason, and not
+    retried by the pool until its ``timeout``): a ``connect_timeout`` of the pool's ``timeout``
+    seconds (at least 2, libpq's least) when neither ``conninfo`` nor ``PGCONNECT_TIMEOUT`` sets
+    one, as an unanswered connection would otherwise wait psycopg's 130 s."""
+    if "connect_timeout" in check_conninfo(conninfo) or os.environ.get("PGCONNECT_TIMEOUT"):
+        return {}
+    return {"connect_timeout": max(2, math.ceil(timeout))}
 
 
 @dataclass(frozen=True, slots=True)
