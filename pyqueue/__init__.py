@@ -20,6 +20,7 @@ servers, the Spark data source and the demo.
 
 from .client import DelayedQueue, Message, TransactionalBatch, all_stats
 from .errors import (
+    ConnectionFailed,
     DatabaseError,
     DatetimeOutOfRange,
     InsufficientPrivilege,
@@ -55,6 +56,7 @@ __all__ = [
     "DatetimeOutOfRange",
     "InsufficientPrivilege",
     "DatabaseError",
+    "ConnectionFailed",
     "PayloadDecodeError",
     "UnknownPayloadType",
     "SerializerRegistry",

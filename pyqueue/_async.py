@@ -16,8 +16,8 @@ from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
 from . import _routines as routines
-from ._ops import Op, Ops, QueueOps
-from .errors import translating
+from ._ops import Op, Ops, QueueOps, check_conninfo, first_connection_kwargs
+from .errors import connection_failed, translating
 
 __all__ = ["AsyncConnection", "AsyncDriver", "run", "resolve"]
 
@@ -66,19 +66,31 @@ class AsyncDriver:
         self._closed = False  # after close(), a wait that ends gives its connection back by closing it
         self._opened = False
         self._owns_pool = isinstance(conninfo_or_pool, str)
-        settings = ops.pool_settings(pool_size, "pyqueue-aio")
-        self._pool: AsyncConnectionPool[Any] = (
-            AsyncConnectionPool(conninfo_or_pool, configure=self._configure, open=False, **settings)
-            if isinstance(conninfo_or_pool, str) else conninfo_or_pool
-        )
+        if isinstance(conninfo_or_pool, str):
+            check_conninfo(conninfo_or_pool)
+            settings = ops.pool_settings(pool_size, "pyqueue-aio")
+            self._pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                conninfo_or_pool, configure=self._configure, open=False, **settings)
+        else:
+            self._pool = conninfo_or_pool
 
     async def _configure(self, conn: AsyncConnection) -> None:
         await self._step(routines.behind_pooler(Ops()), conn)
 
     async def open(self) -> None:
-        """Open the owned pool (done by ``async with`` and on first use)."""
+        """Open the owned pool (done by ``async with`` and on first use), after a first connection
+        worked: :class:`pyqueue.ConnectionFailed` at once when it is refused, and the pool stays
+        closed (the next use tries again); see :meth:`pyqueue._sync.Driver.open`."""
         if self._owns_pool and not self._opened:
-            await self._pool.open()
+            conninfo = await resolve(self._pool.conninfo)
+            with translating():
+                try:
+                    conn = await psycopg.AsyncConnection.connect(
+                        conninfo, **first_connection_kwargs(conninfo, self._pool.timeout))
+                except psycopg.OperationalError as exc:
+                    raise connection_failed(exc) from exc
+                await conn.close()
+                await self._pool.open()
         self._opened, self._closed = True, False
 
     async def close(self) -> None:
@@ -92,7 +104,8 @@ class AsyncDriver:
 
     @property
     def pool(self) -> AsyncConnectionPool[Any]:
-        """The connection pool the queue runs on."""
+        """The connection pool the queue runs on (one it owns is open once :meth:`open` ran:
+        at ``with``, or the first call)."""
         return self._pool
 
     @asynccontextmanager

@@ -13,6 +13,8 @@ and psycopg's automatic prepared statements keep working.
 from __future__ import annotations
 
 import functools
+import math
+import os
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -20,7 +22,9 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
+import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 
 from . import limits
@@ -36,7 +40,7 @@ from .model import (
     column_names,
     delivery_from_row,
 )
-from .serializers import SerializerRegistry
+from .serializers import SerializerRegistry, json_bytes
 
 __all__ = ["Op", "Ops", "QueueOps", "Waited", "statements", "check_schema", "check_queue_name"]
 
@@ -359,7 +363,9 @@ def check_controls(
     """The delivery controls of an offer. Refused before any I/O: a priority that is not an int
     in :data:`pyqueue.limits.PRIORITY_MIN` .. :data:`pyqueue.limits.PRIORITY_MAX` (it could not
     even be sent as an integer beyond), ``expires_at`` together with ``ttl``, a naive
-    ``expires_at``, a ``ttl`` ≤ 0; the other rules (group length, headers) are the database's."""
+    ``expires_at``, a ``ttl`` ≤ 0, headers that are not a mapping or have no JSON text
+    (:func:`pyqueue.serializers.json_bytes`: NaN, colliding keys, a set…); the other rules (group
+    length, the size of the headers) are the database's."""
     if isinstance(priority, bool) or not isinstance(priority, int) \
             or not limits.PRIORITY_MIN <= priority <= limits.PRIORITY_MAX:
         raise InvalidArgument(
@@ -369,7 +375,34 @@ def check_controls(
     if headers is not None and not isinstance(headers, Mapping):
         raise InvalidArgument(f"headers must be a mapping (a JSON object) or None, got {_got(headers)}")
     return Controls(priority, check_str(group, "group", optional=True), check_instant(expires_at, "expires_at"),
-                    None if ttl is None else as_timedelta(ttl, "ttl"), None if headers is None else Jsonb(headers))
+                    None if ttl is None else as_timedelta(ttl, "ttl"),
+                    None if headers is None else Jsonb(json_bytes(headers, "headers"), dumps=_written))
+
+
+def _written(data: bytes) -> bytes:
+    """The ``dumps`` of a :class:`Jsonb` whose JSON text is written already (by ``json_bytes``,
+    before any I/O): sent as it is."""
+    return data
+
+
+def check_conninfo(conninfo: str) -> dict[str, Any]:
+    """The parameters of a libpq connection string or URL, or :class:`InvalidArgument` for one
+    libpq cannot parse (before any I/O)."""
+    try:
+        return conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidArgument(f"conninfo_or_pool is not a libpq connection string: {exc}") from None
+
+
+def first_connection_kwargs(conninfo: str, timeout: float) -> dict[str, Any]:
+    """The keyword arguments of the first connection of a queue that owns its pool, made before
+    the pool opens (so that a refusal is reported at once, with the server's reason, and not
+    retried by the pool until its ``timeout``): a ``connect_timeout`` of the pool's ``timeout``
+    seconds (at least 2, libpq's least) when neither ``conninfo`` nor ``PGCONNECT_TIMEOUT`` sets
+    one, as an unanswered connection would otherwise wait psycopg's 130 s."""
+    if "connect_timeout" in check_conninfo(conninfo) or os.environ.get("PGCONNECT_TIMEOUT"):
+        return {}
+    return {"connect_timeout": max(2, math.ceil(timeout))}
 
 
 @dataclass(frozen=True, slots=True)
@@ -518,15 +551,18 @@ class QueueOps(Ops):
             else:
                 raise InvalidArgument(f"items[{i}] must be an OfferRequest or a (key, payload) pair, got {_got(item)}")
             check_str(req.key, f"items[{i}].key")
-            at, delay_td = check_at(req.at, req.delay)
             ptype_given = check_str(req.payload_type, f"items[{i}].payload_type", optional=True)
-            data, ptype = self.serializers.encode(req.payload, ptype_given)
+            try:
+                at, delay_td = check_at(req.at, req.delay)
+                data, ptype = self.serializers.encode(req.payload, ptype_given)
+                controls.append(check_controls(req.priority, req.group, req.expires_at, req.ttl, req.headers))
+            except InvalidArgument as exc:  # the same message as offer()'s, with the element named
+                raise type(exc)(f"items[{i}]: {exc.message}", sqlstate=exc.sqlstate) from None
             keys.append(req.key)
             payloads.append(data)
             types.append(ptype)
             ats.append(at)
             delays.append(delay_td)
-            controls.append(check_controls(req.priority, req.group, req.expires_at, req.ttl, req.headers))
         if not keys:
             return Op(None, None, _outcomes)
         params = self._q(keys=keys, payloads=payloads, can_update=can_update, payload_types=types)

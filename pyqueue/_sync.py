@@ -16,8 +16,8 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
 from . import _routines as routines
-from ._ops import Op, Ops, QueueOps
-from .errors import translating
+from ._ops import Op, Ops, QueueOps, check_conninfo, first_connection_kwargs
+from .errors import connection_failed, translating
 
 __all__ = ["Connection", "Driver", "resolve", "run"]
 
@@ -53,7 +53,9 @@ class Driver:
     (one per concurrently waiting thread), and the stepping of routines.
 
     :param conninfo_or_pool: a libpq connection string (a pool of at most ``pool_size``
-        connections is created, opened and owned) or a :class:`psycopg_pool.ConnectionPool`.
+        connections is created and owned; :meth:`open` opens it) or a
+        :class:`psycopg_pool.ConnectionPool`.
+    :raises InvalidArgument: a connection string libpq cannot parse.
     """
 
     def __init__(self, conninfo_or_pool: str | ConnectionPool[Any], ops: QueueOps, pool_size: int) -> None:
@@ -65,11 +67,36 @@ class Driver:
         self._listeners_lock = threading.Lock()
         self._closed = False  # after close(), a wait that ends gives its connection back by closing it
         self._owns_pool = isinstance(conninfo_or_pool, str)
-        settings = ops.pool_settings(pool_size, "pyqueue")
-        self._pool: ConnectionPool[Any] = (
-            ConnectionPool(conninfo_or_pool, configure=self._configure, open=True, **settings)
-            if isinstance(conninfo_or_pool, str) else conninfo_or_pool
-        )
+        self._opened = not self._owns_pool  # a pool passed in is the caller's to open
+        self._opening = threading.Lock()
+        if isinstance(conninfo_or_pool, str):
+            check_conninfo(conninfo_or_pool)
+            settings = ops.pool_settings(pool_size, "pyqueue")
+            self._pool: ConnectionPool[Any] = ConnectionPool(
+                conninfo_or_pool, configure=self._configure, open=False, **settings)
+        else:
+            self._pool = conninfo_or_pool
+
+    def open(self) -> None:
+        """Open the owned pool (done by ``with`` and on first use), after a first connection
+        worked: made once, directly, so that a refused one raises :class:`pyqueue.ConnectionFailed`
+        at once with the server's reason, and the pool stays closed (the next use tries again). A
+        pool opened on a wrong DSN would retry in the background until its ``timeout`` (30 s),
+        logging each attempt, and report only the timeout; once a connection worked, that
+        retrying is what rides out a server restart. Safe from several threads (a lock)."""
+        if self._opened:
+            return
+        with self._opening:
+            if self._opened:
+                return
+            conninfo = resolve(self._pool.conninfo)
+            with translating():
+                try:
+                    psycopg.connect(conninfo, **first_connection_kwargs(conninfo, self._pool.timeout)).close()
+                except psycopg.OperationalError as exc:
+                    raise connection_failed(exc) from exc
+                self._pool.open()
+            self._opened = True
 
     def _configure(self, conn: Connection) -> None:
         """Pool hook for new connections: behind a pooler, no prepared statements."""
@@ -86,7 +113,8 @@ class Driver:
 
     @property
     def pool(self) -> ConnectionPool[Any]:
-        """The connection pool the queue runs on."""
+        """The connection pool the queue runs on (one it owns is open once :meth:`open` ran:
+        at ``with``, or the first call)."""
         return self._pool
 
     @contextmanager
@@ -96,6 +124,7 @@ class Driver:
             if conn is not None:
                 yield conn
                 return
+            self.open()
             c: Connection | None = None
             try:
                 with self._pool.connection() as c:
@@ -121,6 +150,7 @@ class Driver:
             conn = self._listeners.pop() if self._listeners else None
         if conn is not None and not conn.closed:
             return conn
+        self.open()
         conninfo = resolve(self._pool.conninfo)
         pool_kwargs = resolve(self._pool.kwargs)
         kwargs = {k: v for k, v in (pool_kwargs or {}).items() if k != "autocommit"}
@@ -164,6 +194,7 @@ class Driver:
                 self._give_back(held, step.keep)
             return None
         if isinstance(step, routines.RunPooled):
+            self.open()
             with self._pool.connection() as other:
                 return run(other, step.op)
         if isinstance(step, routines.Sleep):

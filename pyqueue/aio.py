@@ -76,6 +76,11 @@ class AsyncDelayedQueue(AsyncDriver):
     :param serializers: payload encoders/decoders by payload_type.
     :param pool_size: max connections of the owned pool.
     :param schema: the schema of the install; None: names resolved by the connection's search_path.
+    :raises InvalidArgument: a bad queue or schema name, a connection string libpq cannot parse.
+
+    Given a connection string, ``async with`` or the first call connects once before opening the
+    pool, and raises :class:`pyqueue.ConnectionFailed` at once when that connection is refused
+    (the pool stays closed; the next call tries again).
     """
 
     def __init__(self, conninfo_or_pool: str | AsyncConnectionPool[Any], queue: str, *,

@@ -204,17 +204,26 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
         async def main() -> None:
             pool_size = args.concurrency + 3
-            async with AsyncDelayedQueue(_dsn(args), args.queue, pool_size=pool_size, schema=args.schema) as q:
-                worker = AsyncWorker(q, handler, **settings)
+            aq = AsyncDelayedQueue(_dsn(args), args.queue, pool_size=pool_size, schema=args.schema)
+            try:  # opened by the worker's first poll: see below
+                worker = AsyncWorker(aq, handler, **settings)
                 with stop_signals(_first_stops_second_exits(worker)):
                     await worker.run(install_signal_handlers=False)
+            finally:
+                await aq.close()
 
         asyncio.run(main())
         return 0
-    with DelayedQueue(_dsn(args), args.queue, pool_size=args.concurrency + 3, schema=args.schema) as q:
+    # Not `with q`, which would open the queue here: the worker's first poll opens it, so that a
+    # server not answering yet is waited for as the worker waits for one gone (a restart), while a
+    # refusal for good (wrong password, role, database) ends the command at once (status 2).
+    q = DelayedQueue(_dsn(args), args.queue, pool_size=args.concurrency + 3, schema=args.schema)
+    try:
         worker = Worker(q, handler, **settings)
         with stop_signals(_first_stops_second_exits(worker)):
             worker.run(install_signal_handlers=False)
+    finally:
+        q.close()
     return 0
 
 

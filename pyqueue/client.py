@@ -74,9 +74,12 @@ class DelayedQueue(Driver):
     :param schema: the schema of the install (``pyqueue migrate --schema``): every statement names
         ``"schema".dq_…``. None (the default) leaves the names unqualified, resolved by the
         connection's ``search_path`` (set it in the conninfo, e.g. ``options=-csearch_path=myq``).
-    :raises InvalidArgument: a bad queue or schema name.
+    :raises InvalidArgument: a bad queue or schema name, a connection string libpq cannot parse.
 
-    Use as a context manager, or call :meth:`close`, to close an owned pool.
+    Given a connection string, ``with``, :meth:`open` or the first call connects once before
+    opening the pool, and raises :class:`pyqueue.ConnectionFailed` at once when that connection is
+    refused (the pool stays closed; the next call tries again). Use as a context manager, or call
+    :meth:`close`, to close an owned pool.
     """
 
     def __init__(
@@ -91,6 +94,7 @@ class DelayedQueue(Driver):
         super().__init__(conninfo_or_pool, QueueOps(queue, schema, serializers or default_registry), pool_size)
 
     def __enter__(self) -> DelayedQueue:
+        self.open()
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -31,7 +31,7 @@ from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 from .durations import Seconds, as_timedelta, format_duration
-from .errors import InvalidArgument, PyQueueError
+from .errors import ConnectionFailed, InvalidArgument, PyQueueError
 from .limits import POLL_MAX_COUNT
 
 __all__ = [
@@ -587,6 +587,8 @@ class WorkerCore(Generic[Q, H]):
         try:
             messages = yield (Op.POLL, want, idle)
         except PyQueueError as exc:
+            if isinstance(exc, ConnectionFailed) and exc.permanent:
+                raise  # the queue's first connection refused for good (a wrong password, role or database)
             self._poll_failures += 1
             delay = min(RECONNECT_BASE_S * 2.0 ** (self._poll_failures - 1), RECONNECT_CAP_S)
             delay *= random.uniform(0.8, 1.2)

@@ -7,6 +7,7 @@ subclass, keeping ``sqlstate`` and the server's message.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -21,10 +22,12 @@ __all__ = [
     "DatetimeOutOfRange",
     "InsufficientPrivilege",
     "DatabaseError",
+    "ConnectionFailed",
     "PayloadDecodeError",
     "UnknownPayloadType",
     "translate",
     "translating",
+    "connection_failed",
 ]
 
 
@@ -87,6 +90,29 @@ class DatabaseError(PyQueueError):
     """Any other server or connection error; ``__cause__`` is the psycopg exception."""
 
 
+class ConnectionFailed(DatabaseError, ConnectionError):
+    """The first connection of a queue that owns its pool (one made from a connection string) was
+    refused or could not be made; the message is libpq's, with the server's own reason
+    (``… failed: FATAL:  password authentication failed for user "app"``). Raised at once: the pool
+    opens, and retries lost connections in the background, only after a first connection worked.
+
+    :ivar sqlstate: the code of the server's refusal: ``28P01`` a wrong password, ``28000`` an
+        unknown role or one that may not log in, ``3D000`` an unknown database, ``42501`` no
+        CONNECT privilege on it, ``53300`` too many connections. libpq passes on the message of a
+        failed connection but not its SQLSTATE, so the code is read from the message: known for
+        these reasons in PostgreSQL's own English (``lc_messages`` ``C`` or ``en``), ``None`` for
+        others and when no server answered (connection refused, a host name that does not
+        resolve, a timeout).
+    """
+
+    @property
+    def permanent(self) -> bool:
+        """Whether the server refused for a reason that trying again does not change (a wrong
+        password, role or database, no CONNECT privilege), rather than one that may pass (no
+        server answering yet, too many connections now). Workers retry only the latter."""
+        return self.sqlstate in _LASTING_REFUSALS
+
+
 class PayloadDecodeError(PyQueueError, ValueError):
     """A payload could not be decoded by the decoder of its payload_type."""
 
@@ -103,6 +129,31 @@ _BY_SQLSTATE: dict[str, type[PyQueueError]] = {
     "22008": DatetimeOutOfRange,
     "42501": InsufficientPrivilege,
 }
+
+
+#: The refusals a server states while a connection starts, as libpq reports them ("FATAL:  …"),
+#: with the SQLSTATE the server sent along (PostgreSQL 15, src/backend/utils/init/postinit.c,
+#: libpq/auth.c, storage/lmgr/proc.c).
+_REFUSALS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r'password authentication failed for user "'), "28P01"),
+    (re.compile(r'role ".*" (does not exist|is not permitted to log in)'), "28000"),
+    (re.compile(r'database ".*" does not exist'), "3D000"),
+    (re.compile(r'permission denied for database "'), "42501"),
+    (re.compile(r'too many connections for (role|database) "|sorry, too many clients already'), "53300"),
+)
+
+
+_LASTING_REFUSALS = frozenset({"28P01", "28000", "3D000", "42501"})
+
+
+def connection_failed(exc: psycopg.Error) -> ConnectionFailed:
+    """The :class:`ConnectionFailed` for psycopg's error of a connection attempt (its message
+    kept, its SQLSTATE read from the server's reason; see :class:`ConnectionFailed`)."""
+    message = str(exc).strip()
+    sqlstate = next((code for pattern, code in _REFUSALS if pattern.search(message)), None)
+    err = ConnectionFailed(message, sqlstate=sqlstate)
+    err.__cause__ = exc
+    return err
 
 
 def translate(exc: psycopg.Error) -> PyQueueError:

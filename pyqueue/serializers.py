@@ -10,6 +10,7 @@ Built in: ``json`` (any JSON-serializable object), ``text`` (``str``, UTF-8) and
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,8 +22,136 @@ Encoder = Callable[[Any], bytes]
 Decoder = Callable[[bytes], Any]
 
 
+def json_bytes(obj: Any, name: str = "payload") -> bytes:
+    """``obj`` as compact JSON text in UTF-8, or :class:`InvalidArgument` (22023) where
+    ``json.dumps`` would write text that is not JSON or cannot write any.
+
+    What JSON holds is a dict, list, tuple, str, int, float, bool or None, nested; dict keys are
+    written as strings (``1`` → ``"1"``, ``True`` → ``"true"``, ``None`` → ``"null"``). Refused:
+    a NaN or infinite float (``json.dumps`` writes ``NaN``, which no JSON reader and no ``jsonb``
+    takes), a dict whose keys collide once written as strings (``{1: "a", "1": "b"}``: an object
+    with the same key twice), a value or key of another type (a set, bytes, a tuple key) and a
+    container holding itself, a str with a lone surrogate (``"\\ud800"``: no UTF-8 for it). The
+    message names ``name`` and the place, e.g.
+    ``payload['a'][1] is nan, and JSON has no NaN or Infinity``.
+
+    :param obj: the value to write.
+    :param name: the parameter it came from (``payload``, ``headers``), for the message.
+    :returns: the JSON text in UTF-8 (no spaces, non-ASCII characters as they are).
+    :raises InvalidArgument: ``obj`` has no JSON text.
+    """
+    try:
+        data = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as exc:  # UnicodeEncodeError is a ValueError
+        raise InvalidArgument(_json_fault(obj, name) or f"{name} is not JSON: {exc}") from None
+    if _keys_may_collide(obj):
+        fault = _json_fault(obj, name)
+        if fault is not None:
+            raise InvalidArgument(fault)
+    return data
+
+
+_CONTAINERS = (dict, list, tuple)
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_NOT_JSON = "which JSON cannot hold (it holds dict, list, tuple, str, int, float, bool and None)"
+_NO_NAN = "and JSON has no NaN or Infinity"
+_NO_UTF8 = "which UTF-8 cannot encode"
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _keys_may_collide(obj: Any) -> bool:
+    """Whether some dict in ``obj`` (already written by ``json.dumps``, so free of cycles) has a
+    key that is not a str: only then can two keys be written as the same string. A value of an
+    exact scalar type is skipped by a set lookup, which keeps a long list of numbers cheap (about
+    a third of the time ``json.dumps`` takes)."""
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        if isinstance(o, dict):
+            for key in o:
+                if type(key) is not str:
+                    return True
+            stack.extend([v for v in o.values() if type(v) not in _SCALARS])
+        elif isinstance(o, (list, tuple)):
+            stack.extend([v for v in o if type(v) not in _SCALARS])
+    return False
+
+
+def _json_key(key: Any) -> str | None:
+    """The string ``json.dumps`` writes for a dict key, or None for a key it refuses."""
+    if isinstance(key, str):
+        return str.__str__(key)  # a str subclass is written as its characters, whatever its __str__
+    if key is True or key is False or key is None:
+        return json.dumps(key)
+    if isinstance(key, float):
+        return float.__repr__(key) if math.isfinite(key) else None
+    if isinstance(key, int):
+        return int.__repr__(key)
+    return None
+
+
+def _json_fault(obj: Any, name: str) -> str | None:
+    """The first place in ``obj`` that has no JSON text, described for a message, or None."""
+    try:
+        found = _fault_in(obj, set())
+    except RecursionError:
+        return f"{name} is nested too deeply to be written as JSON"
+    if found is None:
+        return None
+    path, what = found
+    return f"{name}{''.join(reversed(path))} {what}"
+
+
+def _fault_in(obj: Any, on_path: set[int]) -> tuple[list[str], str] | None:
+    """``(path, what)``: the subscripts to the first fault (innermost first) and what is wrong."""
+    if isinstance(obj, str):
+        return None if _utf8(obj) else ([], f"is a str with a lone surrogate, {_NO_UTF8}")
+    if obj is None or isinstance(obj, int):  # bool is an int
+        return None
+    if isinstance(obj, float):
+        return None if math.isfinite(obj) else ([], f"is {obj!r}, {_NO_NAN}")
+    if not isinstance(obj, _CONTAINERS):
+        return [], f"is a {type(obj).__name__}, {_NOT_JSON}"
+    if id(obj) in on_path:
+        return [], "contains itself"
+    on_path.add(id(obj))
+    try:
+        if isinstance(obj, dict):
+            written: dict[str, Any] = {}
+            for key in obj:
+                text = _json_key(key)
+                if text is not None and not _utf8(text):
+                    return [], f"has the key {key!r}, a str with a lone surrogate, {_NO_UTF8}"
+                if text is None:
+                    if isinstance(key, float):
+                        return [], f"has the key {key!r}, {_NO_NAN}"
+                    return [], (f"has the key {key!r}, a {type(key).__name__}; "
+                                "JSON keys are str, int, float, bool or None")
+                if text in written:
+                    return [], f"has the keys {written[text]!r} and {key!r}, both {json.dumps(text)} in JSON"
+                written[text] = key
+            items: Any = obj.items()
+        else:
+            items = enumerate(obj)
+        for sub, value in items:
+            found = _fault_in(value, on_path)
+            if found is not None:
+                found[0].append(f"[{sub!r}]")
+                return found
+        return None
+    finally:
+        on_path.discard(id(obj))
+
+
 def _json_encode(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return json_bytes(obj)
 
 
 def _json_decode(data: bytes) -> Any:

@@ -104,9 +104,12 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
         None: off.
     :raises InvalidArgument: a setting out of range.
 
-    When the database is unreachable, polls are retried after 0.5 s, 1 s, 2 s … up to 30 s; the
-    connections are re-opened by the pool. When LISTEN/NOTIFY does not work on the connection (a
-    transaction-pooling PgBouncer), the queue falls back to timed polls and logs it once.
+    When the queue's first connection is refused for good (:attr:`pyqueue.ConnectionFailed.permanent`:
+    a wrong password, role or database), :meth:`run` raises it at once. When the database is
+    unreachable (no server answers yet, or any more), polls are retried after 0.5 s, 1 s, 2 s … up
+    to 30 s, each failure logged with its reason; the connections are re-opened by the pool. When
+    LISTEN/NOTIFY does not work on the connection (a transaction-pooling PgBouncer), the queue
+    falls back to timed polls and logs it once.
     """
 
     _log = log

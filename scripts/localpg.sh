@@ -68,11 +68,22 @@ cron.database_name = '$DB'
 log_min_messages = warning
 CONF
     fi
+    # Members of test_password_auth log in with their password: the tests of a wrong password need
+    # a server that asks for one. Every other role stays trusted. The rule goes above initdb's trust
+    # lines (the first matching line wins), also into a data directory made before it existed.
+    local password_rule="host all +test_password_auth 127.0.0.1/32 scram-sha-256" hba_changed=no
+    if ! as_pg grep -qxF "$password_rule" "$DATA/pg_hba.conf"; then
+        as_pg sed -i "1i $password_rule" "$DATA/pg_hba.conf"
+        hba_changed=yes
+    fi
     if status; then
         # Something answers on the port: it must be this data directory's server, not another one.
         if ! as_pg "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
             echo "localpg: port $PORT is used by another server (not $DATA); set DQ_PGPORT" >&2
             exit 1
+        fi
+        if [ "$hba_changed" = yes ]; then
+            as_pg "$BIN/pg_ctl" -D "$DATA" reload >/dev/null
         fi
     else
         # -p: the port of this run wins over the one written at initdb (DQ_PGPORT may change).

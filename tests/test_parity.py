@@ -99,8 +99,7 @@ def member(cls: type, name: str) -> Any:
 # (sync class, async class, names that do no I/O on the sync side either (plain on both sides),
 #  names present on the async side only, with the reason)
 CLASS_PAIRS: list[Any] = [
-    (client.DelayedQueue, aio.AsyncDelayedQueue, {"pool", "cron", "listen_available"},
-     {"open": "an async pool cannot open in a constructor; the sync one opens there"}),
+    (client.DelayedQueue, aio.AsyncDelayedQueue, {"pool", "cron", "listen_available"}, {}),
     (client.Message, aio.AsyncMessage, {"payload", "is_redelivery", "settled"}, {}),
     (cron.QueueCron, aio_cron.AsyncQueueCron, set(), {}),
     (client.TransactionalBatch, aio.AsyncTransactionalBatch, {"message"}, {}),
