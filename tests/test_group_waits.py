@@ -9,7 +9,7 @@ group), and the group must still deliver one message at a time, in order.
 "Returns at once" is checked on the server, not with a stopwatch: the producers' sessions run with
 ``lock_timeout`` set, so a call that waited for any lock fails with SQLSTATE 55P03 instead of
 hanging; a call that takes no lock wait can never reach the timeout, however loaded the host.
-The interleavings at the SQL level are the isolation specs ``tests/isolation/group_*_vs_*.spec``.
+The interleavings at the SQL level are the isolation specs ``tests/isolation/group_*.spec``.
 """
 
 from __future__ import annotations
