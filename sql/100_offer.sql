@@ -189,7 +189,8 @@ BEGIN
     END IF;
     IF dq_offer.message_group IS NOT NULL OR v_left IS NOT NULL THEN
         -- Settling wakes waiters when the head changed (sql/020_groups.sql).
-        v_settled := dq__settle_groups(ARRAY[dq_offer.queue, dq_offer.queue], ARRAY[dq_offer.message_group, v_left]);
+        v_settled := dq__settle_groups(ARRAY[dq_offer.queue, dq_offer.queue], ARRAY[dq_offer.message_group, v_left],
+                                       ARRAY[dq_offer.scheduled_at, NULL]);
     END IF;
     IF dq_offer.message_group IS NULL THEN
         -- Wake a waiter that would otherwise sleep past this message's due time (sql/010_wait.sql).
@@ -455,6 +456,7 @@ DECLARE
     v_changed_at timestamptz;
     v_woken      boolean;
     v_groups     text[];
+    v_group_dues timestamptz[];
     v_updated    bigint[];
     v_settled    integer;
 BEGIN
@@ -503,9 +505,10 @@ BEGIN
                array_agg(CASE WHEN ins.k IS NULL THEN 'ignored' WHEN ins.inserted THEN 'created' ELSE 'updated' END
                          ORDER BY input.i),
                min(ins.s) FILTER (WHERE ins.g IS NULL),
-               array_agg(DISTINCT ins.g) FILTER (WHERE ins.g IS NOT NULL),
+               array_agg(ins.g) FILTER (WHERE ins.g IS NOT NULL),
+               array_agg(ins.s) FILTER (WHERE ins.g IS NOT NULL),
                array_agg(ins.id) FILTER (WHERE NOT ins.inserted)
-          INTO v_keys, v_outcomes, v_changed_at, v_groups, v_updated
+          INTO v_keys, v_outcomes, v_changed_at, v_groups, v_group_dues, v_updated
           FROM input LEFT JOIN ins ON ins.k = input.k;
     ELSE
         WITH input AS (
@@ -529,19 +532,22 @@ BEGIN
         SELECT array_agg(input.k ORDER BY input.i),
                array_agg(CASE WHEN ins.k IS NULL THEN 'ignored' ELSE 'created' END ORDER BY input.i),
                min(ins.s) FILTER (WHERE ins.g IS NULL),
-               array_agg(DISTINCT ins.g) FILTER (WHERE ins.g IS NOT NULL)
-          INTO v_keys, v_outcomes, v_changed_at, v_groups
+               array_agg(ins.g) FILTER (WHERE ins.g IS NOT NULL),
+               array_agg(ins.s) FILTER (WHERE ins.g IS NOT NULL)
+          INTO v_keys, v_outcomes, v_changed_at, v_groups, v_group_dues
           FROM input LEFT JOIN ins ON ins.k = input.k;
     END IF;
 
-    -- Groups: those written to, and those that updated messages headed before the update moved
-    -- them to another group; each is settled once, in lock order (sql/020_groups.sql).
+    -- Groups: those written to (due when their earliest written row is), and those that updated
+    -- messages headed before the update moved them to another group (due now); each is settled once,
+    -- in lock order (sql/020_groups.sql).
     IF v_updated IS NOT NULL THEN
         v_groups := v_groups || ARRAY(SELECT g.message_group FROM dq_groups g
                                        WHERE g.head_id = ANY (v_updated) AND g.queue = dq__offer_many.queue);
     END IF;
     IF v_groups IS NOT NULL THEN
-        v_settled := dq__settle_groups(array_fill(dq__offer_many.queue, ARRAY[cardinality(v_groups)]), v_groups);
+        v_settled := dq__settle_groups(array_fill(dq__offer_many.queue, ARRAY[cardinality(v_groups)]), v_groups,
+                                       v_group_dues);
     END IF;
     -- Wake a waiter that would sleep past the earliest created/updated ungrouped message
     -- (sql/010_wait.sql); v_changed_at is NULL when there is none.

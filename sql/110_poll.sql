@@ -122,6 +122,12 @@ BEGIN
         END IF;
     END IF;
 
+    -- FIFO groups whose settle was queued while another transaction held their row get their heads
+    -- before any is delivered (sql/020_groups.sql); without queued settles this is one index probe.
+    IF EXISTS (SELECT 1 FROM dq_group_settles s WHERE s.queue = dq_poll_many.queue AND s.due_at <= v_now) THEN
+        v_done := dq__settle_deferred(dq_poll_many.queue, v_now);
+    END IF;
+
     -- Candidates, one priority level at a time from the highest. At each level: due ungrouped messages
     -- from dq_messages_ready_idx, and due FIFO groups from dq_groups, whose rows and heads are locked FOR
     -- UPDATE SKIP LOCKED (concurrent pollers never take the same message or group; a row changed after
@@ -311,6 +317,8 @@ BEGIN
           FROM unnest(v_groups, v_heads) AS u(g, h)
           JOIN dq_messages m ON m.id = u.h AND m.message_group = u.g
          WHERE m.queue = dq__poll_level.queue AND m.dead_from IS NULL
+           -- A group with a queued settle committed before this statement is settled first (below).
+           AND NOT EXISTS (SELECT 1 FROM dq_group_settles s WHERE s.queue = dq__poll_level.queue AND s.message_group = u.g)
            FOR UPDATE OF m SKIP LOCKED
     ), refreshed AS (
         UPDATE dq_groups g SET due_at = h.scheduled_at
@@ -336,7 +344,8 @@ BEGIN
     SELECT array_agg(pick.id ORDER BY pick.scheduled_at, pick.id), array_agg(pick.scheduled_at ORDER BY pick.scheduled_at, pick.id)
       INTO ids, due FROM pick;
     -- Groups whose head is gone or left the group (a repair: every change of a head settles its
-    -- group, but a head read by a settle while an update moved it elsewhere can be left behind).
+    -- group, but a head read by a settle while an update moved it elsewhere can be left behind), and
+    -- groups with a queued settle whose head was not picked (we hold their rows: it applies now).
     IF v_groups IS NOT NULL THEN
         SELECT count(*) INTO v_n FROM (
             SELECT dq__settle_group(dq__poll_level.queue, u.g)
@@ -344,6 +353,8 @@ BEGIN
              WHERE NOT EXISTS (SELECT 1 FROM dq_messages m
                                 WHERE m.id = u.h AND m.queue = dq__poll_level.queue AND m.message_group = u.g
                                   AND m.dead_from IS NULL)
+                OR (u.h <> ALL (coalesce(ids, '{}'))
+                    AND EXISTS (SELECT 1 FROM dq_group_settles s WHERE s.queue = dq__poll_level.queue AND s.message_group = u.g))
              ORDER BY u.g COLLATE "C") s;
     END IF;
 END;

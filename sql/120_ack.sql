@@ -180,6 +180,7 @@ DECLARE
     v_group  text;
     v_dead   boolean;
     v_limit  integer;
+    v_set    boolean;
 BEGIN
     IF dq_nack.lock_token IS NULL THEN
         v_error := dq__null_error('dq_nack', 'lock_token');
@@ -226,9 +227,9 @@ BEGIN
         RETURN true;
     END IF;
     IF v_group IS NOT NULL AND NOT v_dead THEN
-        -- The message keeps its place at the head of its group, due again at v_at.
-        UPDATE dq_groups g SET due_at = v_at
-         WHERE g.queue = v_queue AND g.message_group = v_group AND g.head_id = v_id;
+        -- The message keeps its place at the head of its group, due again at v_at (queued when
+        -- another transaction holds the group's row: sql/020_groups.sql).
+        v_set := dq__set_group_due(v_queue, v_group, v_id, v_at);
     END IF;
     IF v_limit IS NOT NULL THEN
         v_woken := dq__wake_blocked(v_queue);  -- a slot is free
@@ -258,6 +259,7 @@ DECLARE
     v_queue text;
     v_group text;
     v_dead  boolean;
+    v_set   boolean;
 BEGIN
     IF dq_extend.lock_token IS NULL THEN
         v_error := dq__null_error('dq_extend', 'lock_token');
@@ -286,9 +288,9 @@ BEGIN
          INTO v_until, v_id, v_queue, v_group, v_dead;
     IF v_group IS NOT NULL AND NOT v_dead THEN
         -- The head of a FIFO group: its group is due again when the new lock expires (as in dq_nack;
-        -- the message row is locked first, then the group row, in both).
-        UPDATE dq_groups g SET due_at = v_until
-         WHERE g.queue = v_queue AND g.message_group = v_group AND g.head_id = v_id;
+        -- the message row is locked first, then the group row, SKIP LOCKED: when another transaction
+        -- holds it the change is queued, sql/020_groups.sql).
+        v_set := dq__set_group_due(v_queue, v_group, v_id, v_until);
     END IF;
     RETURN v_until;
 END;

@@ -357,8 +357,10 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_error    jsonb;
-    v_count integer;
-    v_woken boolean;
+    v_count   integer;
+    v_woken   boolean;
+    v_groups  text[];
+    v_settled integer;
 BEGIN
     v_error := dq__name_error('dq_release_locks', 'queue', dq_release_locks.queue, 100);
     IF v_error IS NOT NULL THEN
@@ -373,15 +375,15 @@ BEGIN
     , released AS (
         UPDATE dq_messages m SET lock_token = NULL, scheduled_at = dq__clock()
           FROM held WHERE m.id = held.id
-        RETURNING m.id, m.message_group, m.scheduled_at
-    ), heads AS (
-        -- A released group head keeps its place, due now.
-        UPDATE dq_groups g SET due_at = r.scheduled_at
-          FROM released r
-         WHERE r.message_group IS NOT NULL AND g.queue = dq_release_locks.queue
-           AND g.message_group = r.message_group AND g.head_id = r.id
+        RETURNING m.id, m.message_group, m.scheduled_at, m.dead_from IS NOT NULL AS dead
     )
-    SELECT count(*) INTO v_count FROM released;
+    SELECT count(*), array_agg(r.message_group) FILTER (WHERE r.message_group IS NOT NULL AND NOT r.dead)
+      INTO v_count, v_groups FROM released r;
+    -- A released group head keeps its place, due now: its group is settled (or the settle queued
+    -- when another transaction holds the group's row, sql/020_groups.sql).
+    IF v_groups IS NOT NULL THEN
+        v_settled := dq__settle_groups(array_fill(dq_release_locks.queue, ARRAY[cardinality(v_groups)]), v_groups);
+    END IF;
     v_woken := dq__wake(dq_release_locks.queue, dq__clock());
     v_woken := dq__wake_blocked(dq_release_locks.queue);
     RAISE NOTICE 'dq_release_locks: released % locks of queue % (due now)', v_count, dq_release_locks.queue;

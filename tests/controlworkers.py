@@ -119,3 +119,75 @@ def rate_consumer(barrier: Any, dsn: str, queue: str, seconds: float) -> list[fl
 def limited_or_sampler(barrier: Any, kind: str, *args: Any) -> Any:
     """in_flight_sampler (kind "sample") or limited_consumer, so one run_workers starts both."""
     return in_flight_sampler(barrier, *args) if kind == "sample" else limited_consumer(barrier, *args)
+
+
+def transactional_group_consumer(barrier: Any, dsn: str, queue: str, seconds: float, seed: int) -> int:
+    """For ``seconds``: poll a small batch inside a transaction (as ``q.transaction()`` does), hold it
+    a moment, then mostly record each message in the table ``ledger`` and acknowledge it in that same
+    transaction and commit; sometimes roll back instead (the delivery is undone) or nack and commit.
+    The ledger's serial order is the order in which each group's messages were handled for good.
+    Returns how many transactions committed an acknowledgement."""
+    rnd = random.Random(seed)  # noqa: S311 - test randomness, not security
+    committed = 0
+    with psycopg.connect(dsn) as conn:
+        conn.execute("SELECT 1")
+        conn.commit()
+        barrier.wait(30)
+        for _ in during(seconds):
+            rows = conn.execute(
+                "SELECT message_group, key, lock_token FROM dq_poll_many(%s, %s, interval '30 seconds')",
+                (queue, rnd.randint(1, 3)),
+            ).fetchall()
+            if not rows:
+                conn.commit()
+                time.sleep(0.002)
+                continue
+            time.sleep(rnd.uniform(0, 0.01))
+            roll = rnd.random()
+            if roll < 0.1:
+                conn.rollback()
+                continue
+            if roll < 0.15:
+                for _group, _key, token in rows:
+                    conn.execute("SELECT dq_nack(%s::uuid)", (token,))
+                conn.commit()
+                continue
+            for group, key, token in rows:
+                conn.execute("INSERT INTO ledger (message_group, seq) VALUES (%s, %s)",
+                             (group, int(key.rsplit("-", 1)[1])))
+                acked = conn.execute("SELECT dq_ack(%s::uuid)", (token,)).fetchone()
+                assert acked == (True,), (key, acked)
+            conn.commit()
+            committed += 1
+    return committed
+
+
+def group_producer(barrier: Any, dsn: str, queue: str, groups: list[str], count: int, seed: int) -> int:
+    """Offer ``count`` messages to each of ``groups`` (its own: no other producer offers to them), in
+    sequence order and due at once (scheduled_at increasing with the sequence number), some in
+    autocommit, some two to a transaction (an outbox). Returns how many offers were made."""
+    rnd = random.Random(seed)  # noqa: S311 - test randomness, not security
+    made = 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT 1")
+        barrier.wait(30)
+        seq = 0
+        while seq < count:
+            batch = 2 if rnd.random() < 0.3 and seq + 1 < count else 1
+            with conn.transaction():
+                for s in range(seq, seq + batch):
+                    for group in groups:
+                        row = conn.execute(
+                            "SELECT dq_offer(%s, %s, 'x'::bytea, "
+                            "timestamptz '2020-01-01 00:00:00+00' + %s * interval '1 second', message_group => %s)",
+                            (queue, f"{group}-{s}", s, group)).fetchone()
+                        assert row == ("created",), row
+                        made += 1
+            seq += batch
+            time.sleep(rnd.uniform(0, 0.004))
+    return made
+
+
+def group_race(barrier: Any, kind: str, *args: Any) -> Any:
+    """transactional_group_consumer (kind "consume") or group_producer, so one run_workers starts both."""
+    return transactional_group_consumer(barrier, *args) if kind == "consume" else group_producer(barrier, *args)

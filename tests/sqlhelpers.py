@@ -64,11 +64,12 @@ def cloned_database(admin_dsn: str, template_dsn: str) -> Iterator[str]:
 
 @contextmanager
 def clean_connection(dsn: str) -> Iterator[psycopg.Connection[Any]]:
-    """An autocommit connection to ``dsn`` whose queue tables (messages, groups, waiters, queue
-    configuration, rate tokens, archive) were just emptied."""
+    """An autocommit connection to ``dsn`` whose queue tables (messages, groups and their queued
+    settles, waiters, queue configuration, rate tokens, archive) were just emptied."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("DELETE FROM dq_messages")
         conn.execute("DELETE FROM dq_groups")
+        conn.execute("DELETE FROM dq_group_settles")
         conn.execute("DELETE FROM dq_waiters")
         conn.execute("DELETE FROM dq_queues")
         conn.execute("DELETE FROM dq_rate_tokens")
