@@ -464,18 +464,36 @@ REVOKE ALL ON FUNCTION dq__levels(text) FROM PUBLIC, dq_producer, dq_consumer, d
 -- When the next message of a queue can be delivered as far as its messages go (pause and limits
 -- aside): the earliest due time of its ungrouped messages and of its groups' heads, in-flight
 -- messages counting at their lock expiry. NULL when there is none. The ungrouped messages are read
--- one priority level at a time (dq__levels), so a large backlog at one level costs one index probe.
+-- one priority level at a time for the first 128 levels (a skip scan of dq_messages_ready_idx: a
+-- level's first entry is its earliest, so a large backlog at one level costs one index probe), then
+-- in one pass over the index entries of the levels below the 128th (about 30 ns an entry, no row
+-- read): one probe per level made every dq_wait of a queue with 65,536 levels of future messages
+-- cost 281 ms, where this costs a few ms (the same bound as dq_poll_many's level walk).
 CREATE OR REPLACE FUNCTION dq__next_deliverable(queue text)
 RETURNS timestamptz
 LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 SET enable_seqscan = off
 AS $$
+    WITH RECURSIVE levels(p, t, n) AS (
+        SELECT f.priority, f.scheduled_at, 1
+          FROM (SELECT d.priority, d.scheduled_at FROM dq_messages d
+                 WHERE d.queue = $1 AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
+                 ORDER BY d.priority DESC, d.scheduled_at LIMIT 1) f
+        UNION ALL
+        SELECT f.priority, f.scheduled_at, levels.n + 1
+          FROM levels
+         CROSS JOIN LATERAL (SELECT d.priority, d.scheduled_at FROM dq_messages d
+                              WHERE d.queue = $1 AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
+                                AND d.priority < levels.p
+                              ORDER BY d.priority DESC, d.scheduled_at LIMIT 1) f
+         WHERE levels.n < 128
+    )
     SELECT least(
-        (SELECT min((SELECT d.scheduled_at FROM dq_messages d
-                      WHERE d.queue = $1 AND (d.message_group IS NULL OR d.dead_from IS NOT NULL) AND d.priority = l.p
-                      ORDER BY d.scheduled_at LIMIT 1))
-           FROM dq__levels($1) AS l(p)),
+        (SELECT min(levels.t) FROM levels),
+        (SELECT min(d.scheduled_at) FROM dq_messages d
+          WHERE d.queue = $1 AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
+            AND d.priority < (SELECT levels.p FROM levels WHERE levels.n = 128)),
         (SELECT g.due_at FROM dq_groups g WHERE g.queue = $1 ORDER BY g.due_at LIMIT 1),
         (SELECT s.due_at FROM dq_group_settles s WHERE s.queue = $1 ORDER BY s.due_at LIMIT 1))
 $$;

@@ -136,6 +136,35 @@ def test_a_due_message_below_many_future_levels_is_found_within_the_same_bound(c
     assert all(buffers < 1500 for buffers, _ in polls.values()), polls
 
 
+def statement_buffers(conn: psycopg.Connection, statement: str, *params: object) -> int:
+    """The shared buffers ``statement`` touches, its functions' nested statements included, the
+    second of two runs in rolled-back transactions (plans made, catalogs cached)."""
+    for _ in range(2):
+        with conn.transaction(force_rollback=True):
+            row = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, params).fetchone()
+    assert row is not None
+    plan = row[0][0]["Plan"]
+    return int(plan["Shared Hit Blocks"] + plan["Shared Read Blocks"])
+
+
+def test_an_idle_wait_over_many_future_levels_touches_a_bounded_number_of_buffers(conn) -> None:
+    """What an idle consumer runs after its empty poll, dq_wait (and dq_next_due, which reads the same
+    next due time), over the same 20,000 future levels: a bounded part of the index, as for the poll
+    (one probe per level read about 7 buffers a level), and the right answer: the future messages'
+    due time, not now."""
+    offer_future_levels(conn, "plain", grouped=False)
+    conn.execute("SELECT dq_offer('plain', 'low', '\\x01'::bytea, now() + interval '1 minute', priority => -32768)")
+    conn.execute("VACUUM ANALYZE dq_messages, dq_groups")
+    buffers = {fn: statement_buffers(conn, f"SELECT {fn}") for fn in (  # noqa: S608 (a constant)
+        "dq_wait('plain', interval '1 hour')", "dq_next_due('plain')")}
+    assert all(b < 1500 for b in buffers.values()), buffers
+    # The earliest is the low-priority message below every level, due in a minute.
+    row = conn.execute("SELECT dq_next_due('plain') - now() BETWEEN interval '50 seconds' AND interval '61 seconds', "
+                       "dq_wait('plain', interval '1 hour') BETWEEN interval '50 seconds' AND interval '61 seconds'"
+                       ).fetchone()
+    assert row == (True, True)
+
+
 def test_the_due_probe_checks_the_due_time_in_both_indexes(conn) -> None:
     """Past 128 levels that gave nothing, the poll looks for the next level with a due entry: the
     due time must be an index condition of dq_messages_ready_idx and dq_groups_poll_idx (entries that
