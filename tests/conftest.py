@@ -9,11 +9,13 @@ from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
+from blocking import Blocking, EventLoopThread
 from clock import TestClock
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pyqueue import testing
+from pyqueue import DelayedQueue, testing
+from pyqueue.aio import AsyncDelayedQueue
 
 
 @pytest.fixture(scope="session")
@@ -77,3 +79,20 @@ def clock(dsn: str) -> Iterator[TestClock]:
     c = TestClock(dsn)
     yield c
     c.close()
+
+
+@pytest.fixture(params=["sync", "async"])
+def q(request: pytest.FixtureRequest, dsn: str) -> Iterator[DelayedQueue]:
+    """The queue "emails" of this test's database, once through :class:`pyqueue.DelayedQueue` and
+    once through :class:`pyqueue.aio.AsyncDelayedQueue` (its blocking view, tests/blocking.py), so
+    one test checks both clients."""
+    if request.param == "sync":
+        with DelayedQueue(dsn, "emails") as queue:
+            yield queue
+        return
+    runner = EventLoopThread()
+    try:
+        with Blocking(AsyncDelayedQueue(dsn, "emails"), runner) as queue:
+            yield queue  # type: ignore[misc]
+    finally:
+        runner.close()

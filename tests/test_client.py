@@ -12,27 +12,13 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
-from blocking import Blocking, EventLoopThread
+from blocking import Blocking
 from sqlhelpers import wait_for_lock_wait
 
 import pyqueue
 from pyqueue import DelayedQueue, OfferOutcome, OfferRequest, Worker
 from pyqueue.aio import AsyncDelayedQueue, AsyncWorker
 from pyqueue.serializers import SerializerRegistry
-
-
-@pytest.fixture(params=["sync", "async"])
-def q(request, dsn: str):
-    if request.param == "sync":
-        with DelayedQueue(dsn, "emails") as queue:
-            yield queue
-        return
-    runner = EventLoopThread()
-    try:
-        with Blocking(AsyncDelayedQueue(dsn, "emails"), runner) as queue:
-            yield queue
-    finally:
-        runner.close()
 
 
 def app_connection(q: DelayedQueue, dsn: str):

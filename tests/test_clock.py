@@ -61,6 +61,25 @@ PLANT = [
 ]
 
 
+def assert_the_server_clock_is_used(conn: psycopg.Connection[Any], app: psycopg.Connection[Any], role: str) -> None:
+    """As ``role`` (on ``app``), the functions read the server's clock: dq_now() is now(), a default
+    offer is due at the server's time, and the message 'later' (offered due in an hour) is not
+    polled, and is reported due in the future."""
+    with app.transaction():
+        assert app.execute("SELECT dq_now() = pg_catalog.now()").fetchone() == (True,)
+        if role in ("dq_producer", "dq_admin"):
+            assert app.execute("SELECT dq_offer('q', 'default-time', 'x'::bytea)").fetchone() == ("created",)
+    if role in ("dq_producer", "dq_admin"):
+        row = conn.execute(
+            "SELECT scheduled_at <= clock_timestamp(), scheduled_at = created_at FROM dq_messages "
+            "WHERE key = 'default-time'").fetchone()
+        assert row == (True, True)
+    if role in ("dq_consumer", "dq_admin"):
+        # a clock a day ahead would deliver the message due in an hour
+        assert app.execute("SELECT count(*) FROM dq_poll_many('later', 10)").fetchone() == (0,)
+        assert app.execute("SELECT dq_next_due('later') > pg_catalog.clock_timestamp()").fetchone() == (True,)
+
+
 @pytest.mark.parametrize("role", ["dq_producer", "dq_consumer", "dq_admin"])
 def test_no_application_role_can_shift_the_clock(conn: psycopg.Connection[Any], login: Any, role: str) -> None:
     """Each application role tries every way to move the clock the functions read: replacing or
@@ -77,19 +96,7 @@ def test_no_application_role_can_shift_the_clock(conn: psycopg.Connection[Any], 
             app.execute(f"CREATE FUNCTION pg_temp.{name}() RETURNS timestamptz LANGUAGE sql "
                         "AS $$ SELECT pg_catalog.clock_timestamp() + interval '1 day' $$")
         app.execute("SET search_path = pg_temp, public")
-        with app.transaction():
-            assert app.execute("SELECT dq_now() = pg_catalog.now()").fetchone() == (True,)
-            if role in ("dq_producer", "dq_admin"):
-                assert app.execute("SELECT dq_offer('q', 'default-time', 'x'::bytea)").fetchone() == ("created",)
-        if role in ("dq_producer", "dq_admin"):
-            row = conn.execute(
-                "SELECT scheduled_at <= clock_timestamp(), scheduled_at = created_at FROM dq_messages "
-                "WHERE key = 'default-time'").fetchone()
-            assert row == (True, True)
-        if role in ("dq_consumer", "dq_admin"):
-            # a clock a day ahead would deliver the message due in an hour
-            assert app.execute("SELECT count(*) FROM dq_poll_many('later', 10)").fetchone() == (0,)
-            assert app.execute("SELECT dq_next_due('later') > pg_catalog.clock_timestamp()").fetchone() == (True,)
+        assert_the_server_clock_is_used(conn, app, role)
     with conn.transaction():
         assert conn.execute("SELECT dq_now() = now()").fetchone() == (True,)
     test_an_install_reads_the_server_clock(conn)
@@ -123,19 +130,7 @@ def test_a_role_that_may_create_in_the_install_schema_cannot_shift_the_clock(
         app.execute("CREATE FUNCTION public.dq__clock() RETURNS timestamptz LANGUAGE sql "
                     "AS $$ SELECT pg_catalog.clock_timestamp() + interval '1 day' $$")
         assert app.execute("SELECT public.dq__now() > now() + interval '23 hours'").fetchone() == (True,)
-        with app.transaction():
-            assert app.execute("SELECT dq_now() = pg_catalog.now()").fetchone() == (True,)
-            if role in ("dq_producer", "dq_admin"):
-                assert app.execute("SELECT dq_offer('q', 'default-time', 'x'::bytea)").fetchone() == ("created",)
-        if role in ("dq_producer", "dq_admin"):
-            row = conn.execute(
-                "SELECT scheduled_at <= clock_timestamp(), scheduled_at = created_at FROM dq_messages "
-                "WHERE key = 'default-time'").fetchone()
-            assert row == (True, True)
-        if role in ("dq_consumer", "dq_admin"):
-            # a clock a day ahead would deliver the message due in an hour
-            assert app.execute("SELECT count(*) FROM dq_poll_many('later', 10)").fetchone() == (0,)
-            assert app.execute("SELECT dq_next_due('later') > pg_catalog.clock_timestamp()").fetchone() == (True,)
+        assert_the_server_clock_is_used(conn, app, role)
     conn.execute("DROP FUNCTION public.dq__now(), public.dq__clock()")
     test_an_install_reads_the_server_clock(conn)
 

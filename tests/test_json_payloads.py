@@ -13,26 +13,10 @@ import re
 from collections import OrderedDict
 
 import pytest
-from blocking import Blocking, EventLoopThread
 
 import pyqueue
-from pyqueue import DelayedQueue, OfferRequest, testing
-from pyqueue.aio import AsyncDelayedQueue
+from pyqueue import OfferRequest, testing
 from pyqueue.serializers import registry
-
-
-@pytest.fixture(params=["sync", "async"])
-def q(request, dsn: str):
-    if request.param == "sync":
-        with DelayedQueue(dsn, "emails") as queue:
-            yield queue
-        return
-    runner = EventLoopThread()
-    try:
-        with Blocking(AsyncDelayedQueue(dsn, "emails"), runner) as queue:
-            yield queue
-    finally:
-        runner.close()
 
 
 def _itself() -> dict[str, object]:
