@@ -13,13 +13,9 @@ from typing import Any
 
 import psycopg
 import pytest
-import test_client
 from psycopg import sql
 
 from pyqueue import DelayedQueue, InvalidArgument
-
-#: The queue "emails", sync or async (the async one through tests/blocking.py).
-q = test_client.q
 
 SETTINGS = ("max_deliveries", "dead_letter_queue", "archive", "retention", "notify", "max_payload_bytes",
             "max_in_flight", "rate_limit", "rate_period")

@@ -17,15 +17,10 @@ from typing import Any
 
 import psycopg
 import pytest
-import test_client
 
 import pyqueue
 from pyqueue import DelayedQueue, OfferOutcome, OfferRequest, Worker, limits
 from pyqueue.aio import AsyncDelayedQueue, AsyncMessage, AsyncWorker
-
-#: The queue "emails", sync or async (the async one through tests/blocking.py): the fixture of
-#: tests/test_client.py.
-q = test_client.q
 
 
 def db_now(conn: psycopg.Connection) -> datetime:

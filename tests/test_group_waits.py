@@ -20,15 +20,11 @@ from typing import Any
 
 import psycopg
 import pytest
-import test_client
 from controlworkers import group_race
 from psycopg.conninfo import make_conninfo
 from sqlhelpers import RemoteSession, run_workers
 
 from pyqueue import DelayedQueue, OfferOutcome, OfferRequest
-
-#: The consumer: the queue "emails", sync or async (tests/test_client.py's fixture).
-q = test_client.q
 
 #: A lock wait longer than this fails the waiting call with 55P03 (lock_not_available).
 LOCK_TIMEOUT = "2s"
