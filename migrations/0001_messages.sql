@@ -1,4 +1,4 @@
--- 0001: the live messages table (seed 003's schema in snake_case with PostgreSQL types).
+-- 0001: the live messages table: one row per live message, in snake_case with PostgreSQL types.
 -- depends:
 
 CREATE TABLE IF NOT EXISTS dq_messages (
@@ -16,8 +16,8 @@ CREATE TABLE IF NOT EXISTS dq_messages (
     CONSTRAINT dq_messages_key_length CHECK (char_length(key) BETWEEN 1 AND 200),
     CONSTRAINT dq_messages_payload_type_length CHECK (char_length(payload_type) BETWEEN 1 AND 100),
     CONSTRAINT dq_messages_delivery_count_nonnegative CHECK (delivery_count >= 0),
-    -- The de-duplication key: one live message per (queue, key) (seed 003's unique
-    -- (pKey, pKind)). A constraint, so the functions name it in ON CONFLICT ON CONSTRAINT.
+    -- The de-duplication key: one live message per (queue, key). A constraint, so the
+    -- functions name it in ON CONFLICT ON CONSTRAINT.
     CONSTRAINT dq_messages_queue_key_key UNIQUE (queue, key)
 )
 -- A queue table is all churn: every message is inserted, updated at least once (poll moves
@@ -26,7 +26,7 @@ CREATE TABLE IF NOT EXISTS dq_messages (
 --    lands on the same page (fewer pages touched, less bloat spreading);
 --  * autovacuum triggers on 1000 dead rows + 1% of the table instead of the default 20%:
 --    a small live table with a large flow of dead rows must be vacuumed often, or the
---    poll's index scan walks over dead entries (seed 002: keep the live table small);
+--    poll's index scan walks over dead entries (a queue table must stay small to stay fast);
 --  * no cost delay, so a vacuum of this table finishes quickly instead of sleeping;
 --  * analyze often, so the planner keeps seeing how many rows are due.
 WITH (
@@ -46,7 +46,7 @@ CREATE INDEX IF NOT EXISTS dq_messages_queue_scheduled_at_idx ON dq_messages (qu
 CREATE INDEX IF NOT EXISTS dq_messages_lock_token_idx ON dq_messages (lock_token) WHERE lock_token IS NOT NULL;
 
 COMMENT ON TABLE dq_messages IS
-  'Live delayed messages (seed 003). Use the dq_* functions; do not write this table directly.';
+  'Live delayed messages. Use the dq_* functions; do not write this table directly.';
 
 -- Row shapes returned by the functions (their public contract: changing one is a migration).
 -- dq_poll_many's rows: one delivery of a message, with its lock token.

@@ -1,4 +1,4 @@
--- 0004: per-queue operations settings and the history archive (seed 002).
+-- 0004: per-queue operations settings and the history archive.
 -- depends: 0003_queues_and_dead_letters
 
 -- Settings of the operations issue, next to the delivery limit of 0003. Defaults keep an

@@ -1,8 +1,9 @@
--- 0005: named recurring schedules (issue 4), installed as ordinary delayed messages.
+-- 0005: named recurring schedules, installed as ordinary delayed messages.
 -- depends: 0004_archive
 
 -- One row per named schedule. The functions of sql/2x0_cron_*.sql are the only writers. Occurrences
--- are messages of `queue` keyed '<name>/<config_hash>/<epoch ms>' (seed 003's CronService keys).
+-- are messages of `queue` keyed '<name>/<config_hash>/<epoch ms>' (one key per occurrence, so
+-- installing an occurrence twice offers it once).
 -- installed_through / last_installed_at / next_at are the tick's bookkeeping: every occurrence in
 -- (first install, installed_through] has been offered, the latest of them is last_installed_at,
 -- and next_at is the first occurrence after installed_through ('infinity' when there is none), so
