@@ -1,4 +1,4 @@
-"""Second audit: times stored after the locks a function waited for, and max_in_flight at every
+"""Lock waits: times stored after the locks a function waited for, and max_in_flight at every
 isolation level.
 
 * A poll that waited for a limited queue's row, a nack or an extend that waited for a message row,
