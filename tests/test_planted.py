@@ -29,12 +29,14 @@ from pyqueue.migrate import migrate
 PLANTED_HITS = "public.planted_hits"
 
 
-def internal_functions(conn: psycopg.Connection[Any]) -> list[tuple[str, str, str, str]]:
-    """(name, arguments with defaults, identity arguments, result) of every function of the private
-    schema, as pg_get_function_arguments / pg_get_function_result print them."""
+def internal_functions(conn: psycopg.Connection[Any]) -> list[tuple[str, str, str, int, bool]]:
+    """(name, arguments with defaults, result, number of input arguments, whether all are text) of
+    every function of the private schema, as pg_get_function_arguments / pg_get_function_result
+    print them."""
     return conn.execute(
-        "SELECT p.proname, pg_get_function_arguments(p.oid), pg_get_function_identity_arguments(p.oid), "
-        "       pg_get_function_result(p.oid) "
+        "SELECT p.proname, pg_get_function_arguments(p.oid), pg_get_function_result(p.oid), "
+        "       coalesce(array_length(p.proargtypes::oid[], 1), 0), "
+        "       coalesce((SELECT bool_and(t = 'text'::regtype) FROM unnest(p.proargtypes::oid[]) t), true) "
         "  FROM pg_proc p WHERE p.pronamespace = 'public_internal'::regnamespace AND p.prokind = 'f' "
         " ORDER BY 1, 2").fetchall()
 
@@ -45,33 +47,24 @@ def plant(conn: psycopg.Connection[Any], planter: psycopg.Connection[Any]) -> in
     planter.execute(f"CREATE SEQUENCE {PLANTED_HITS}")
     planter.execute(f"GRANT USAGE ON SEQUENCE {PLANTED_HITS} TO PUBLIC")
     planted = 0
-    for name, arguments, identity, result in internal_functions(conn):
+    helpers = internal_functions(conn)
+    # (name, arity) whose all-text signature is taken: by a helper's own twin, then by overloads.
+    overloads = {(name, count) for name, _, _, count, all_text in helpers if all_text}
+    for name, arguments, result, count, _ in helpers:
         body = (f"BEGIN PERFORM nextval('{PLANTED_HITS}'); "
                 f"RAISE EXCEPTION 'planted % ran as %', {sql.quote(name)}, current_user; END")
         planter.execute(sql.SQL("CREATE FUNCTION public.{}({}) RETURNS {} LANGUAGE plpgsql AS {}").format(
             sql.Identifier(name), sql.SQL(arguments), sql.SQL(result), sql.Literal(body)))
         planted += 1
         # The overload: every input argument as text (same count, so a call of the helper's arity can
-        # resolve to it), unless that is the helper's own signature.
-        inputs = conn.execute(
-            "SELECT coalesce(array_length(p.proargtypes::oid[], 1), 0), "
-            "       (SELECT bool_and(t = 'text'::regtype) FROM unnest(p.proargtypes::oid[]) t) "
-            "  FROM pg_proc p WHERE p.pronamespace = 'public_internal'::regnamespace AND p.proname = %s "
-            "   AND pg_get_function_identity_arguments(p.oid) = %s", (name, identity)).fetchone()
-        assert inputs is not None
-        count, all_text = inputs
-        if count == 0 or all_text:
+        # resolve to it), unless that is the helper's own signature or was planted for an overload of it.
+        if count == 0 or (name, count) in overloads:
             continue
+        overloads.add((name, count))
         params = sql.SQL(", ").join(sql.SQL(f"a{i} text") for i in range(count))
         returns = sql.SQL(result) if not result.startswith("TABLE(") else sql.SQL("SETOF record")
         if "OUT " in arguments or "INOUT " in arguments:
             returns = sql.SQL("record")
-        exists = planter.execute(
-            "SELECT 1 FROM pg_proc WHERE pronamespace = 'public'::regnamespace AND proname = %s "
-            "AND pg_get_function_identity_arguments(oid) = %s",
-            (name, ", ".join(f"a{i} text" for i in range(count)))).fetchone()
-        if exists:
-            continue
         planter.execute(sql.SQL("CREATE FUNCTION public.{}({}) RETURNS {} LANGUAGE plpgsql AS {}").format(
             sql.Identifier(name), params, returns, sql.Literal(body)))
         planted += 1
