@@ -46,7 +46,7 @@ migrate: venv up
 	$(VENV)/bin/pyqueue migrate --dsn "$(DSN)" --schema "$(SCHEMA)"
 
 demo: venv up
-	$(PY) -m pyqueue.demo --dsn "$(DSN)"
+	$(PY) examples/demo.py --dsn "$(DSN)"
 
 test: venv
 	scripts/install-os-deps.sh

@@ -18,7 +18,6 @@ error and payload rules; :mod:`pyqueue.cli`, :mod:`pyqueue.migrate`, :mod:`pyque
 servers, the Spark data source and the demo.
 """
 
-from .client import DelayedQueue, Message, TransactionalBatch, all_stats
 from .errors import (
     ConnectionFailed,
     DatabaseError,
@@ -35,7 +34,8 @@ from .errors import (
 from .migrate import migrate
 from .model import OfferOutcome, OfferRequest, QueueStats, StoredMessage
 from .serializers import SerializerRegistry, registry
-from .worker import Backoff, Worker, WorkerStats
+from .sync.client import DelayedQueue, Message, TransactionalBatch, all_stats
+from .sync.worker import Backoff, Worker, WorkerStats
 
 __version__ = "0.2.0.dev0"
 

@@ -31,14 +31,14 @@ from typing import Any, NoReturn
 import psycopg
 
 from . import cron as cron_api
-from ._ops import check_int
-from .client import DelayedQueue
-from .delivery import stop_signals
+from .core.checks import check_int
+from .core.delivery import stop_signals
 from .durations import as_timedelta
 from .errors import InvalidArgument, PyQueueError, translating
 from .limits import POLL_MAX_COUNT
 from .migrate import migrate, pending
-from .worker import Worker
+from .sync.client import DelayedQueue
+from .sync.worker import Worker
 
 
 class UsageError(Exception):
@@ -315,7 +315,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from .client import all_stats
+    from .sync.client import all_stats
 
     console = Console()
     with translating(), psycopg.connect(_dsn(args), autocommit=True) as conn:

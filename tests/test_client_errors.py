@@ -2,7 +2,7 @@
 expected, before any SQL is sent: every call below runs on a queue whose pool was never opened, so
 any I/O would fail with ``PoolClosed`` instead. Each case runs against :class:`pyqueue.DelayedQueue`
 and :class:`pyqueue.aio.AsyncDelayedQueue` (through the blocking view of ``tests/blocking.py``);
-the checks are the shared ones of :mod:`pyqueue._ops`. Durations read as people write them."""
+the checks are the shared ones of :mod:`pyqueue.core.checks`. Durations read as people write them."""
 
 from __future__ import annotations
 

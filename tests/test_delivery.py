@@ -1,6 +1,6 @@
 """The worker's delivery state machine and its decisions on their own, without a database.
 
-:class:`pyqueue.delivery.Deliveries` is pure bookkeeping, and :class:`pyqueue.delivery.WorkerCore`'s
+:class:`pyqueue.core.delivery.Deliveries` is pure bookkeeping, and :class:`pyqueue.core.delivery.WorkerCore`'s
 step generators only yield the I/O they want: these tests play the driver by hand, sending each
 step the result a database would give. The end-to-end behaviour is in test_worker.py.
 """
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pyqueue import DatabaseError, Message
-from pyqueue.delivery import (
+from pyqueue.core.delivery import (
     ERROR_TEXT_CHARS,
     HANDLER_WAIT_S,
     LATENESS_BUCKETS_MS,

@@ -22,6 +22,7 @@ import psycopg
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+DEMO = ROOT / "examples" / "demo.py"
 
 LEDGER = """
 CREATE SCHEMA ledger;
@@ -63,7 +64,7 @@ def test_demo_delivers_everything_once(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(LEDGER)
     proc = subprocess.run(
-        [sys.executable, "-m", "pyqueue.demo", "--dsn", dsn, "--messages", "600", "--spread", "2",
+        [sys.executable, str(DEMO), "--dsn", dsn, "--messages", "600", "--spread", "2",
          "--consumers", "2", "--psql-batch", "50"],
         capture_output=True, text=True, timeout=180,
     )

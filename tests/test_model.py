@@ -521,9 +521,8 @@ def test_delivery_from_row_builds_the_same_message_as_the_dataclass(kind: str) -
     import dataclasses
     import uuid
 
-    from pyqueue import model
+    from pyqueue import Message, model
     from pyqueue.aio import AsyncMessage
-    from pyqueue.client import Message
 
     cls: Any = Message if kind == "sync" else AsyncMessage
     now = datetime.now(UTC)

@@ -26,8 +26,12 @@ from blocking import Blocking, EventLoopThread
 from psycopg.conninfo import make_conninfo
 
 import pyqueue
-from pyqueue import aio, aio_cron, aio_worker, client, cron, limits, worker
-from pyqueue._ops import statements
+from pyqueue import cron, limits
+from pyqueue.aio import client as aio
+from pyqueue.aio import cron as aio_cron
+from pyqueue.aio import worker as aio_worker
+from pyqueue.core.statements import sql_texts as statements
+from pyqueue.sync import client, worker
 
 #: Sync names and their asyncio twins, as they appear in annotations and public names.
 TWINS = {
@@ -37,6 +41,7 @@ TWINS = {
     "DelayedQueue": "AsyncDelayedQueue",
     "TransactionalBatch": "AsyncTransactionalBatch",
     "QueueCron": "AsyncQueueCron",
+    "Driver": "AsyncDriver",
     "Worker": "AsyncWorker",
     "Handler": "AsyncHandler",
     "Iterator": "AsyncIterator",
@@ -145,8 +150,7 @@ def signature_of_init(cls: type, mapped: bool = True) -> list[tuple[Any, ...]]:
 # (sync module, async module, names of the sync module's __all__ without an async twin there,
 #  names of the async module's __all__ without a sync twin there); the rest pair by name.
 MODULE_PAIRS = [
-    (client, aio, {"StoredMessage", "OfferOutcome", "OfferRequest", "QueueStats"},  # shared row types
-     {"AsyncQueueCron", "AsyncWorker"}),  # re-exported: their twins live in pyqueue.cron, pyqueue.worker
+    (client, aio, {"StoredMessage", "OfferOutcome", "OfferRequest", "QueueStats"}, set()),  # shared row types
     (cron, aio_cron, {"CronSchedule", "CronTicker", "TICKER_LOCK_KEY"}, set()),
 ]
 
@@ -372,7 +376,7 @@ def run_either(kind: str, sync_fn: Callable[..., Any], async_fn: Callable[..., A
 
 
 def test_cron_functions_and_all_stats_of_both_kinds(kind: str, elsewhere: str, conn) -> None:
-    """The module functions of pyqueue.cron and pyqueue.aio_cron, and both all_stats, give the same
+    """The module functions of pyqueue.cron and pyqueue.aio.cron, and both all_stats, give the same
     results, here with schema="public" on a search_path without it."""
     def call(name: str, *args: Any, **kwargs: Any) -> Any:
         sync_mod, async_mod = (client, aio) if name == "all_stats" else (cron, aio_cron)

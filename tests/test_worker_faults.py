@@ -209,4 +209,4 @@ def test_an_idle_wait_that_outlives_close_closes_its_connection(dsn: str) -> Non
             th.join(HANG_S)
             assert not th.is_alive()
         wait_until(conn, "SELECT NOT EXISTS (SELECT FROM pg_stat_activity WHERE pid = %s)", (pid,))
-        assert q._listeners == []  # noqa: SLF001 - what close() would have had to close
+        assert q._driver._listeners == []  # noqa: SLF001 - what close() would have had to close

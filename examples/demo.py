@@ -1,6 +1,6 @@
 """End-to-end demo against a real server: offer delayed messages, consume them, measure lateness.
 
-Run ``python -m pyqueue.demo --dsn DSN``. Nothing is simulated:
+Run ``python examples/demo.py --dsn DSN``. Nothing is simulated:
 
 1. installs the schema (:func:`pyqueue.migrate`) and uses a fresh queue ``demo-<timestamp>-<pid>``;
 2. starts ``--consumers`` processes (multiprocessing ``spawn``), each with its own
@@ -44,8 +44,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .client import DelayedQueue, OfferOutcome, OfferRequest
-from .migrate import migrate
+from pyqueue import DelayedQueue, OfferOutcome, OfferRequest
+from pyqueue.migrate import migrate
 
 __all__ = ["main"]
 
@@ -297,7 +297,7 @@ def summarize(console: Console, produced: Produced, got: Collected, consumers: i
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the demo; returns the exit status (0 only when nothing was lost or duplicated)."""
-    ap = argparse.ArgumentParser(prog="python -m pyqueue.demo", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python examples/demo.py", description=__doc__.split("\n")[0])
     ap.add_argument("--dsn", required=True, help="libpq connection string or URL")
     ap.add_argument("--messages", type=int, default=10_000, help="messages offered from Python (default 10000)")
     ap.add_argument("--spread", type=float, default=10.0, help="seconds: offers and delays span this (default 10)")

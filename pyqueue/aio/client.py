@@ -1,6 +1,5 @@
 """The asyncio client: :class:`AsyncDelayedQueue`, :class:`AsyncMessage`,
-:class:`AsyncTransactionalBatch` and :func:`all_stats`, with :class:`AsyncQueueCron` and
-:class:`AsyncWorker` re-exported.
+:class:`AsyncTransactionalBatch` and :func:`all_stats` (public as :mod:`pyqueue.aio`).
 
 The same API as :mod:`pyqueue.client` on psycopg's async connections (``psycopg.AsyncConnection``,
 ``psycopg_pool.AsyncConnectionPool``), for asyncio applications (FastAPI and the like): the same
@@ -29,19 +28,17 @@ from uuid import UUID
 
 from psycopg_pool import AsyncConnectionPool
 
-from . import _routines as routines
-from ._async import AsyncConnection, AsyncDriver, run
-from ._ops import Ops, QueueOps
-from .aio_cron import AsyncQueueCron
-from .durations import Seconds
-from .errors import translating
-from .model import Batch, LockedMessage, OfferOutcome, OfferRequest, QueueStats, StoredMessage
-from .serializers import SerializerRegistry
-from .serializers import registry as default_registry
+from ..core import routines
+from ..core.statements import QueueStatements, Statements
+from ..drivers.aio import AsyncConnection, AsyncDriver, run
+from ..durations import Seconds
+from ..errors import translating
+from ..model import Batch, LockedMessage, OfferOutcome, OfferRequest, QueueStats, StoredMessage
+from ..serializers import SerializerRegistry
+from ..serializers import registry as default_registry
+from .cron import AsyncQueueCron
 
-__all__ = [
-    "AsyncDelayedQueue", "AsyncMessage", "AsyncQueueCron", "AsyncTransactionalBatch", "AsyncWorker", "all_stats",
-]
+__all__ = ["AsyncDelayedQueue", "AsyncMessage", "AsyncTransactionalBatch", "all_stats"]
 
 
 @dataclass(frozen=True)
@@ -66,7 +63,7 @@ class AsyncTransactionalBatch(Batch[AsyncMessage, AsyncConnection]):
     """What :meth:`AsyncDelayedQueue.transaction` yields (see :class:`pyqueue.TransactionalBatch`)."""
 
 
-class AsyncDelayedQueue(AsyncDriver):
+class AsyncDelayedQueue:
     """One queue over an async connection pool; the asyncio twin of :class:`pyqueue.DelayedQueue`
     (same parameters; an owned pool is opened on first use or by ``async with``).
 
@@ -85,7 +82,10 @@ class AsyncDelayedQueue(AsyncDriver):
 
     def __init__(self, conninfo_or_pool: str | AsyncConnectionPool[Any], queue: str, *,
                  serializers: SerializerRegistry | None = None, pool_size: int = 4, schema: str | None = None) -> None:
-        super().__init__(conninfo_or_pool, QueueOps(queue, schema, serializers or default_registry), pool_size)
+        self._statements = QueueStatements(queue, schema, serializers or default_registry)
+        self._driver = AsyncDriver(conninfo_or_pool, self._statements, pool_size)
+        #: The queue's name, its install's schema (None: search_path) and its payload serializers.
+        self.queue, self.schema, self.serializers = queue, self._statements.schema, self._statements.serializers
 
     async def __aenter__(self) -> AsyncDelayedQueue:
         await self.open()
@@ -94,15 +94,28 @@ class AsyncDelayedQueue(AsyncDriver):
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    async def open(self) -> None:
+        """As :meth:`pyqueue.DelayedQueue.open`."""
+        await self._driver.open()
+
+    async def close(self) -> None:
+        """As :meth:`pyqueue.DelayedQueue.close`."""
+        await self._driver.close()
+
+    @property
+    def pool(self) -> AsyncConnectionPool[Any]:
+        """As :attr:`pyqueue.DelayedQueue.pool`."""
+        return self._driver.pool
+
     @property
     def listen_available(self) -> bool | None:
         """As :attr:`pyqueue.DelayedQueue.listen_available`."""
-        return self._listening.available
+        return self._driver.listening.available
 
     @property
     def cron(self) -> AsyncQueueCron:
         """This queue's recurring schedules: the asyncio twin of :attr:`pyqueue.DelayedQueue.cron`."""
-        return AsyncQueueCron(self)
+        return AsyncQueueCron(self._driver)
 
     # -- offer ---------------------------------------------------------------------------------
     async def offer(
@@ -112,22 +125,22 @@ class AsyncDelayedQueue(AsyncDriver):
         conn: AsyncConnection | None = None,
     ) -> OfferOutcome:
         """Offer one message (``dq_offer``); see :meth:`pyqueue.DelayedQueue.offer`."""
-        op = self._ops.offer(key, payload, at, delay, can_update, payload_type, priority, group, expires_at, ttl,
+        op = self._statements.offer(key, payload, at, delay, can_update, payload_type, priority, group, expires_at, ttl,
                              headers)
-        return await self._run(op, conn)
+        return await self._driver.run(op, conn)
 
     async def offer_many(
         self, items: Iterable[OfferRequest | tuple[str, Any]], can_update: bool = True, *,
         conn: AsyncConnection | None = None,
     ) -> dict[str, OfferOutcome]:
         """Offer many in one statement (``dq_offer_many``); see :meth:`pyqueue.DelayedQueue.offer_many`."""
-        return await self._run(self._ops.offer_many(items, can_update), conn)
+        return await self._driver.run(self._statements.offer_many(items, can_update), conn)
 
     # -- poll ----------------------------------------------------------------------------------
     async def channel(self, *, conn: AsyncConnection | None = None) -> str:
         """The LISTEN channel of this queue (``dq_channel``), looked up once."""
-        async with self._conn(conn) as c:
-            return await self._step(routines.channel(self._ops, self._listening), c)
+        async with self._driver.connection(conn) as c:
+            return await self._driver.step(routines.channel(self._statements, self._driver.listening), c)
 
     async def poll(
         self, max_count: int = 1, lock_timeout: Seconds = timedelta(minutes=5), wait: Seconds | None = None, *,
@@ -136,48 +149,48 @@ class AsyncDelayedQueue(AsyncDriver):
         """Acquire up to ``max_count`` due messages; see :meth:`pyqueue.DelayedQueue.poll`. Cancelling
         the task ends the wait (the waiting connection is then closed, not reused)."""
         if wait is None:
-            return await self._run(self._ops.poll(max_count, lock_timeout, AsyncMessage, self))
-        await self.open()
+            return await self._driver.run(self._statements.poll(max_count, lock_timeout, AsyncMessage, self))
+        await self._driver.open()
         routine = routines.poll_waiting(
-            self._ops, self._listening, AsyncMessage, self, max_count, lock_timeout, wait, idle_check)
+            self._statements, self._driver.listening, AsyncMessage, self, max_count, lock_timeout, wait, idle_check)
         with translating():
-            return await self._step(routine)
+            return await self._driver.step(routine)
 
     @asynccontextmanager
     async def transaction(
         self, max_count: int = 1, lock_timeout: Seconds = timedelta(minutes=5)
     ) -> AsyncIterator[AsyncTransactionalBatch]:
         """Exactly-once processing for database side effects; see :meth:`pyqueue.DelayedQueue.transaction`."""
-        routine = routines.transaction(self._ops, AsyncMessage, self, max_count, lock_timeout)
-        async with self._conn(None) as c, c.transaction():
-            yield AsyncTransactionalBatch(await self._step(routine, c), c)
-            await self._step(routine, c)
+        routine = routines.transaction(self._statements, AsyncMessage, self, max_count, lock_timeout)
+        async with self._driver.connection(None) as c, c.transaction():
+            yield AsyncTransactionalBatch(await self._driver.step(routine, c), c)
+            await self._driver.step(routine, c)
 
     # -- finish a delivery ---------------------------------------------------------------------
     async def ack(self, lock_token: UUID, *, conn: AsyncConnection | None = None) -> bool:
         """Acknowledge the delivery held under ``lock_token`` (``dq_ack``); False if stale."""
-        return await self._run(self._ops.ack(lock_token), conn)
+        return await self._driver.run(self._statements.ack(lock_token), conn)
 
     async def ack_many(self, messages: Iterable[AsyncMessage | UUID], *, conn: AsyncConnection | None = None) -> int:
         """Acknowledge many deliveries in one statement (``dq_ack_many(uuid[])``); returns how many held."""
-        return await self._run(self._ops.ack_many(messages), conn)
+        return await self._driver.run(self._statements.ack_many(messages), conn)
 
     async def nack(
         self, lock_token: UUID, delay: Seconds = 0, *, error: str | None = None, conn: AsyncConnection | None = None
     ) -> bool:
         """Give the message back, visible after ``delay`` (``dq_nack``); False if stale."""
-        return await self._run(self._ops.nack(lock_token, delay, error), conn)
+        return await self._driver.run(self._statements.nack(lock_token, delay, error), conn)
 
     async def extend(
         self, lock_token: UUID, timeout: Seconds, *, conn: AsyncConnection | None = None
     ) -> datetime | None:
         """Heartbeat (``dq_extend``): invisible until now + timeout; None if the lock was lost."""
-        return await self._run(self._ops.extend(lock_token, timeout), conn)
+        return await self._driver.run(self._statements.extend(lock_token, timeout), conn)
 
-    async def _dead_letter_queue_of(self, message: AsyncMessage) -> str | None:
+    async def dead_letter_queue_of(self, message: AsyncMessage) -> str | None:
         """As :meth:`pyqueue.DelayedQueue._dead_letter_queue_of`."""
-        async with self._conn(None) as c, c.transaction():
-            return await self._step(routines.dead_letter_queue_of(self._ops, message), c)
+        async with self._driver.connection(None) as c, c.transaction():
+            return await self._driver.step(routines.dead_letter_queue_of(self._statements, message), c)
 
     # -- operations ----------------------------------------------------------------------------
     async def configure(
@@ -188,52 +201,52 @@ class AsyncDelayedQueue(AsyncDriver):
     ) -> None:
         """Configure this queue (``dq_configure_queue``); see :meth:`pyqueue.DelayedQueue.configure`
         (a setting left None keeps its value; ``clear`` names the settings to reset)."""
-        await self._run(self._ops.configure(max_deliveries, dead_letter_queue, archive, retention, notify,
+        await self._driver.run(self._statements.configure(max_deliveries, dead_letter_queue, archive, retention, notify,
                                             max_payload_bytes, max_in_flight, rate_limit, rate_period, clear))
 
     async def pause(self) -> bool:
         """Pause this queue (``dq_pause_queue``); see :meth:`pyqueue.DelayedQueue.pause`.
 
         :returns: True when the queue was not paused before."""
-        return await self._run(self._ops.pause())
+        return await self._driver.run(self._statements.pause())
 
     async def resume(self) -> bool:
         """Resume a paused queue and wake its waiting consumers (``dq_resume_queue``); see
         :meth:`pyqueue.DelayedQueue.resume`.
 
         :returns: True when the queue was paused."""
-        return await self._run(self._ops.resume())
+        return await self._driver.run(self._statements.resume())
 
     async def stats(self) -> QueueStats:
         """This queue's figures (``dq_queue_stats``)."""
-        return await self._run(self._ops.stats())
+        return await self._driver.run(self._statements.stats())
 
     async def purge(self, *, confirm: bool = False) -> int:
         """Delete every message of this queue (``dq_purge``); ``confirm=True`` is required."""
-        return await self._run(self._ops.purge(confirm))
+        return await self._driver.run(self._statements.purge(confirm))
 
     async def release_locks(self) -> int:
         """Make every in-flight message due now (``dq_release_locks``)."""
-        return await self._run(self._ops.release_locks())
+        return await self._driver.run(self._statements.release_locks())
 
     async def redrive(self, max_count: int = 1000) -> int:
         """Send up to ``max_count`` dead letters of this queue back (``dq_redrive``)."""
-        return await self._run(self._ops.redrive(max_count))
+        return await self._driver.run(self._statements.redrive(max_count))
 
     async def dead_letters(self, max_rows: int = 100) -> list[dict[str, Any]]:
         """This dead-letter queue's dead letters, oldest death first (``dq_dead_letters``); see
         :meth:`pyqueue.DelayedQueue.dead_letters`."""
-        return await self._run(self._ops.dead_letters(max_rows))
+        return await self._driver.run(self._statements.dead_letters(max_rows))
 
     # -- read ----------------------------------------------------------------------------------
     async def cancel(self, key: str, *, conn: AsyncConnection | None = None) -> bool:
         """Delete the message with this key (``dq_cancel``); False when absent."""
-        return await self._run(self._ops.cancel(key), conn)
+        return await self._driver.run(self._statements.cancel(key), conn)
 
     async def get(self, key: str, *, conn: AsyncConnection | None = None) -> StoredMessage | None:
         """Read the message with this key without locking it (``dq_get``), or None; see
         :meth:`pyqueue.DelayedQueue.get`."""
-        return await self._run(self._ops.get(key), conn)
+        return await self._driver.run(self._statements.get(key), conn)
 
     async def contains(self, key: str) -> bool:
         """True when a message with this key is in the queue."""
@@ -241,14 +254,10 @@ class AsyncDelayedQueue(AsyncDriver):
 
     async def next_due(self) -> datetime | None:
         """When the next message becomes visible (``dq_next_due``), None when empty."""
-        return await self._run(self._ops.next_due())
+        return await self._driver.run(self._statements.next_due())
 
 
 async def all_stats(conn: AsyncConnection, *, schema: str | None = None) -> list[QueueStats]:
     """Every queue's figures (the ``dq_stats`` view); see :func:`pyqueue.all_stats`."""
     with translating():
-        return await run(conn, Ops(schema).all_stats())
-
-
-# Re-exported here; defined in its own module, which uses the classes above: imported last.
-from .aio_worker import AsyncWorker  # noqa: E402
+        return await run(conn, Statements(schema).all_stats())

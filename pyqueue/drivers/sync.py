@@ -15,9 +15,10 @@ import psycopg
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
-from . import _routines as routines
-from ._ops import Op, Ops, QueueOps, check_conninfo, first_connection_kwargs
-from .errors import connection_failed, translating
+from ..core import routines
+from ..core.checks import check_conninfo, first_connection_kwargs
+from ..core.statements import QueueStatements, Statement, Statements
+from ..errors import connection_failed, translating
 
 __all__ = ["Connection", "Driver", "resolve", "run"]
 
@@ -25,7 +26,7 @@ T = TypeVar("T")
 Connection = psycopg.Connection[TupleRow]
 
 
-def run(conn: psycopg.Connection[Any], op: Op[T]) -> T:
+def run(conn: psycopg.Connection[Any], op: Statement[T]) -> T:
     """Execute ``op`` on ``conn`` and decode its rows (psycopg errors are not translated here)."""
     if op.sql is None:
         return op.decode((), [])
@@ -58,11 +59,13 @@ class Driver:
     :raises InvalidArgument: a connection string libpq cannot parse.
     """
 
-    def __init__(self, conninfo_or_pool: str | ConnectionPool[Any], ops: QueueOps, pool_size: int) -> None:
-        self._ops = ops
-        #: The queue's name, its install's schema (None: search_path) and its payload serializers.
-        self.queue, self.schema, self.serializers = ops.queue, ops.schema, ops.serializers
-        self._listening = routines.Listening()
+    def __init__(
+        self, conninfo_or_pool: str | ConnectionPool[Any], statements: QueueStatements, pool_size: int
+    ) -> None:
+        #: The statements of the queue this driver runs (its name, schema and serializers).
+        self.statements = statements
+        #: What the queue learnt about waiting: its LISTEN channel, whether notifications arrive.
+        self.listening = routines.Listening()
         self._listeners: list[Connection] = []
         self._listeners_lock = threading.Lock()
         self._closed = False  # after close(), a wait that ends gives its connection back by closing it
@@ -71,7 +74,7 @@ class Driver:
         self._opening = threading.Lock()
         if isinstance(conninfo_or_pool, str):
             check_conninfo(conninfo_or_pool)
-            settings = ops.pool_settings(pool_size, "pyqueue")
+            settings = statements.pool_settings(pool_size, "pyqueue")
             self._pool: ConnectionPool[Any] = ConnectionPool(
                 conninfo_or_pool, configure=self._configure, open=False, **settings)
         else:
@@ -100,7 +103,7 @@ class Driver:
 
     def _configure(self, conn: Connection) -> None:
         """Pool hook for new connections: behind a pooler, no prepared statements."""
-        self._step(routines.behind_pooler(Ops()), conn)
+        self.step(routines.behind_pooler(Statements()), conn)
 
     def close(self) -> None:
         """Close the waiting connections, and the pool if this queue created it."""
@@ -118,7 +121,7 @@ class Driver:
         return self._pool
 
     @contextmanager
-    def _conn(self, conn: Connection | None) -> Iterator[Connection]:
+    def connection(self, conn: Connection | None) -> Iterator[Connection]:
         """``conn``, or a pooled connection; psycopg errors leave as :class:`pyqueue.PyQueueError`."""
         with translating():
             if conn is not None:
@@ -137,10 +140,10 @@ class Driver:
                     self._pool.check()
                 raise
 
-    def _run(self, op: Op[T], conn: Connection | None = None) -> T:
+    def run(self, op: Statement[T], conn: Connection | None = None) -> T:
         if op.sql is None:  # nothing to run (an empty batch): no connection either
             return op.decode((), [])
-        with self._conn(conn) as c:
+        with self.connection(conn) as c:
             return run(c, op)
 
     def _take_listener(self) -> Connection:
@@ -156,7 +159,7 @@ class Driver:
         kwargs = {k: v for k, v in (pool_kwargs or {}).items() if k != "autocommit"}
         conn = psycopg.connect(conninfo, autocommit=True, **kwargs)
         try:
-            self._step(routines.start_listening(self._ops, self._listening), conn)
+            self.step(routines.start_listening(self.statements, self.listening), conn)
         except BaseException:
             conn.close()
             raise
@@ -170,7 +173,7 @@ class Driver:
                     return
         conn.close()
 
-    def _step(self, routine: routines.Routine[T], conn: Connection | None = None) -> T:
+    def step(self, routine: routines.Routine[T], conn: Connection | None = None) -> T:
         """Perform the steps of ``routine`` on ``conn`` (or the connection it acquires) until it
         returns, or until it hands a value over (:class:`Handoff`: that value is returned, and the
         next call resumes the routine). A connection acquired and not released is closed."""

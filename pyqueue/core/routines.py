@@ -1,6 +1,6 @@
 """The operations of more than one statement, written once as sans-I/O routines.
 
-A routine is a generator: it yields a *step* (run this :class:`~pyqueue._ops.Op`, wait for a
+A routine is a generator: it yields a *step* (run this :class:`~pyqueue._ops.Statement`, wait for a
 notification up to ``s`` seconds, sleep ``s`` seconds …), the driver performs it on its kind of
 connection and sends the result back (or throws the driver's :class:`psycopg.Error` into the
 routine), until the routine returns its result. The sync driver (:meth:`pyqueue._sync.Driver._step`) and the asyncio
@@ -24,9 +24,10 @@ from uuid import uuid4
 
 import psycopg
 
-from . import limits
-from ._ops import M, Op, Ops, QueueOps, check_int
-from .durations import Seconds, as_timedelta
+from .. import limits
+from ..durations import Seconds, as_timedelta
+from .checks import check_int
+from .statements import M, QueueStatements, Statement, Statements
 
 __all__ = [
     "Run", "RunPooled", "Notified", "Sleep", "ClientPid", "NoPrepare", "Acquire", "Release", "Handoff",
@@ -43,14 +44,14 @@ log = logging.getLogger("pyqueue.client")
 class Run:
     """Run ``op`` on the routine's connection; the result is the op's decoded result."""
 
-    op: Op[Any]
+    op: Statement[Any]
 
 
 @dataclass(frozen=True, slots=True)
 class RunPooled:
     """Run ``op`` on another connection of the queue's pool (not the routine's)."""
 
-    op: Op[Any]
+    op: Statement[Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +183,7 @@ class Listening:
     available: bool | None = None
 
 
-def behind_pooler(ops: Ops) -> Routine[bool]:
+def behind_pooler(ops: Statements) -> Routine[bool]:
     """True when a connection pooler (PgBouncer…) sits between the connection and the server: the
     backend pid libpq was given at connect (the pooler's own cancel key) is not the server
     process's. Then psycopg's prepared statements, which would be created on one server
@@ -195,14 +196,14 @@ def behind_pooler(ops: Ops) -> Routine[bool]:
     return True
 
 
-def channel(ops: QueueOps, state: Listening) -> Routine[str]:
+def channel(ops: QueueStatements, state: Listening) -> Routine[str]:
     """The queue's LISTEN channel, looked up once."""
     if state.channel is None:
         state.channel = yield Run(ops.channel())
     return state.channel
 
 
-def start_listening(ops: QueueOps, state: Listening) -> Routine[None]:
+def start_listening(ops: QueueStatements, state: Listening) -> Routine[None]:
     """LISTEN on the queue's channel; behind a pooler, first check that a notification sent from
     another connection arrives (a transaction-pooling PgBouncer hands the session to other clients
     between transactions, so it would not). Without notifications the waits fall back to timed
@@ -226,7 +227,7 @@ def start_listening(ops: QueueOps, state: Listening) -> Routine[None]:
 
 
 def poll_waiting(
-    ops: QueueOps,
+    ops: QueueStatements,
     state: Listening,
     cls: type[M],
     client: Any,
@@ -264,7 +265,7 @@ def poll_waiting(
 
 
 def _wait_cycle(
-    ops: QueueOps,
+    ops: QueueStatements,
     state: Listening,
     cls: type[M],
     client: Any,
@@ -296,7 +297,7 @@ def _wait_cycle(
             yield Sleep(sleep_s) if state.available is False else Notified(sleep_s)
 
 
-def dead_letter_queue_of(ops: QueueOps, message: Any) -> Routine[str | None]:
+def dead_letter_queue_of(ops: QueueStatements, message: Any) -> Routine[str | None]:
     """Where a delivery that was just nacked went, run inside the driver's transaction (the
     cursor of ``dq_export_messages`` lives until its end): None while the message is still in its
     queue (it will be delivered again), else the dead-letter queue it was moved to at the queue's
@@ -313,7 +314,7 @@ def dead_letter_queue_of(ops: QueueOps, message: Any) -> Routine[str | None]:
 
 
 def transaction(
-    ops: QueueOps, cls: type[M], client: Any, max_count: int, lock_timeout: Seconds
+    ops: QueueStatements, cls: type[M], client: Any, max_count: int, lock_timeout: Seconds
 ) -> Routine[list[M]]:
     """Exactly-once processing, run inside the driver's transaction: poll, hand the messages to the
     caller (:class:`Handoff`), and when the caller's block ends normally acknowledge them in the
@@ -321,7 +322,7 @@ def transaction(
     return _transaction(ops, ops.poll(max_count, lock_timeout, cls, client))
 
 
-def _transaction(ops: QueueOps, poll: Op[list[M]]) -> Routine[list[M]]:
+def _transaction(ops: QueueStatements, poll: Statement[list[M]]) -> Routine[list[M]]:
     messages: list[M] = yield Run(poll)
     yield Handoff(messages)
     yield Run(ops.ack_many(messages))

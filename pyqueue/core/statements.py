@@ -1,7 +1,7 @@
-"""Every operation of the binding as data: an :class:`Op` holds the SQL text, its parameters
+"""Every operation of the binding as data: a :class:`Statement` holds the SQL text, its parameters
 (checked and encoded before any I/O) and a decoder that builds the result from the rows by
 column name. The sync driver (:mod:`pyqueue._sync`) and the asyncio driver
-(:mod:`pyqueue._async`) only execute an Op on their kind of connection and return
+(:mod:`pyqueue._async`) only execute a Statement on their kind of connection and return
 ``op.decode(column_names, rows)``: nothing here does I/O.
 
 The statements name the ``dq_*`` functions of one install: unqualified (``schema=None``, resolved
@@ -13,24 +13,19 @@ and psycopg's automatic prepared statements keep working.
 from __future__ import annotations
 
 import functools
-import math
-import os
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
-import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 
-from . import limits
-from .durations import Seconds, as_timedelta
-from .errors import InvalidArgument
-from .model import (
+from .. import limits
+from ..durations import Seconds, as_timedelta
+from ..errors import InvalidArgument
+from ..model import (
     CronSchedule,
     LockedMessage,
     OfferOutcome,
@@ -40,9 +35,22 @@ from .model import (
     column_names,
     delivery_from_row,
 )
-from .serializers import SerializerRegistry, json_bytes
+from ..serializers import SerializerRegistry
+from .checks import (
+    Controls,
+    check_at,
+    check_bool,
+    check_controls,
+    check_int,
+    check_lock_token,
+    check_queue_name,
+    check_schema,
+    check_setting_names,
+    check_str,
+    described,
+)
 
-__all__ = ["Op", "Ops", "QueueOps", "Waited", "statements", "check_schema", "check_queue_name"]
+__all__ = ["Statement", "Statements", "QueueStatements", "Waited", "sql_texts", "check_schema", "check_queue_name"]
 
 T = TypeVar("T")
 M = TypeVar("M", bound=LockedMessage[Any])
@@ -52,7 +60,7 @@ Decoder = Callable[[Sequence[str], Rows], T]
 
 
 @dataclass(frozen=True, slots=True)
-class Op(Generic[T]):
+class Statement(Generic[T]):
     """One statement to run and how to read its result.
 
     :ivar sql: the statement (a ``str`` or a :mod:`psycopg.sql` composition), or None when there is
@@ -112,10 +120,10 @@ def _schedule(row: dict[str, Any]) -> CronSchedule:
 
 
 @dataclass(frozen=True)
-class Statements:
+class SqlTexts:
     """The SQL text of every operation; ``{s}`` stands for the schema prefix, ``{delivery}``,
     ``{stored}``, ``{stats}`` and ``{schedule}`` for the columns of the row types of
-    :mod:`pyqueue.model` they become, named as their fields (see :func:`statements`)."""
+    :mod:`pyqueue.model` they become, named as their fields (see :func:`sql_texts`)."""
 
     # The delivery time t.at is computed once, on the database clock; a ttl counts from it.
     offer: str = (
@@ -202,15 +210,6 @@ class Statements:
     notify: str = "SELECT pg_notify(%(channel)s, '')"
 
 
-def check_schema(schema: object) -> str | None:
-    """``schema`` if it is None or a usable schema name; raises :class:`pyqueue.InvalidArgument`."""
-    if schema is None:
-        return None
-    if not isinstance(schema, str) or not 1 <= len(schema.encode()) <= 63 or "\x00" in schema:
-        raise InvalidArgument("schema must be None or a str of 1 to 63 bytes (a PostgreSQL identifier)")
-    return schema
-
-
 #: Fields of :mod:`pyqueue.model` named otherwise than their SQL column: field -> select item.
 _RENAMED = {"raw_payload": "payload AS raw_payload", "group": 'message_group AS "group"'}
 
@@ -221,188 +220,19 @@ def _select_list(cls: type) -> str:
 
 
 @functools.cache
-def statements(schema: str | None) -> Statements:
+def sql_texts(schema: str | None) -> SqlTexts:
     """Every statement naming the install in ``schema``: ``"schema".dq_…`` (quoted as an identifier,
     ``%`` doubled for the placeholder syntax), or the bare ``dq_…`` names when ``schema`` is None."""
     prefix = "" if schema is None else sql.Identifier(schema).as_string(None).replace("%", "%%") + "."
     marks = {"{s}": prefix, "{delivery}": _select_list(LockedMessage), "{stored}": _select_list(StoredMessage),
              "{stats}": _select_list(QueueStats), "{schedule}": _select_list(CronSchedule)}
     texts = {}
-    for f in fields(Statements):
+    for f in fields(SqlTexts):
         text = str(f.default)
         for mark, value in marks.items():
             text = text.replace(mark, value)
         texts[f.name] = text
-    return Statements(**texts)
-
-
-def _got(value: object) -> str:
-    """How an error message shows a wrong argument: its type and a short repr."""
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
-
-
-def check_queue_name(queue: object, name: str = "queue") -> str:
-    """``queue`` if it is a valid queue name; raises :class:`pyqueue.InvalidArgument` before any I/O."""
-    if not isinstance(queue, str) or not 1 <= len(queue) <= limits.QUEUE_CHARS:
-        raise InvalidArgument(f"{name} must be a str of 1 to {limits.QUEUE_CHARS} characters, got {_got(queue)}")
-    return queue
-
-
-def _check_kind(value: object, name: str, kind: type, expected: str, optional: bool) -> Any:
-    """``value`` if it is a ``kind`` (or None when ``optional``), else InvalidArgument naming ``name``."""
-    if isinstance(value, kind) or (optional and value is None):
-        return value
-    raise InvalidArgument(f"{name} must be {expected}{' or None' if optional else ''}, got {_got(value)}")
-
-
-def check_str(value: object, name: str, *, optional: bool = False) -> Any:
-    """``value`` if it is a str (or None when ``optional``); the database checks its length."""
-    return _check_kind(value, name, str, "a str", optional)
-
-
-def check_int(
-    value: object, name: str, lo: int | None = None, hi: int | None = None, *, optional: bool = False
-) -> Any:
-    """``value`` if it is an int (not a bool) within ``lo`` .. ``hi`` when given (or None when
-    ``optional``); raises :class:`pyqueue.InvalidArgument` naming ``name``."""
-    if optional and value is None:
-        return None
-    in_range = (lo is None or value >= lo) and (hi is None or value <= hi) \
-        if isinstance(value, int) and not isinstance(value, bool) else False
-    if not in_range:
-        bounds = f" from {lo} to {hi}" if lo is not None and hi is not None else (
-            f" of at least {lo}" if lo is not None else "")
-        raise InvalidArgument(f"{name} must be an int{bounds}{' or None' if optional else ''}, got {_got(value)}")
-    return value
-
-
-def check_setting_names(value: object, name: str) -> list[str]:
-    """``value`` (an iterable of str, not a str itself, which would name its letters) as a list;
-    raises :class:`pyqueue.InvalidArgument` naming ``name``. Which names exist is the database's
-    rule (``dq_configure_queue`` raises 22023 for an unknown one)."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise InvalidArgument(f"{name} must be a list of setting names (e.g. ['max_in_flight']), got {_got(value)}")
-    names = list(value)
-    for i, item in enumerate(names):
-        if not isinstance(item, str):
-            raise InvalidArgument(f"{name}[{i}] must be a setting name (a str), got {_got(item)}")
-    return names
-
-
-def check_bool(value: object, name: str, *, optional: bool = False) -> Any:
-    """``value`` if it is a bool (or None when ``optional``)."""
-    return _check_kind(value, name, bool, "True or False", optional)
-
-
-def check_instant(value: object, name: str) -> datetime | None:
-    """``value`` if it is None or a timezone-aware datetime (a naive one has no defined instant)."""
-    if value is None:
-        return None
-    if not isinstance(value, datetime):
-        raise InvalidArgument(f"{name} must be a timezone-aware datetime or None, got {_got(value)}")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidArgument(f"{name} must be timezone-aware (a naive datetime has no defined instant)")
-    return value
-
-
-def check_lock_token(value: object, name: str = "lock_token") -> UUID:
-    """``value`` as a :class:`uuid.UUID`: a UUID, or its text form (as ``Message.lock_token``
-    prints); anything else raises :class:`pyqueue.InvalidArgument` before any I/O."""
-    if isinstance(value, UUID):
-        return value
-    if isinstance(value, str):
-        try:
-            return UUID(value)
-        except ValueError:
-            pass
-    raise InvalidArgument(f"{name} must be a UUID (the lock_token of a delivery), got {_got(value)}")
-
-
-def check_at(at: datetime | None, delay: Seconds | None) -> tuple[datetime | None, timedelta | None]:
-    """The delivery time of an offer: ``at`` (timezone-aware) or ``delay`` (≥ 0), not both."""
-    if at is not None and delay is not None:
-        raise InvalidArgument("pass either at or delay, not both")
-    return check_instant(at, "at"), (None if delay is None else as_timedelta(delay, "delay", allow_zero=True))
-
-
-def cron_timezone(timezone: str, tz: str | None) -> str:
-    """The time zone of ``QueueCron.install`` (and its async twin): ``timezone``, or the value of the
-    deprecated ``tz`` keyword with a :class:`DeprecationWarning` (it goes in the next release)."""
-    if tz is None:
-        return timezone
-    warnings.warn("install(tz=...) is deprecated, use timezone=... (the name the SQL function and "
-                  "the CLI use)", DeprecationWarning, stacklevel=3)
-    if timezone != "UTC" and timezone != tz:
-        raise InvalidArgument("pass either timezone or the deprecated tz, not both")
-    return tz
-
-
-@dataclass(frozen=True, slots=True)
-class Controls:
-    """The delivery controls of one offer, checked and encoded: ``ttl`` stays a duration, turned
-    into an instant by the statement (from the delivery time, on the database clock)."""
-
-    priority: int
-    group: str | None
-    expires_at: datetime | None
-    ttl: timedelta | None
-    headers: Jsonb | None
-
-    @property
-    def default(self) -> bool:
-        """None of the controls is set (the offer is as one without them)."""
-        return (self.priority == 0 and self.group is None and self.expires_at is None and self.ttl is None
-                and self.headers is None)
-
-
-def check_controls(
-    priority: int, group: str | None, expires_at: datetime | None, ttl: Seconds | None,
-    headers: Mapping[str, Any] | None,
-) -> Controls:
-    """The delivery controls of an offer. Refused before any I/O: a priority that is not an int
-    in :data:`pyqueue.limits.PRIORITY_MIN` .. :data:`pyqueue.limits.PRIORITY_MAX` (it could not
-    even be sent as an integer beyond), ``expires_at`` together with ``ttl``, a naive
-    ``expires_at``, a ``ttl`` ≤ 0, headers that are not a mapping or have no JSON text
-    (:func:`pyqueue.serializers.json_bytes`: NaN, colliding keys, a set…); the other rules (group
-    length, the size of the headers) are the database's."""
-    if isinstance(priority, bool) or not isinstance(priority, int) \
-            or not limits.PRIORITY_MIN <= priority <= limits.PRIORITY_MAX:
-        raise InvalidArgument(
-            f"priority is {priority!r}, it must be an int from {limits.PRIORITY_MIN} to {limits.PRIORITY_MAX}")
-    if expires_at is not None and ttl is not None:
-        raise InvalidArgument("pass either expires_at or ttl, not both")
-    if headers is not None and not isinstance(headers, Mapping):
-        raise InvalidArgument(f"headers must be a mapping (a JSON object) or None, got {_got(headers)}")
-    return Controls(priority, check_str(group, "group", optional=True), check_instant(expires_at, "expires_at"),
-                    None if ttl is None else as_timedelta(ttl, "ttl"),
-                    None if headers is None else Jsonb(json_bytes(headers, "headers"), dumps=_written))
-
-
-def _written(data: bytes) -> bytes:
-    """The ``dumps`` of a :class:`Jsonb` whose JSON text is written already (by ``json_bytes``,
-    before any I/O): sent as it is."""
-    return data
-
-
-def check_conninfo(conninfo: str) -> dict[str, Any]:
-    """The parameters of a libpq connection string or URL, or :class:`InvalidArgument` for one
-    libpq cannot parse (before any I/O)."""
-    try:
-        return conninfo_to_dict(conninfo)
-    except psycopg.ProgrammingError as exc:
-        raise InvalidArgument(f"conninfo_or_pool is not a libpq connection string: {exc}") from None
-
-
-def first_connection_kwargs(conninfo: str, timeout: float) -> dict[str, Any]:
-    """The keyword arguments of the first connection of a queue that owns its pool, made before
-    the pool opens (so that a refusal is reported at once, with the server's reason, and not
-    retried by the pool until its ``timeout``): a ``connect_timeout`` of the pool's ``timeout``
-    seconds (at least 2, libpq's least) when neither ``conninfo`` nor ``PGCONNECT_TIMEOUT`` sets
-    one, as an unanswered connection would otherwise wait psycopg's 130 s."""
-    if "connect_timeout" in check_conninfo(conninfo) or os.environ.get("PGCONNECT_TIMEOUT"):
-        return {}
-    return {"connect_timeout": max(2, math.ceil(timeout))}
+    return SqlTexts(**texts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,16 +244,16 @@ class Waited(Generic[M]):
     wake_in_s: float
 
 
-class Ops:
+class Statements:
     """The operations of one install (``schema``) that belong to no single queue: statistics,
     cron schedules, and the helpers of waiting (LISTEN, the pooler check)."""
 
     def __init__(self, schema: str | None = None) -> None:
         self.schema = check_schema(schema)
-        self.sql = statements(self.schema)
+        self.sql = sql_texts(self.schema)
 
-    def all_stats(self) -> Op[list[QueueStats]]:
-        return Op(self.sql.all_stats, {}, _records(_queue_stats))
+    def all_stats(self) -> Statement[list[QueueStats]]:
+        return Statement(self.sql.all_stats, {}, _records(_queue_stats))
 
     # -- cron ------------------------------------------------------------------------------------
     def cron_install(
@@ -436,7 +266,7 @@ class Ops:
         payload_type: str | None,
         lookahead: timedelta,
         serializers: SerializerRegistry,
-    ) -> Op[str]:
+    ) -> Statement[str]:
         check_str(name, "name")
         check_queue_name(queue)
         check_str(schedule, "schedule")
@@ -445,53 +275,53 @@ class Ops:
         data, ptype = serializers.encode(payload, check_str(payload_type, "payload_type", optional=True))
         params = {"name": name, "queue": queue, "schedule": schedule, "payload": data, "timezone": timezone,
                   "payload_type": ptype, "lookahead": lookahead}
-        return Op(self.sql.cron_install, params, _value("config_hash", str))
+        return Statement(self.sql.cron_install, params, _value("config_hash", str))
 
-    def cron_uninstall(self, name: str) -> Op[bool]:
-        return Op(self.sql.cron_uninstall, {"name": name}, _value("done", bool, False))
+    def cron_uninstall(self, name: str) -> Statement[bool]:
+        return Statement(self.sql.cron_uninstall, {"name": name}, _value("done", bool, False))
 
-    def cron_pause(self, name: str) -> Op[bool]:
-        return Op(self.sql.cron_pause, {"name": name}, _value("done", bool, False))
+    def cron_pause(self, name: str) -> Statement[bool]:
+        return Statement(self.sql.cron_pause, {"name": name}, _value("done", bool, False))
 
-    def cron_resume(self, name: str) -> Op[bool]:
-        return Op(self.sql.cron_resume, {"name": name}, _value("done", bool, False))
+    def cron_resume(self, name: str) -> Statement[bool]:
+        return Statement(self.sql.cron_resume, {"name": name}, _value("done", bool, False))
 
-    def cron_tick(self) -> Op[int]:
-        return Op(self.sql.cron_tick, {}, _value("created", int, 0))
+    def cron_tick(self) -> Statement[int]:
+        return Statement(self.sql.cron_tick, {}, _value("created", int, 0))
 
-    def cron_schedules(self, queue: str | None = None) -> Op[list[CronSchedule]]:
+    def cron_schedules(self, queue: str | None = None) -> Statement[list[CronSchedule]]:
         """Every schedule, or those of ``queue``, by name."""
-        return Op(self.sql.cron_schedules, {"queue": queue}, _records(_schedule))
+        return Statement(self.sql.cron_schedules, {"queue": queue}, _records(_schedule))
 
     def cron_occurrences(
         self, schedule: str, timezone: str, after: datetime | None, until: datetime | None, max_count: int
-    ) -> Op[list[datetime]]:
+    ) -> Statement[list[datetime]]:
         params = {"schedule": schedule, "timezone": timezone, "after": after, "until": until, "max_count": max_count}
-        return Op(self.sql.cron_occurrences, params, _records(lambda r: r["occurrence"]))
+        return Statement(self.sql.cron_occurrences, params, _records(lambda r: r["occurrence"]))
 
-    def try_advisory_lock(self, key: int) -> Op[bool]:
-        return Op(self.sql.try_advisory_lock, {"key": key}, _value("locked", bool, False))
+    def try_advisory_lock(self, key: int) -> Statement[bool]:
+        return Statement(self.sql.try_advisory_lock, {"key": key}, _value("locked", bool, False))
 
     # -- waiting -----------------------------------------------------------------------------------
-    def backend_pid(self) -> Op[int]:
+    def backend_pid(self) -> Statement[int]:
         """The server process of the connection (differs from libpq's behind a pooler)."""
-        return Op(self.sql.backend_pid, {}, _value("pid"))
+        return Statement(self.sql.backend_pid, {}, _value("pid"))
 
-    def notify(self, channel: str) -> Op[None]:
-        return Op(self.sql.notify, {"channel": channel}, _none)
-
-    @staticmethod
-    def listen(channel: str) -> Op[None]:
-        return Op(sql.SQL("LISTEN {}").format(sql.Identifier(channel)), None, _none)
+    def notify(self, channel: str) -> Statement[None]:
+        return Statement(self.sql.notify, {"channel": channel}, _none)
 
     @staticmethod
-    def unlisten(channel: str | None) -> Op[None]:
+    def listen(channel: str) -> Statement[None]:
+        return Statement(sql.SQL("LISTEN {}").format(sql.Identifier(channel)), None, _none)
+
+    @staticmethod
+    def unlisten(channel: str | None) -> Statement[None]:
         """UNLISTEN ``channel``, or every channel when None."""
         target = sql.SQL("*") if channel is None else sql.Identifier(channel)
-        return Op(sql.SQL("UNLISTEN {}").format(target), None, _none)
+        return Statement(sql.SQL("UNLISTEN {}").format(target), None, _none)
 
 
-class QueueOps(Ops):
+class QueueStatements(Statements):
     """The operations on one queue of one install, with the queue's payload serializers."""
 
     def __init__(self, queue: str, schema: str | None, serializers: SerializerRegistry) -> None:
@@ -520,7 +350,7 @@ class QueueOps(Ops):
         expires_at: datetime | None = None,
         ttl: Seconds | None = None,
         headers: Mapping[str, Any] | None = None,
-    ) -> Op[OfferOutcome]:
+    ) -> Statement[OfferOutcome]:
         check_str(key, "key")
         check_bool(can_update, "can_update")
         at, delay_td = check_at(at, delay)
@@ -528,11 +358,11 @@ class QueueOps(Ops):
         data, ptype = self.serializers.encode(payload, check_str(payload_type, "payload_type", optional=True))
         params = self._q(key=key, payload=data, at=at, delay=delay_td, can_update=can_update, payload_type=ptype,
                          priority=c.priority, group=c.group, expires_at=c.expires_at, ttl=c.ttl, headers=c.headers)
-        return Op(self.sql.offer, params, _value("outcome", OfferOutcome))
+        return Statement(self.sql.offer, params, _value("outcome", OfferOutcome))
 
     def offer_many(
         self, items: Iterable[OfferRequest | tuple[str, Any]], can_update: bool
-    ) -> Op[dict[str, OfferOutcome]]:
+    ) -> Statement[dict[str, OfferOutcome]]:
         keys: list[str] = []
         payloads: list[bytes] = []
         types: list[str] = []
@@ -542,14 +372,15 @@ class QueueOps(Ops):
         check_bool(can_update, "can_update")
         if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
             raise InvalidArgument(
-                f"items must be an iterable of OfferRequest or (key, payload) pairs, got {_got(items)}")
+                f"items must be an iterable of OfferRequest or (key, payload) pairs, got {described(items)}")
         for i, item in enumerate(items):
             if isinstance(item, OfferRequest):
                 req = item
             elif isinstance(item, (tuple, list)) and len(item) == 2:
                 req = OfferRequest(item[0], item[1])
             else:
-                raise InvalidArgument(f"items[{i}] must be an OfferRequest or a (key, payload) pair, got {_got(item)}")
+                raise InvalidArgument(
+                    f"items[{i}] must be an OfferRequest or a (key, payload) pair, got {described(item)}")
             check_str(req.key, f"items[{i}].key")
             ptype_given = check_str(req.payload_type, f"items[{i}].payload_type", optional=True)
             try:
@@ -564,11 +395,11 @@ class QueueOps(Ops):
             ats.append(at)
             delays.append(delay_td)
         if not keys:
-            return Op(None, None, _outcomes)
+            return Statement(None, None, _outcomes)
         params = self._q(keys=keys, payloads=payloads, can_update=can_update, payload_types=types)
         timed = not all(a is None for a in ats) or not all(d is None for d in delays)
         if not timed and all(c.default for c in controls):
-            return Op(self.sql.offer_many_now, params, _outcomes)
+            return Statement(self.sql.offer_many_now, params, _outcomes)
 
         def column(values: list[Any], default: Any = None) -> list[Any] | None:
             """The array of one control, or None (the default for every element) when none is set."""
@@ -579,10 +410,10 @@ class QueueOps(Ops):
             groups=column([c.group for c in controls]), expires_ats=column([c.expires_at for c in controls]),
             ttls=column([c.ttl for c in controls]), headers=column([c.headers for c in controls]),
         )
-        return Op(self.sql.offer_many, params, _outcomes)
+        return Statement(self.sql.offer_many, params, _outcomes)
 
     # -- poll --------------------------------------------------------------------------------------
-    def poll(self, max_count: int, lock_timeout: Seconds, cls: type[M], client: Any) -> Op[list[M]]:
+    def poll(self, max_count: int, lock_timeout: Seconds, cls: type[M], client: Any) -> Statement[list[M]]:
         """``dq_poll_many``; the rows become ``cls`` objects bound to ``client``."""
         params = self._q(max_count=check_int(max_count, "max_count", 1, limits.POLL_MAX_COUNT),
                          lock_timeout=as_timedelta(lock_timeout, "lock_timeout"))
@@ -591,11 +422,11 @@ class QueueOps(Ops):
             return [delivery_from_row(cls, row, client, names) for row in rows]
 
         # Binary results: timestamptz and uuid columns decode about 3 us a row faster than text.
-        return Op(self.sql.poll, params, decode, binary=True)
+        return Statement(self.sql.poll, params, decode, binary=True)
 
     def poll_or_wait(
         self, max_count: int, lock_timeout: timedelta, max_wait: timedelta, cls: type[M], client: Any
-    ) -> Op[Waited[M]]:
+    ) -> Statement[Waited[M]]:
         """``dq_poll_or_wait``: acquire, or register as a waiter for up to ``max_wait``."""
         params = self._q(max_count=max_count, lock_timeout=lock_timeout, max_wait=max_wait)
 
@@ -609,29 +440,32 @@ class QueueOps(Ops):
                 del m.__dict__["wake_in_s"]
             return Waited(messages, 0.0)
 
-        return Op(self.sql.poll_or_wait, params, decode, binary=True)
+        return Statement(self.sql.poll_or_wait, params, decode, binary=True)
 
     # -- finish a delivery -------------------------------------------------------------------------
-    def ack(self, lock_token: Any) -> Op[bool]:
-        return Op(self.sql.ack, {"lock_token": check_lock_token(lock_token)}, _value("acked", bool, False))
+    def ack(self, lock_token: Any) -> Statement[bool]:
+        return Statement(self.sql.ack, {"lock_token": check_lock_token(lock_token)}, _value("acked", bool, False))
 
-    def ack_many(self, messages: Iterable[Any]) -> Op[int]:
+    def ack_many(self, messages: Iterable[Any]) -> Statement[int]:
         """Acknowledge deliveries or lock tokens (UUIDs); no statement when there are none."""
         if isinstance(messages, (str, bytes, UUID, LockedMessage)) or not isinstance(messages, Iterable):
-            raise InvalidArgument(f"messages must be an iterable of deliveries or lock tokens, got {_got(messages)}")
+            raise InvalidArgument(
+                f"messages must be an iterable of deliveries or lock tokens, got {described(messages)}")
         tokens = [m.lock_token if isinstance(m, LockedMessage) else check_lock_token(m, f"messages[{i}]")
                   for i, m in enumerate(messages)]
         decode = _value("acked", int, 0)
-        return Op(self.sql.ack_many, {"lock_tokens": tokens}, decode) if tokens else Op(None, None, decode)
+        if not tokens:
+            return Statement(None, None, decode)
+        return Statement(self.sql.ack_many, {"lock_tokens": tokens}, decode)
 
-    def nack(self, lock_token: Any, delay: Seconds, error: str | None) -> Op[bool]:
+    def nack(self, lock_token: Any, delay: Seconds, error: str | None) -> Statement[bool]:
         params = {"lock_token": check_lock_token(lock_token), "delay": as_timedelta(delay, "delay", allow_zero=True),
                   "error": check_str(error, "error", optional=True)}
-        return Op(self.sql.nack, params, _value("nacked", bool, False))
+        return Statement(self.sql.nack, params, _value("nacked", bool, False))
 
-    def extend(self, lock_token: Any, timeout: Seconds) -> Op[datetime | None]:
+    def extend(self, lock_token: Any, timeout: Seconds) -> Statement[datetime | None]:
         params = {"lock_token": check_lock_token(lock_token), "timeout": as_timedelta(timeout, "timeout")}
-        return Op(self.sql.extend, params, _value("locked_until"))
+        return Statement(self.sql.extend, params, _value("locked_until"))
 
     # -- operations --------------------------------------------------------------------------------
     def configure(
@@ -646,7 +480,7 @@ class QueueOps(Ops):
         rate_limit: int | None = None,
         rate_period: Seconds | None = None,
         clear: Iterable[str] = (),
-    ) -> Op[None]:
+    ) -> Statement[None]:
         params = self._q(
             max_deliveries=check_int(max_deliveries, "max_deliveries", optional=True),
             dead_letter_queue=None if dead_letter_queue is None else check_queue_name(
@@ -660,59 +494,59 @@ class QueueOps(Ops):
             rate_period=None if rate_period is None else as_timedelta(rate_period, "rate_period"),
             clear=check_setting_names(clear, "clear"),
         )
-        return Op(self.sql.configure, params, _none)
+        return Statement(self.sql.configure, params, _none)
 
-    def pause(self) -> Op[bool]:
-        return Op(self.sql.pause, self._q(), _value("changed", bool, False))
+    def pause(self) -> Statement[bool]:
+        return Statement(self.sql.pause, self._q(), _value("changed", bool, False))
 
-    def resume(self) -> Op[bool]:
-        return Op(self.sql.resume, self._q(), _value("changed", bool, False))
+    def resume(self) -> Statement[bool]:
+        return Statement(self.sql.resume, self._q(), _value("changed", bool, False))
 
-    def stats(self) -> Op[QueueStats]:
-        return Op(self.sql.stats, self._q(), lambda names, rows: _records(_queue_stats)(names, rows)[0])
+    def stats(self) -> Statement[QueueStats]:
+        return Statement(self.sql.stats, self._q(), lambda names, rows: _records(_queue_stats)(names, rows)[0])
 
-    def purge(self, confirm: bool) -> Op[int]:
-        return Op(self.sql.purge, self._q(confirm=check_bool(confirm, "confirm")), _value("purged", int, 0))
+    def purge(self, confirm: bool) -> Statement[int]:
+        return Statement(self.sql.purge, self._q(confirm=check_bool(confirm, "confirm")), _value("purged", int, 0))
 
-    def release_locks(self) -> Op[int]:
-        return Op(self.sql.release_locks, self._q(), _value("released", int, 0))
+    def release_locks(self) -> Statement[int]:
+        return Statement(self.sql.release_locks, self._q(), _value("released", int, 0))
 
-    def redrive(self, max_count: int) -> Op[int]:
+    def redrive(self, max_count: int) -> Statement[int]:
         params = self._q(max_count=check_int(max_count, "max_count", 1, limits.REDRIVE_MAX_COUNT))
-        return Op(self.sql.redrive, params, _value("moved", int, 0))
+        return Statement(self.sql.redrive, params, _value("moved", int, 0))
 
-    def dead_letters(self, max_rows: int) -> Op[list[dict[str, Any]]]:
+    def dead_letters(self, max_rows: int) -> Statement[list[dict[str, Any]]]:
         """``dq_dead_letters``: this dead-letter queue's dead letters, oldest death first, each as
         ``{column: value}`` (key, dead_from, last_error, payload_text …)."""
         params = self._q(max_rows=check_int(max_rows, "max_rows", 1, limits.DEAD_LETTERS_MAX_ROWS))
-        return Op(self.sql.dead_letters, params, _records(dict))
+        return Statement(self.sql.dead_letters, params, _records(dict))
 
     # -- read --------------------------------------------------------------------------------------
-    def cancel(self, key: str) -> Op[bool]:
-        return Op(self.sql.cancel, self._q(key=check_str(key, "key")), _value("cancelled", bool, False))
+    def cancel(self, key: str) -> Statement[bool]:
+        return Statement(self.sql.cancel, self._q(key=check_str(key, "key")), _value("cancelled", bool, False))
 
-    def get(self, key: str) -> Op[StoredMessage | None]:
+    def get(self, key: str) -> Statement[StoredMessage | None]:
         def decode(names: Sequence[str], rows: Rows) -> StoredMessage | None:
             if not rows:
                 return None
             row = dict(zip(names, rows[0], strict=True))
             return StoredMessage(**{**row, "raw_payload": bytes(row["raw_payload"])}, _registry=self.serializers)
 
-        return Op(self.sql.get, self._q(key=check_str(key, "key")), decode)
+        return Statement(self.sql.get, self._q(key=check_str(key, "key")), decode)
 
-    def dead_letters_of(self, message: LockedMessage[Any]) -> Op[str]:
+    def dead_letters_of(self, message: LockedMessage[Any]) -> Statement[str]:
         """Opens a cursor (inside a transaction) over the dead letters ``message`` may have become:
         rows of this key that died in this queue, inserted after it (ids only grow)."""
         filters = Jsonb([["key", "=", message.key], ["dead_from", "=", self.queue]])
-        return Op(self.sql.export_messages, {"id_from": message.id, "filters": filters}, _value("cursor", str))
+        return Statement(self.sql.export_messages, {"id_from": message.id, "filters": filters}, _value("cursor", str))
 
     @staticmethod
-    def fetch_all(cursor: str) -> Op[list[dict[str, Any]]]:
+    def fetch_all(cursor: str) -> Statement[list[dict[str, Any]]]:
         """Every row left in the named cursor, as ``{column: value}``."""
-        return Op(sql.SQL("FETCH ALL FROM {}").format(sql.Identifier(cursor)), None, _records(dict))
+        return Statement(sql.SQL("FETCH ALL FROM {}").format(sql.Identifier(cursor)), None, _records(dict))
 
-    def next_due(self) -> Op[datetime | None]:
-        return Op(self.sql.next_due, self._q(), _value("next_due"))
+    def next_due(self) -> Statement[datetime | None]:
+        return Statement(self.sql.next_due, self._q(), _value("next_due"))
 
-    def channel(self) -> Op[str]:
-        return Op(self.sql.channel, self._q(), _value("channel", str))
+    def channel(self) -> Statement[str]:
+        return Statement(self.sql.channel, self._q(), _value("channel", str))

@@ -16,10 +16,10 @@ from typing import Any
 
 import psycopg
 
-from ._async import resolve
-from .aio import AsyncDelayedQueue, AsyncMessage
-from .delivery import Delivery, Op, Runners, Stepper, Steps, WorkerCore, stop_signals
-from .errors import PyQueueError
+from ..core.delivery import Delivery, Op, Runners, Stepper, Steps, WorkerCore, stop_signals
+from ..drivers.aio import resolve
+from ..errors import PyQueueError
+from .client import AsyncDelayedQueue, AsyncMessage
 
 __all__ = ["AsyncWorker", "AsyncHandler"]
 
@@ -62,7 +62,7 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
             Op.RUNNING: self._running, Op.WAIT: self._wait_handlers, Op.POLL: self._poll, Op.START: self._start,
             Op.SLEEP: self._sleep, Op.ACK: self.queue.ack_many, Op.DRAIN: self._drain, Op.FINISHED: self._finish,
             Op.BLOCKING: asyncio.to_thread, Op.NACK: _nack, Op.EXTEND: _extend,
-            Op.DEAD_LETTER_QUEUE: self.queue._dead_letter_queue_of,
+            Op.DEAD_LETTER_QUEUE: self.queue.dead_letter_queue_of,
             Op.PAUSE: _pause, Op.SPAWN: self._spawn, Op.JOIN: self._join,
         }
 

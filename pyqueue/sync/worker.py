@@ -28,10 +28,10 @@ from contextlib import nullcontext
 from datetime import timedelta
 from typing import Any
 
-from ._sync import resolve
+from ..core.delivery import Backoff, Delivery, Op, Runners, Stepper, Steps, WorkerCore, WorkerStats, stop_signals
+from ..drivers.sync import resolve
+from ..errors import PyQueueError
 from .client import DelayedQueue, Message
-from .delivery import Backoff, Delivery, Op, Runners, Stepper, Steps, WorkerCore, WorkerStats, stop_signals
-from .errors import PyQueueError
 
 __all__ = ["Worker", "Backoff", "WorkerStats"]
 
@@ -124,7 +124,7 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
             Op.RUNNING: self._running, Op.WAIT: self._wait_handlers, Op.POLL: self._poll, Op.START: self._start,
             Op.SLEEP: self._sleep, Op.ACK: self.queue.ack_many, Op.DRAIN: self._drain, Op.FINISHED: self._finished.set,
             Op.BLOCKING: _call, Op.NACK: _nack, Op.EXTEND: _extend,
-            Op.DEAD_LETTER_QUEUE: self.queue._dead_letter_queue_of,
+            Op.DEAD_LETTER_QUEUE: self.queue.dead_letter_queue_of,
             Op.PAUSE: self._finished.wait, Op.SPAWN: self._spawn, Op.JOIN: self._join,
         }
         self._spawned: set[Future[Any]] = set()  # steps driven beside the run loop (acknowledgements)

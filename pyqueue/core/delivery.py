@@ -30,9 +30,9 @@ from types import FrameType
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
-from .durations import Seconds, as_timedelta, format_duration
-from .errors import ConnectionFailed, InvalidArgument, PyQueueError
-from .limits import POLL_MAX_COUNT
+from ..durations import Seconds, as_timedelta, format_duration
+from ..errors import ConnectionFailed, InvalidArgument, PyQueueError
+from ..limits import POLL_MAX_COUNT
 
 __all__ = [
     "Backoff", "Delivery", "DeliveryStateError", "Deliveries", "Op", "Runners", "State", "WorkerCore", "WorkerStats",
@@ -506,7 +506,7 @@ class WorkerCore(Generic[Q, H]):
         others stand by); None without."""
         if self.cron_tick is None:
             return None
-        from .cron import CronTicker
+        from ..sync.cron import CronTicker
 
         ticker = CronTicker(conninfo, every=self.cron_tick, schema=schema)
         ticker.start()

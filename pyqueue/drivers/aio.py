@@ -15,9 +15,10 @@ import psycopg
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
-from . import _routines as routines
-from ._ops import Op, Ops, QueueOps, check_conninfo, first_connection_kwargs
-from .errors import connection_failed, translating
+from ..core import routines
+from ..core.checks import check_conninfo, first_connection_kwargs
+from ..core.statements import QueueStatements, Statement, Statements
+from ..errors import connection_failed, translating
 
 __all__ = ["AsyncConnection", "AsyncDriver", "run", "resolve"]
 
@@ -25,7 +26,7 @@ T = TypeVar("T")
 AsyncConnection = psycopg.AsyncConnection[TupleRow]
 
 
-async def run(conn: psycopg.AsyncConnection[Any], op: Op[T]) -> T:
+async def run(conn: psycopg.AsyncConnection[Any], op: Statement[T]) -> T:
     """Execute ``op`` on ``conn`` and decode its rows (psycopg errors are not translated here)."""
     if op.sql is None:
         return op.decode((), [])
@@ -57,25 +58,27 @@ class AsyncDriver:
     """The I/O of one asyncio queue: its pool (an owned one is opened on first use), the
     connections it keeps LISTENing between waits, and the stepping of routines."""
 
-    def __init__(self, conninfo_or_pool: str | AsyncConnectionPool[Any], ops: QueueOps, pool_size: int) -> None:
-        self._ops = ops
-        #: The queue's name, its install's schema (None: search_path) and its payload serializers.
-        self.queue, self.schema, self.serializers = ops.queue, ops.schema, ops.serializers
-        self._listening = routines.Listening()
+    def __init__(
+        self, conninfo_or_pool: str | AsyncConnectionPool[Any], statements: QueueStatements, pool_size: int
+    ) -> None:
+        #: The statements of the queue this driver runs (its name, schema and serializers).
+        self.statements = statements
+        #: What the queue learnt about waiting: its LISTEN channel, whether notifications arrive.
+        self.listening = routines.Listening()
         self._listeners: list[AsyncConnection] = []
         self._closed = False  # after close(), a wait that ends gives its connection back by closing it
         self._opened = False
         self._owns_pool = isinstance(conninfo_or_pool, str)
         if isinstance(conninfo_or_pool, str):
             check_conninfo(conninfo_or_pool)
-            settings = ops.pool_settings(pool_size, "pyqueue-aio")
+            settings = statements.pool_settings(pool_size, "pyqueue-aio")
             self._pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
                 conninfo_or_pool, configure=self._configure, open=False, **settings)
         else:
             self._pool = conninfo_or_pool
 
     async def _configure(self, conn: AsyncConnection) -> None:
-        await self._step(routines.behind_pooler(Ops()), conn)
+        await self.step(routines.behind_pooler(Statements()), conn)
 
     async def open(self) -> None:
         """Open the owned pool (done by ``async with`` and on first use), after a first connection
@@ -109,8 +112,8 @@ class AsyncDriver:
         return self._pool
 
     @asynccontextmanager
-    async def _conn(self, conn: AsyncConnection | None) -> AsyncIterator[AsyncConnection]:
-        """As :meth:`pyqueue._sync.Driver._conn`, opening the owned pool on first use."""
+    async def connection(self, conn: AsyncConnection | None) -> AsyncIterator[AsyncConnection]:
+        """As :meth:`pyqueue._sync.Driver.connection`, opening the owned pool on first use."""
         with translating():
             if conn is not None:
                 yield conn
@@ -125,10 +128,10 @@ class AsyncDriver:
                     await self._pool.check()
                 raise
 
-    async def _run(self, op: Op[T], conn: AsyncConnection | None = None) -> T:
+    async def run(self, op: Statement[T], conn: AsyncConnection | None = None) -> T:
         if op.sql is None:  # nothing to run (an empty batch): no connection either
             return op.decode((), [])
-        async with self._conn(conn) as c:
+        async with self.connection(conn) as c:
             return await run(c, op)
 
     async def _take_listener(self) -> AsyncConnection:
@@ -140,7 +143,7 @@ class AsyncDriver:
         kwargs = {k: v for k, v in (pool_kwargs or {}).items() if k != "autocommit"}
         conn = await psycopg.AsyncConnection.connect(await resolve(self._pool.conninfo), autocommit=True, **kwargs)
         try:
-            await self._step(routines.start_listening(self._ops, self._listening), conn)
+            await self.step(routines.start_listening(self.statements, self.listening), conn)
         except BaseException:
             await conn.close()
             raise
@@ -153,8 +156,8 @@ class AsyncDriver:
         else:
             await conn.close()
 
-    async def _step(self, routine: routines.Routine[T], conn: AsyncConnection | None = None) -> T:
-        """As :meth:`pyqueue._sync.Driver._step`, awaiting each step."""
+    async def step(self, routine: routines.Routine[T], conn: AsyncConnection | None = None) -> T:
+        """As :meth:`pyqueue._sync.Driver.step`, awaiting each step."""
         stepper: routines.Stepper[T, AsyncConnection] = routines.Stepper(routine, conn)
         try:
             while (step := stepper.next()) is not None:

@@ -15,22 +15,20 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 from psycopg_pool import ConnectionPool
 
-from . import _routines as routines
-from ._ops import Ops, QueueOps
-from ._sync import Connection, Driver, run
-from .durations import Seconds
-from .errors import translating
-from .model import Batch, LockedMessage, OfferOutcome, OfferRequest, QueueStats, StoredMessage
-from .serializers import SerializerRegistry
-from .serializers import registry as default_registry
-
-if TYPE_CHECKING:
-    from .cron import QueueCron
+from ..core import routines
+from ..core.statements import QueueStatements, Statements
+from ..drivers.sync import Connection, Driver, run
+from ..durations import Seconds
+from ..errors import translating
+from ..model import Batch, LockedMessage, OfferOutcome, OfferRequest, QueueStats, StoredMessage
+from ..serializers import SerializerRegistry
+from ..serializers import registry as default_registry
+from .cron import QueueCron
 
 __all__ = [
     "DelayedQueue", "Message", "StoredMessage", "OfferOutcome", "OfferRequest", "QueueStats", "TransactionalBatch",
@@ -62,7 +60,7 @@ class TransactionalBatch(Batch[Message, Connection]):
     or None) and the transaction's ``connection``, on which the handler makes its own changes."""
 
 
-class DelayedQueue(Driver):
+class DelayedQueue:
     """One queue of the delayed message queue, over a connection pool.
 
     :param conninfo_or_pool: a libpq connection string/URL (a small pool is created and owned), or a
@@ -91,7 +89,10 @@ class DelayedQueue(Driver):
         pool_size: int = 4,
         schema: str | None = None,
     ) -> None:
-        super().__init__(conninfo_or_pool, QueueOps(queue, schema, serializers or default_registry), pool_size)
+        self._statements = QueueStatements(queue, schema, serializers or default_registry)
+        self._driver = Driver(conninfo_or_pool, self._statements, pool_size)
+        #: The queue's name, its install's schema (None: search_path) and its payload serializers.
+        self.queue, self.schema, self.serializers = queue, self._statements.schema, self._statements.serializers
 
     def __enter__(self) -> DelayedQueue:
         self.open()
@@ -100,20 +101,34 @@ class DelayedQueue(Driver):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def open(self) -> None:
+        """Open the owned pool (done by ``with`` and on first use), after a first connection worked:
+        a refused one raises :class:`pyqueue.ConnectionFailed` at once, with the server's reason,
+        and the pool stays closed (the next use tries again). Safe from several threads."""
+        self._driver.open()
+
+    def close(self) -> None:
+        """Close the connections kept for waits, and the pool if this queue created it."""
+        self._driver.close()
+
+    @property
+    def pool(self) -> ConnectionPool[Any]:
+        """The connection pool the queue runs on (one it owns is open once :meth:`open` ran: at
+        ``with``, or the first call)."""
+        return self._driver.pool
+
     @property
     def listen_available(self) -> bool | None:
         """Whether notifications reach a LISTENing connection: None until a probe told (only behind
         a pooler is there anything to probe), False for the life of this object after a failed
         probe (waits are then timed polls)."""
-        return self._listening.available
+        return self._driver.listening.available
 
     @property
     def cron(self) -> QueueCron:
         """This queue's recurring schedules (docs/cron.md): ``q.cron.install(name, schedule=…,
         payload=…, timezone=…)``, ``uninstall(name)``, ``pause``, ``resume``, ``list()``, ``tick()``."""
-        from .cron import QueueCron
-
-        return QueueCron(self)
+        return QueueCron(self._driver)
 
     # -- offer ---------------------------------------------------------------------------------
     def offer(
@@ -166,9 +181,9 @@ class DelayedQueue(Driver):
             :class:`pyqueue.LimitExceeded` (54000) a payload over the queue's limit, headers over
             their limit.
         """
-        op = self._ops.offer(key, payload, at, delay, can_update, payload_type, priority, group, expires_at, ttl,
+        op = self._statements.offer(key, payload, at, delay, can_update, payload_type, priority, group, expires_at, ttl,
                              headers)
-        return self._run(op, conn)
+        return self._driver.run(op, conn)
 
     def offer_many(
         self, items: Iterable[OfferRequest | tuple[str, Any]], can_update: bool = True, *,
@@ -187,13 +202,13 @@ class DelayedQueue(Driver):
             ``priorities[3]`` or ``message_groups[2]``; the errors of :meth:`offer`), or too many
             items (54000).
         """
-        return self._run(self._ops.offer_many(items, can_update), conn)
+        return self._driver.run(self._statements.offer_many(items, can_update), conn)
 
     # -- poll ----------------------------------------------------------------------------------
     def channel(self, *, conn: Connection | None = None) -> str:
         """The LISTEN channel of this queue (``dq_channel``), looked up once (on ``conn`` if given)."""
-        with self._conn(conn) as c:
-            return self._step(routines.channel(self._ops, self._listening), c)
+        with self._driver.connection(conn) as c:
+            return self._driver.step(routines.channel(self._statements, self._driver.listening), c)
 
     def poll(
         self, max_count: int = 1, lock_timeout: Seconds = timedelta(minutes=5), wait: Seconds | None = None, *,
@@ -214,11 +229,11 @@ class DelayedQueue(Driver):
         :raises InvalidArgument: max_count or lock_timeout out of range.
         """
         if wait is None:
-            return self._run(self._ops.poll(max_count, lock_timeout, Message, self))
+            return self._driver.run(self._statements.poll(max_count, lock_timeout, Message, self))
         routine = routines.poll_waiting(
-            self._ops, self._listening, Message, self, max_count, lock_timeout, wait, idle_check)
+            self._statements, self._driver.listening, Message, self, max_count, lock_timeout, wait, idle_check)
         with translating():
-            return self._step(routine)
+            return self._driver.step(routine)
 
     @contextmanager
     def transaction(
@@ -233,19 +248,19 @@ class DelayedQueue(Driver):
         the message stays in the queue, not even its delivery_count changes. The rows stay locked
         (FOR UPDATE) for the life of the transaction, so keep the handler short.
         """
-        routine = routines.transaction(self._ops, Message, self, max_count, lock_timeout)
-        with self._conn(None) as c, c.transaction():
-            yield TransactionalBatch(self._step(routine, c), c)
-            self._step(routine, c)
+        routine = routines.transaction(self._statements, Message, self, max_count, lock_timeout)
+        with self._driver.connection(None) as c, c.transaction():
+            yield TransactionalBatch(self._driver.step(routine, c), c)
+            self._driver.step(routine, c)
 
     # -- finish a delivery ---------------------------------------------------------------------
     def ack(self, lock_token: UUID, *, conn: Connection | None = None) -> bool:
         """Acknowledge (delete) the message held under ``lock_token`` (``dq_ack``); False if stale."""
-        return self._run(self._ops.ack(lock_token), conn)
+        return self._driver.run(self._statements.ack(lock_token), conn)
 
     def ack_many(self, messages: Iterable[Message | UUID], *, conn: Connection | None = None) -> int:
         """Acknowledge many deliveries in one statement (``dq_ack_many(uuid[])``); returns how many held."""
-        return self._run(self._ops.ack_many(messages), conn)
+        return self._driver.run(self._statements.ack_many(messages), conn)
 
     def nack(
         self, lock_token: UUID, delay: Seconds = 0, *, error: str | None = None, conn: Connection | None = None
@@ -256,17 +271,17 @@ class DelayedQueue(Driver):
             the message's last_error. At the queue's ``max_deliveries`` the message goes to its
             dead-letter queue instead.
         """
-        return self._run(self._ops.nack(lock_token, delay, error), conn)
+        return self._driver.run(self._statements.nack(lock_token, delay, error), conn)
 
     def extend(self, lock_token: UUID, timeout: Seconds, *, conn: Connection | None = None) -> datetime | None:
         """Heartbeat (``dq_extend``): invisible until now + timeout; None if the lock was lost."""
-        return self._run(self._ops.extend(lock_token, timeout), conn)
+        return self._driver.run(self._statements.extend(lock_token, timeout), conn)
 
-    def _dead_letter_queue_of(self, message: Message) -> str | None:
+    def dead_letter_queue_of(self, message: Message) -> str | None:
         """After a nack: the dead-letter queue ``message`` was moved to, or None (see
         :func:`pyqueue._routines.dead_letter_queue_of`); the worker's log says which."""
-        with self._conn(None) as c, c.transaction():
-            return self._step(routines.dead_letter_queue_of(self._ops, message), c)
+        with self._driver.connection(None) as c, c.transaction():
+            return self._driver.step(routines.dead_letter_queue_of(self._statements, message), c)
 
     # -- operations ----------------------------------------------------------------------------
     def configure(
@@ -316,9 +331,9 @@ class DelayedQueue(Driver):
             ≤ 0 or over its limit, an unknown name in ``clear`` or a setting both given and cleared;
             before any I/O, ``clear`` that is not a list of str. Nothing is changed on error.
         """
-        op = self._ops.configure(max_deliveries, dead_letter_queue, archive, retention, notify, max_payload_bytes,
-                                 max_in_flight, rate_limit, rate_period, clear)
-        self._run(op)
+        op = self._statements.configure(max_deliveries, dead_letter_queue, archive, retention, notify,
+                                        max_payload_bytes, max_in_flight, rate_limit, rate_period, clear)
+        self._driver.run(op)
 
     def pause(self) -> bool:
         """Pause this queue (``dq_pause_queue``; needs role dq_admin): polls deliver nothing until
@@ -328,7 +343,7 @@ class DelayedQueue(Driver):
 
         :returns: True when the queue was not paused before, False when it already was.
         """
-        return self._run(self._ops.pause())
+        return self._driver.run(self._statements.pause())
 
     def resume(self) -> bool:
         """Resume a paused queue (``dq_resume_queue``; needs role dq_admin): deliveries start again
@@ -336,40 +351,40 @@ class DelayedQueue(Driver):
 
         :returns: True when the queue was paused, False when it was not.
         """
-        return self._run(self._ops.resume())
+        return self._driver.run(self._statements.resume())
 
     def stats(self) -> QueueStats:
         """This queue's figures (``dq_queue_stats``): ready, scheduled, in flight, redelivered, dead…"""
-        return self._run(self._ops.stats())
+        return self._driver.run(self._statements.stats())
 
     def purge(self, *, confirm: bool = False) -> int:
         """Delete every message of this queue (``dq_purge``; dq_admin); ``confirm=True`` is required.
 
         :raises InvalidArgument: (22023) without ``confirm=True``; nothing is deleted.
         """
-        return self._run(self._ops.purge(confirm))
+        return self._driver.run(self._statements.purge(confirm))
 
     def release_locks(self) -> int:
         """Make every in-flight message due now (``dq_release_locks``; after a known consumer crash)."""
-        return self._run(self._ops.release_locks())
+        return self._driver.run(self._statements.release_locks())
 
     def redrive(self, max_count: int = 1000) -> int:
         """Treat this queue as a dead-letter queue: send up to ``max_count`` (at most
         :data:`pyqueue.limits.REDRIVE_MAX_COUNT`) of its dead letters back to the queues they died
         in (``dq_redrive``); returns how many moved."""
-        return self._run(self._ops.redrive(max_count))
+        return self._driver.run(self._statements.redrive(max_count))
 
     def dead_letters(self, max_rows: int = 100) -> list[dict[str, Any]]:
         """Treat this queue as a dead-letter queue: its dead letters, oldest death first, at most
         ``max_rows`` (1 to :data:`pyqueue.limits.DEAD_LETTERS_MAX_ROWS`), each a dict of the columns
         of ``dq_dead_letters`` (key, dead_from, dead_at, last_error, payload_text …). Role dq_admin;
         a plain read."""
-        return self._run(self._ops.dead_letters(max_rows))
+        return self._driver.run(self._statements.dead_letters(max_rows))
 
     # -- read ----------------------------------------------------------------------------------
     def cancel(self, key: str, *, conn: Connection | None = None) -> bool:
         """Delete the message with this key, in flight or not (``dq_cancel``); False when absent."""
-        return self._run(self._ops.cancel(key), conn)
+        return self._driver.run(self._statements.cancel(key), conn)
 
     def get(self, key: str, *, conn: Connection | None = None) -> StoredMessage | None:
         """Read the message with this key without locking it (``dq_get``), or None.
@@ -377,7 +392,7 @@ class DelayedQueue(Driver):
         In a dead-letter queue, dead letters may share a key with each other and with an ordinary
         message: this returns the ordinary message if there is one, else the oldest dead letter.
         """
-        return self._run(self._ops.get(key), conn)
+        return self._driver.run(self._statements.get(key), conn)
 
     def contains(self, key: str) -> bool:
         """True when a message with this key is in the queue (``dq_get`` found it)."""
@@ -385,11 +400,11 @@ class DelayedQueue(Driver):
 
     def next_due(self) -> datetime | None:
         """When the next message becomes visible (``dq_next_due``), None when the queue is empty."""
-        return self._run(self._ops.next_due())
+        return self._driver.run(self._statements.next_due())
 
 
 def all_stats(conn: Connection, *, schema: str | None = None) -> list[QueueStats]:
     """Every queue's figures (the ``dq_stats`` view of the install in ``schema``; None: found by
     the connection's search_path), on the caller's connection."""
     with translating():
-        return run(conn, Ops(schema).all_stats())
+        return run(conn, Statements(schema).all_stats())
