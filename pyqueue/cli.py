@@ -32,7 +32,7 @@ import psycopg
 
 from . import cron as cron_api
 from .core.checks import check_int
-from .core.delivery import stop_signals
+from .drivers.signals import stop_signals
 from .durations import as_timedelta
 from .errors import InvalidArgument, PyQueueError, translating
 from .limits import POLL_MAX_COUNT

@@ -24,13 +24,28 @@ from pyqueue.core.delivery import (
     Deliveries,
     Delivery,
     DeliveryStateError,
-    Op,
     Runners,
     State,
-    Stepper,
     WorkerCore,
     WorkerStats,
     error_text,
+)
+from pyqueue.core.steps import (
+    AckMany,
+    CountHeld,
+    DeadLetterQueueOf,
+    Drain,
+    ExtendLock,
+    HandlersFinished,
+    HeartbeatWait,
+    JoinSpawned,
+    Nack,
+    PollMessages,
+    SleepUnlessStopped,
+    Spawn,
+    StartHandlers,
+    Stepper,
+    WaitForHandlers,
 )
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -183,33 +198,31 @@ def test_settings_are_checked_as_durations() -> None:
 
 def test_run_loop_polls_free_slots_waits_idle_only_when_nothing_runs_and_acks_beside() -> None:
     c = core(concurrency=2, prefetch=0)
-    steps = Stepper(c.run_steps("jobs", None))
-    assert steps.step(None) == (Op.RUNNING,)
-    assert steps.step(0) == (Op.POLL, 2, True)  # nothing runs: an idle wait for 2
+    steps = Stepper(c.run_steps("jobs"))
+    assert steps.step(None) == CountHeld()
+    assert steps.step(0) == PollMessages(2, True)  # nothing runs: an idle wait for 2
     a, b = message("a", late_ms=7), message("b")
     op = steps.step([a, b])
-    assert op is not None and op[0] is Op.START and op[1].message is a
-    op = steps.step(None)
-    assert op is not None and op[0] is Op.START and op[1].message is b
-    assert steps.step(None) == (Op.RUNNING,)
-    assert steps.step(2) == (Op.WAIT, HANDLER_WAIT_S)  # every slot busy, no prefetch
+    assert isinstance(op, StartHandlers) and [d.message for d in op.deliveries] == [a, b]
+    assert steps.step(None) == CountHeld()
+    assert steps.step(2) == WaitForHandlers(HANDLER_WAIT_S)  # every slot busy, no prefetch
     c._deliveries.returned(c._deliveries.to_extend()[0])
-    assert steps.step(None) == (Op.RUNNING,)
+    assert steps.step(None) == CountHeld()
     op = steps.step(1)
-    assert op is not None and op[0] is Op.SPAWN  # the finished one's ack goes out beside the run loop
-    acking = Stepper(op[1])
-    assert acking.step(None) == (Op.ACK, [a.lock_token])
+    assert op is not None and isinstance(op, Spawn)  # the finished one's ack goes out beside the run loop
+    acking = Stepper(op.steps)
+    assert acking.step(None) == AckMany([a.lock_token])
     # The last poll came back full (2 of 2): the next is a plain poll even though only 1 slot is free,
     # and it does not wait for the acknowledgement.
-    assert steps.step(None) == (Op.POLL, 1, False)
-    assert steps.step([]) == (Op.WAIT, HANDLER_WAIT_S)  # nothing new while one handler runs
-    assert steps.step(None) == (Op.RUNNING,)
-    assert steps.step(1) == (Op.POLL, 1, False)  # one acknowledgement at a time: none spawned meanwhile
-    assert steps.step([]) == (Op.WAIT, HANDLER_WAIT_S)
+    assert steps.step(None) == PollMessages(1, False)
+    assert steps.step([]) == WaitForHandlers(HANDLER_WAIT_S)  # nothing new while one handler runs
+    assert steps.step(None) == CountHeld()
+    assert steps.step(1) == PollMessages(1, False)  # one acknowledgement at a time: none spawned meanwhile
+    assert steps.step([]) == WaitForHandlers(HANDLER_WAIT_S)
     c.stop()
-    assert steps.step(None) == (Op.DRAIN, 1.0)  # the grace period
-    assert steps.step(0) == (Op.FINISHED,)
-    assert steps.step(None) == (Op.JOIN,)  # the acknowledgement beside the run loop ends first
+    assert steps.step(None) == Drain(1.0)  # the grace period
+    assert steps.step(0) == HandlersFinished()
+    assert steps.step(None) == JoinSpawned()  # the acknowledgement beside the run loop ends first
     assert acking.step(1) is None
     assert not c._acking
     assert steps.step(None) is None
@@ -221,25 +234,25 @@ def test_run_loop_polls_free_slots_waits_idle_only_when_nothing_runs_and_acks_be
 def test_run_loop_prefetches_one_batch_while_every_slot_is_busy() -> None:
     c = core(concurrency=2, batch_size=2)  # prefetch: one batch (2) by default
     assert c.prefetch == 2
-    steps = Stepper(c.run_steps("jobs", None))
+    steps = Stepper(c.run_steps("jobs"))
     steps.step(None)
-    assert steps.step(0) == (Op.POLL, 2, True)
-    for op in (steps.step([message("a"), message("b")]), steps.step(None)):
-        assert op is not None and op[0] is Op.START
-    assert steps.step(None) == (Op.RUNNING,)
-    assert steps.step(2) == (Op.POLL, 2, False)  # both slots busy: the next batch, to wait for a slot
-    for op in (steps.step([message("c"), message("d")]), steps.step(None)):
-        assert op is not None and op[0] is Op.START
-    assert steps.step(None) == (Op.RUNNING,)
-    assert steps.step(4) == (Op.WAIT, HANDLER_WAIT_S)  # 2 running, 2 waiting: nothing more is polled
-    assert steps.step(None) == (Op.RUNNING,)
-    assert steps.step(3) == (Op.WAIT, HANDLER_WAIT_S)  # room for 1, not for a batch: no poll of 1
-    assert steps.step(None) == (Op.RUNNING,)
-    assert steps.step(1) == (Op.POLL, 2, False)  # a slot is free: poll what fits (at most a batch)
+    assert steps.step(0) == PollMessages(2, True)
+    op = steps.step([message("a"), message("b")])
+    assert isinstance(op, StartHandlers) and len(op.deliveries) == 2
+    assert steps.step(None) == CountHeld()
+    assert steps.step(2) == PollMessages(2, False)  # both slots busy: the next batch, to wait for a slot
+    op = steps.step([message("c"), message("d")])
+    assert isinstance(op, StartHandlers) and len(op.deliveries) == 2
+    assert steps.step(None) == CountHeld()
+    assert steps.step(4) == WaitForHandlers(HANDLER_WAIT_S)  # 2 running, 2 waiting: nothing more is polled
+    assert steps.step(None) == CountHeld()
+    assert steps.step(3) == WaitForHandlers(HANDLER_WAIT_S)  # room for 1, not for a batch: no poll of 1
+    assert steps.step(None) == CountHeld()
+    assert steps.step(1) == PollMessages(2, False)  # a slot is free: poll what fits (at most a batch)
     c.stop()
-    assert steps.step([]) == (Op.WAIT, HANDLER_WAIT_S)
-    assert steps.step(None) == (Op.DRAIN, 1.0)
-    assert steps.step(0) == (Op.FINISHED,)
+    assert steps.step([]) == WaitForHandlers(HANDLER_WAIT_S)
+    assert steps.step(None) == Drain(1.0)
+    assert steps.step(0) == HandlersFinished()
     assert steps.step(None) is None
 
 
@@ -256,17 +269,17 @@ def test_poll_size(concurrency: int, batch_size: int, prefetch: int, held: int, 
 
 def test_failed_poll_backs_off_and_stop_ends_it() -> None:
     c = core()
-    steps = Stepper(c.run_steps("jobs", None))
+    steps = Stepper(c.run_steps("jobs"))
     steps.step(None)
-    assert steps.step(0) == (Op.POLL, 4, True)
+    assert steps.step(0) == PollMessages(4, True)
     op = steps.step(None, DatabaseError("server closed the connection"))
-    assert op is not None and op[0] is Op.SLEEP and 0.4 <= op[1] <= 0.6
-    assert steps.step(None) == (Op.RUNNING,)
-    assert steps.step(0) == (Op.POLL, 4, True)
+    assert op is not None and isinstance(op, SleepUnlessStopped) and 0.4 <= op.seconds <= 0.6
+    assert steps.step(None) == CountHeld()
+    assert steps.step(0) == PollMessages(4, True)
     op = steps.step(None, DatabaseError("still down"))
-    assert op is not None and op[0] is Op.SLEEP and 0.8 <= op[1] <= 1.2  # doubled
+    assert op is not None and isinstance(op, SleepUnlessStopped) and 0.8 <= op.seconds <= 1.2  # doubled
     c.stop()
-    assert steps.step(None) == (Op.DRAIN, 1.0)
+    assert steps.step(None) == Drain(1.0)
 
 
 def test_ack_is_retried_once() -> None:
@@ -274,8 +287,8 @@ def test_ack_is_retried_once() -> None:
     d = c._received(message())
     c._deliveries.returned(d)
     steps = Stepper(c._flush_steps())
-    assert steps.step(None) == (Op.ACK, [d.lock_token])
-    assert steps.step(None, DatabaseError("cut")) == (Op.ACK, [d.lock_token])
+    assert steps.step(None) == AckMany([d.lock_token])
+    assert steps.step(None, DatabaseError("cut")) == AckMany([d.lock_token])
     assert steps.step(1) is None
     assert c.stats.snapshot()["acknowledged"] == 1
 
@@ -284,10 +297,10 @@ def test_handler_failure_is_nacked_with_the_backoff() -> None:
     c = core()
     d = c._received(message(delivery_count=3))
     steps = Stepper(c.failed_steps(d, ValueError("bad")))
-    assert steps.step(None) == (Op.NACK, d.message, timedelta(seconds=4), "ValueError: bad")
+    assert steps.step(None) == Nack(d.message, timedelta(seconds=4), "ValueError: bad")
     assert d.state is State.FAILED
     # Nacked: then where it went (its queue, or the dead-letter queue at max_deliveries), for the log.
-    assert steps.step(True) == (Op.DEAD_LETTER_QUEUE, d.message)
+    assert steps.step(True) == DeadLetterQueueOf(d.message)
     assert steps.step(None) is None
     lost = c._received(message())
     c._deliveries.lock_lost(lost)
@@ -345,7 +358,7 @@ def test_a_failure_whatever_it_raised_is_nacked_and_a_failing_nack_is_only_logge
     c = core()
     d = c._received(message())
     steps = Stepper(c.failed_steps(d, Unprintable()))
-    assert steps.step(None) == (Op.NACK, d.message, timedelta(seconds=1), "Unprintable: <str() raised RuntimeError>")
+    assert steps.step(None) == Nack(d.message, timedelta(seconds=1), "Unprintable: <str() raised RuntimeError>")
     assert steps.step(None, UnicodeEncodeError("utf-8", "\udc80", 0, 1, "surrogates not allowed")) is None
     assert d.state is State.FAILED and len(c._deliveries) == 0
     assert any("nack failed: UnicodeEncodeError" in r.getMessage() for r in caplog.records)
@@ -356,9 +369,9 @@ def test_keyboard_interrupt_from_a_handler_is_nacked_and_stops_the_worker() -> N
     c = core()
     d = c._received(message())
     steps = Stepper(c.failed_steps(d, KeyboardInterrupt()))
-    assert steps.step(None) == (Op.NACK, d.message, timedelta(seconds=1), "KeyboardInterrupt")
+    assert steps.step(None) == Nack(d.message, timedelta(seconds=1), "KeyboardInterrupt")
     assert c._stopping  # stop() was called: the run loop polls no more
-    assert steps.step(True) == (Op.DEAD_LETTER_QUEUE, d.message)
+    assert steps.step(True) == DeadLetterQueueOf(d.message)
     assert steps.step(None) is None
 
 
@@ -367,10 +380,10 @@ def test_heartbeat_extends_running_ones_and_marks_lost_locks() -> None:
     keep, lose, own = (c._received(message(k)) for k in "abc")
     settle(own.message, "acked")
     steps = Stepper(c.heartbeat_steps())
-    assert steps.step(None) == (Op.PAUSE, 10.0)
-    assert steps.step(False) == (Op.EXTEND, keep.message, LOCK)
-    assert steps.step(T0) == (Op.EXTEND, lose.message, LOCK)
-    assert steps.step(None) == (Op.PAUSE, 10.0)
+    assert steps.step(None) == HeartbeatWait(10.0)
+    assert steps.step(False) == ExtendLock(keep.message, LOCK)
+    assert steps.step(T0) == ExtendLock(lose.message, LOCK)
+    assert steps.step(None) == HeartbeatWait(10.0)
     assert (keep.state, lose.state, own.state) == (State.RUNNING, State.LOST, State.RUNNING)
     assert steps.step(True) is None  # finished
 

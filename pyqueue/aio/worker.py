@@ -11,14 +11,17 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
-from datetime import timedelta
-from typing import Any
+from typing import Any, assert_never
 
 import psycopg
 
-from ..core.delivery import Delivery, Op, Runners, Stepper, Steps, WorkerCore, stop_signals
+from ..core import steps
+from ..core.delivery import Delivery, Runners, WorkerCore
+from ..core.steps import Stepper, WorkerStep, WorkerSteps
 from ..drivers.aio import resolve
+from ..drivers.signals import stop_signals
 from ..errors import PyQueueError
+from ..sync.cron import start_ticker
 from .client import AsyncDelayedQueue, AsyncMessage
 
 __all__ = ["AsyncWorker", "AsyncHandler"]
@@ -58,13 +61,6 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
         self._ended = asyncio.Event()  # a handler ended since the run loop last counted (or a stop)
         self._runners = Runners(self.concurrency, self._ended.set)  # the handler slots: deliveries and their runners
         self._spawned: set[asyncio.Task[Any]] = set()  # steps driven beside the run loop (acknowledgements)
-        self._io: dict[Op, Callable[..., Awaitable[Any]]] = {
-            Op.RUNNING: self._running, Op.WAIT: self._wait_handlers, Op.POLL: self._poll, Op.START: self._start,
-            Op.SLEEP: self._sleep, Op.ACK: self.queue.ack_many, Op.DRAIN: self._drain, Op.FINISHED: self._finish,
-            Op.BLOCKING: asyncio.to_thread, Op.NACK: _nack, Op.EXTEND: _extend,
-            Op.DEAD_LETTER_QUEUE: self.queue.dead_letter_queue_of,
-            Op.PAUSE: _pause, Op.SPAWN: self._spawn, Op.JOIN: self._join,
-        }
 
     def stop(self) -> None:
         """Stop polling and end an idle wait at once (its wait task is cancelled); running handlers
@@ -83,29 +79,69 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
             self._stop_event.set()
         self._stopped = asyncio.create_task(self._stop_event.wait())
         self._heartbeat = asyncio.create_task(self._drive(self.heartbeat_steps()), name="pyqueue-heartbeat")
+        ticker = None
         try:
             with stop_signals(self._on_signal) if install_signal_handlers else nullcontext():
                 conninfo = await resolve(self.queue.pool.conninfo)
-                ticker = self._start_cron_ticker(conninfo, self.queue.schema)
-                await self._drive(self.run_steps(self.queue.queue, ticker))
+                ticker = start_ticker(conninfo, self.cron_tick, self.queue.schema, log)
+                await self._drive(self.run_steps(self.queue.queue))
         finally:
             await self._finish()
+            if ticker is not None:
+                await asyncio.to_thread(ticker.stop, 10)
 
     # -- the driver ----------------------------------------------------------------------------
-    async def _drive(self, steps: Steps) -> Any:
-        """Perform the I/O of ``steps`` in this task until they end; returns their value."""
-        stepper = Stepper(steps)
-        op = stepper.step(None)
-        while op is not None:
+    async def _drive(self, generator: WorkerSteps) -> Any:
+        """Perform the steps of ``generator`` in this task until it ends; returns its value."""
+        stepper: Stepper[None] = Stepper(generator)
+        step = stepper.step()
+        while step is not None:
             try:
-                result = await self._io[op[0]](*op[1:])
+                result = await self._perform(step)
             except BaseException as exc:
-                op = stepper.step(None, exc)
+                step = stepper.step(error=exc)
             else:
-                op = stepper.step(result)
-        return stepper.value
+                step = stepper.step(result)
+        return stepper.result
 
-    async def _running(self) -> int:
+    async def _perform(self, step: WorkerStep) -> Any:
+        """What each worker step of :mod:`pyqueue.core.steps` does with tasks (most frequent first)."""
+        match step:
+            case steps.CountHeld():
+                return self._running()
+            case steps.PollMessages(max_count, idle):
+                return await self._poll(max_count, idle)
+            case steps.StartHandlers(deliveries):
+                for delivery in deliveries:
+                    self._start(delivery)
+                return None
+            case steps.Spawn(generator):
+                return self._spawn(generator)
+            case steps.AckMany(lock_tokens):
+                return await self.queue.ack_many(lock_tokens)
+            case steps.WaitForHandlers(seconds):
+                return await self._wait_handlers(seconds)
+            case steps.HeartbeatWait(seconds):
+                await asyncio.sleep(seconds)
+                return False  # the heartbeat task is cancelled at the end
+            case steps.ExtendLock(message, timeout):
+                return await message.extend(timeout)
+            case steps.Nack(message, delay, error):
+                return await message.nack(delay, error=error)
+            case steps.DeadLetterQueueOf(message):
+                return await self.queue.dead_letter_queue_of(message)
+            case steps.SleepUnlessStopped(seconds):
+                return await self._sleep(seconds)
+            case steps.JoinSpawned():
+                return await self._join()
+            case steps.Drain(seconds):
+                return await self._drain(seconds)
+            case steps.HandlersFinished():
+                return await self._finish()
+            case _:
+                assert_never(step)
+
+    def _running(self) -> int:
         self._ended.clear()  # a handler ending from now on ends the next WAIT at once
         return self._runners.held
 
@@ -115,7 +151,7 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
         except TimeoutError:
             pass
 
-    async def _start(self, delivery: Delivery) -> None:
+    def _start(self, delivery: Delivery) -> None:
         if self._runners.add(delivery):
             self._start_runner()
 
@@ -147,8 +183,8 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
             return await self._drive(self.failed_steps(delivery, exc))  # type: ignore[no-any-return]
         self.handler_returned(delivery)
 
-    async def _spawn(self, steps: Steps) -> None:
-        task = asyncio.create_task(self._drive(steps))
+    def _spawn(self, generator: WorkerSteps) -> None:
+        task = asyncio.create_task(self._drive(generator))
         self._spawned.add(task)
         task.add_done_callback(self._spawned.discard)
 
@@ -208,16 +244,3 @@ def _uncancel() -> None:
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         task.uncancel()
-
-
-async def _nack(message: AsyncMessage, delay: timedelta, error: str) -> bool:
-    return await message.nack(delay, error=error)
-
-
-async def _extend(message: AsyncMessage, timeout: timedelta) -> Any:
-    return await message.extend(timeout)
-
-
-async def _pause(seconds: float) -> bool:
-    await asyncio.sleep(seconds)
-    return False

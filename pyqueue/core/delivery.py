@@ -8,9 +8,11 @@ Two parts, neither doing any I/O:
   counters, all under one lock. An illegal transition raises :class:`DeliveryStateError`.
 * :class:`WorkerCore`, every decision of a worker (when to poll and how many messages, when to wait
   idle, flushing acknowledgements, the grace period, what the heartbeat extends, the nack after a
-  failure, the backoff after failed polls) as *step generators*: each yields the I/O it needs as an
-  :class:`Op` tuple ``(Op.X, *arguments)``, and its driver (threads in ``Worker``, tasks in
-  ``AsyncWorker``) performs it and sends back the result, or throws in what the I/O raised.
+  failure, the backoff after failed polls) as *step generators*: each yields the I/O it needs as a
+  worker step of :mod:`pyqueue.core.steps` (:class:`~pyqueue.core.steps.PollMessages`,
+  :class:`~pyqueue.core.steps.StartHandlers`, :class:`~pyqueue.core.steps.AckMany` …), and its
+  driver (threads in ``Worker``, tasks in ``AsyncWorker``) performs it and sends back the result,
+  or throws in what the I/O raised. Threads, signals and the cron ticker belong to the drivers.
 """
 
 from __future__ import annotations
@@ -18,25 +20,39 @@ from __future__ import annotations
 import enum
 import logging
 import random
-import signal
 import threading
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Generator, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
-from types import FrameType
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 from ..durations import Seconds, as_timedelta, format_duration
 from ..errors import ConnectionFailed, InvalidArgument, PyQueueError
 from ..limits import POLL_MAX_COUNT
+from .steps import (
+    AckMany,
+    CountHeld,
+    DeadLetterQueueOf,
+    Drain,
+    ExtendLock,
+    HandlersFinished,
+    HeartbeatWait,
+    JoinSpawned,
+    Nack,
+    PollMessages,
+    SleepUnlessStopped,
+    Spawn,
+    StartHandlers,
+    WaitForHandlers,
+    WorkerSteps,
+)
 
 __all__ = [
-    "Backoff", "Delivery", "DeliveryStateError", "Deliveries", "Op", "Runners", "State", "WorkerCore", "WorkerStats",
-    "error_text", "stop_signals",
+    "Backoff", "Delivery", "DeliveryStateError", "Deliveries", "Runners", "State", "WorkerCore", "WorkerStats",
+    "error_text",
 ]
 
 LATENESS_BUCKETS_MS = (1, 5, 10, 50, 100, 500, 1000, 5000, float("inf"))
@@ -382,55 +398,10 @@ class Runners:
                 self.ended()
 
 
-class Op(enum.Enum):
-    """The I/O a step generator asks its driver for; a step yields ``(Op.X, *arguments)`` and is
-    sent the result (or thrown the exception) noted here."""
-
-    RUNNING = "running"  #: () → int: deliveries held whose handlers have not ended (running, or waiting for a slot)
-    WAIT = "wait"  #: (seconds) → None: until a handler finishes, or the time passes
-    POLL = "poll"  #: (max_count, idle: bool) → messages; idle: wait for them up to idle_check, end at a stop
-    START = "start"  #: (Delivery) → None: run its handler (then :meth:`WorkerCore.handler_returned` or
-    #: the steps of :meth:`WorkerCore.failed_steps`)
-    SLEEP = "sleep"  #: (seconds) → None: ended early by a stop
-    ACK = "ack"  #: (tokens) → int acknowledged: ``queue.ack_many``
-    DRAIN = "drain"  #: (seconds) → int: wait that long for the held deliveries' handlers; how many are still held
-    FINISHED = "finished"  #: () → None: no handler runs any more: end the heartbeat
-    BLOCKING = "blocking"  #: (function, *arguments) → its result: a blocking call (in a thread if async)
-    NACK = "nack"  #: (message, delay, error) → bool: ``message.nack``
-    #: (message) → str | None: after a nack, the dead-letter queue the message went to, or None
-    DEAD_LETTER_QUEUE = "dead_letter_queue"
-    EXTEND = "extend"  #: (message, timeout) → datetime | None: ``message.extend``
-    PAUSE = "pause"  #: (seconds) → bool: True once the heartbeat must end
-    SPAWN = "spawn"  #: (steps) → None: drive these steps beside the run loop (a task, or a thread)
-    JOIN = "join"  #: () → None: until every spawned step generator has ended
-
-
-Step = tuple[Any, ...]
-Steps = Generator[Step, Any, Any]
 #: The queue (:class:`pyqueue.DelayedQueue` or :class:`pyqueue.aio.AsyncDelayedQueue`) and the
 #: handler type of a worker.
 Q = TypeVar("Q")
 H = TypeVar("H")
-
-
-class Stepper:
-    """Runs a step generator for a driver: ``step(None)`` first, then ``step(result)`` with each
-    result, or ``step(None, exc)`` with what the I/O raised; each returns the next :class:`Op`
-    tuple, or None when the steps ended (their return value in :attr:`value`; what they raise
-    propagates)."""
-
-    __slots__ = ("_steps", "value")
-
-    def __init__(self, steps: Steps) -> None:
-        self._steps = steps
-        self.value: Any = None
-
-    def step(self, result: Any, error: BaseException | None = None) -> Step | None:
-        try:
-            return self._steps.send(result) if error is None else self._steps.throw(error)
-        except StopIteration as end:
-            self.value = end.value
-            return None
 
 
 class WorkerCore(Generic[Q, H]):
@@ -500,39 +471,25 @@ class WorkerCore(Generic[Q, H]):
     def stop(self) -> None:  # pragma: no cover - every driver defines it
         raise NotImplementedError
 
-    def _start_cron_ticker(self, conninfo: Any, schema: str | None) -> Any:
-        """With ``cron_tick``: a started :class:`pyqueue.cron.CronTicker` thread driving
-        ``dq_cron_tick()`` (one ticker per database works at a time, by an advisory lock; the
-        others stand by); None without."""
-        if self.cron_tick is None:
-            return None
-        from ..sync.cron import CronTicker
-
-        ticker = CronTicker(conninfo, every=self.cron_tick, schema=schema)
-        ticker.start()
-        self._log.info("cron ticker started: dq_cron_tick() every %s while this worker holds the tick lock",
-                       self.cron_tick)
-        return ticker
-
     # -- the run loop --------------------------------------------------------------------------
-    def run_steps(self, queue_name: str, ticker: Any) -> Steps:
+    def run_steps(self, queue_name: str) -> WorkerSteps:
         """The whole life of a worker after start-up: poll, start handlers and acknowledge until
-        stopped, then the grace period, the last acknowledgements and the ticker's stop."""
+        stopped, then the grace period and the last acknowledgements."""
         self._log.info("worker ready: queue %r, concurrency %d, batch %d, lock_timeout %s",
                        queue_name, self.concurrency, self.batch_size, self.lock_timeout)
         try:
             while not self._stopping:
                 # Prune first: a handler records its token before it counts as finished, so every
                 # pruned handler's acknowledgement goes out now, not after the next (idle) wait.
-                held = yield (Op.RUNNING,)
+                held = yield CountHeld()
                 if not self._acking and self._deliveries.acks_pending():
                     # Acknowledge beside the run loop: the next poll does not wait for it. One
                     # acknowledgement at a time; tokens of handlers finishing meanwhile go with the next.
                     self._acking = True
-                    yield (Op.SPAWN, self._ack_steps())
+                    yield Spawn(self._ack_steps())
                 want = self._poll_size(held)
                 if want == 0:
-                    yield (Op.WAIT, HANDLER_WAIT_S)
+                    yield WaitForHandlers(HANDLER_WAIT_S)
                     continue
                 # Wait (dq_poll_or_wait, registering as a waiter) only when nothing is held and the
                 # last poll did not come back full: while draining a backlog, polls stay plain. The
@@ -542,20 +499,18 @@ class WorkerCore(Generic[Q, H]):
                     yield from self._acknowledged_steps()
                 messages = yield from self._poll_steps(want, idle=idle)
                 self._backlog = len(messages) == want
-                for message in messages:
-                    yield (Op.START, self._received(message))
+                if messages:
+                    yield StartHandlers([self._received(message) for message in messages])
                 if not messages and held:
-                    yield (Op.WAIT, HANDLER_WAIT_S)
+                    yield WaitForHandlers(HANDLER_WAIT_S)
         finally:
             self._stopping = True
-            still_running = yield (Op.DRAIN, self.shutdown_grace)
+            still_running = yield Drain(self.shutdown_grace)
             if still_running:
                 self._log.warning("%d messages still held after the grace period (handlers running, or waiting "
                                   "for a slot); they will be redelivered when their locks expire", still_running)
-            yield (Op.FINISHED,)
+            yield HandlersFinished()
             yield from self._acknowledged_steps()
-            if ticker is not None:
-                yield (Op.BLOCKING, ticker.stop, 10)
             self._log.info("worker stopped: %s", self.stats.snapshot())
 
     def _poll_size(self, held: int) -> int:
@@ -568,7 +523,7 @@ class WorkerCore(Generic[Q, H]):
             return max(room, 0)
         return room if room > 0 and room >= min(self.batch_size, self.prefetch) else 0
 
-    def _ack_steps(self) -> Steps:
+    def _ack_steps(self) -> WorkerSteps:
         """Spawned by the run loop: acknowledge the DONE deliveries until none is left."""
         try:
             while self._deliveries.acks_pending():
@@ -576,16 +531,16 @@ class WorkerCore(Generic[Q, H]):
         finally:
             self._acking = False
 
-    def _acknowledged_steps(self) -> Steps:
+    def _acknowledged_steps(self) -> WorkerSteps:
         """Until every finished handler's message is acknowledged: the spawned acknowledgement
         ended, and the tokens recorded since sent."""
         if self._acking:
-            yield (Op.JOIN,)
+            yield JoinSpawned()
         yield from self._flush_steps()
 
-    def _poll_steps(self, want: int, *, idle: bool) -> Steps:
+    def _poll_steps(self, want: int, *, idle: bool) -> WorkerSteps:
         try:
-            messages = yield (Op.POLL, want, idle)
+            messages = yield PollMessages(want, idle)
         except PyQueueError as exc:
             if isinstance(exc, ConnectionFailed) and exc.permanent:
                 raise  # the queue's first connection refused for good (a wrong password, role or database)
@@ -593,7 +548,7 @@ class WorkerCore(Generic[Q, H]):
             delay = min(RECONNECT_BASE_S * 2.0 ** (self._poll_failures - 1), RECONNECT_CAP_S)
             delay *= random.uniform(0.8, 1.2)
             self._log.warning("poll failed (attempt %d: %s); retrying in %.1f s", self._poll_failures, exc, delay)
-            yield (Op.SLEEP, delay)
+            yield SleepUnlessStopped(delay)
             return []
         if self._poll_failures:
             self._log.info("database reachable again after %d failed polls", self._poll_failures)
@@ -606,7 +561,7 @@ class WorkerCore(Generic[Q, H]):
         # The first bucket >= lateness_ms.
         return self._deliveries.received(message, bisect_left(LATENESS_BUCKETS_MS, lateness_ms))
 
-    def _flush_steps(self) -> Steps:
+    def _flush_steps(self) -> WorkerSteps:
         """Acknowledge the DONE deliveries in one ``dq_ack_many(uuid[])``."""
         tokens = self._deliveries.take_acks()
         if not tokens:
@@ -615,7 +570,7 @@ class WorkerCore(Generic[Q, H]):
         # tokens are still valid, so one retry on a fresh pooled connection avoids a redelivery.
         for attempt in (1, 2):
             try:
-                acknowledged = yield (Op.ACK, tokens)
+                acknowledged = yield AckMany(tokens)
                 break
             except PyQueueError as exc:
                 if attempt == 2:
@@ -634,7 +589,7 @@ class WorkerCore(Generic[Q, H]):
         if self._deliveries.returned(delivery) is State.LOST:
             self._log.warning("key %r finished after its lock was lost: not acknowledged", delivery.message.key)
 
-    def failed_steps(self, delivery: Delivery, exc: BaseException) -> Steps:
+    def failed_steps(self, delivery: Delivery, exc: BaseException) -> WorkerSteps:
         """The handler raised ``exc``, whatever it is (an :class:`Exception`, ``SystemExit`` from
         ``sys.exit()``, an application's own :class:`BaseException`, the ``CancelledError`` of a
         task it awaited, ``KeyboardInterrupt``): FAILED, and nacked with the backoff, its
@@ -657,7 +612,7 @@ class WorkerCore(Generic[Q, H]):
             return
         delay = self.backoff.delay(message.delivery_count)
         try:
-            nacked = yield (Op.NACK, message, delay, text)
+            nacked = yield Nack(message, delay, text)
         except Exception as nack_exc:  # the delivery's lock then expires: logged
             self._log.warning(failed + "; nack failed: %s (the lock will expire)", message.key,
                               message.delivery_count, text, error_text(nack_exc))
@@ -666,7 +621,7 @@ class WorkerCore(Generic[Q, H]):
         dead_letter_queue = None
         if nacked:
             try:
-                dead_letter_queue = yield (Op.DEAD_LETTER_QUEUE, message)
+                dead_letter_queue = yield DeadLetterQueueOf(message)
             except Exception as look_exc:  # only the log's wording depends on it
                 self._log.info("could not tell where key %r went after its nack: %s", message.key,
                                error_text(look_exc))
@@ -685,39 +640,16 @@ class WorkerCore(Generic[Q, H]):
         """The deliveries the heartbeat extends now (RUNNING, not settled by their handlers)."""
         return self._deliveries.to_extend()
 
-    def heartbeat_steps(self) -> Steps:
+    def heartbeat_steps(self) -> WorkerSteps:
         """Every lock_timeout / 3, extend the lock of every delivery whose handler still runs."""
         period = self.lock_timeout.total_seconds() / 3
-        while not (yield (Op.PAUSE, period)):
+        while not (yield HeartbeatWait(period)):
             for delivery in self._to_extend():
                 message = delivery.message
                 try:
-                    until = yield (Op.EXTEND, message, self.lock_timeout)
+                    until = yield ExtendLock(message, self.lock_timeout)
                 except PyQueueError as exc:
                     self._log.warning("extending the lock of key %r failed: %s", message.key, exc)
                     continue
                 if until is None and self._deliveries.lock_lost(delivery):
                     self._log.warning("lock of key %r was lost; its result will not be acknowledged", message.key)
-
-
-@contextmanager
-def stop_signals(on_signal: Callable[[int], None]) -> Iterator[bool]:
-    """While inside, SIGTERM and SIGINT call ``on_signal(signum)`` (with :func:`signal.signal`);
-    the previous handlers are restored on exit. Only the main thread can install signal handlers:
-    elsewhere nothing is installed. Yields whether the handlers were installed.
-
-    ``on_signal`` runs in the main thread between two Python instructions of whatever it was doing,
-    so it must not block nor take a lock that code may hold (set a flag, write to a socket)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield False
-        return
-
-    def handle(signum: int, frame: FrameType | None) -> None:
-        on_signal(signum)
-
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield True
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

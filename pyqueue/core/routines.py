@@ -1,25 +1,21 @@
-"""The operations of more than one statement, written once as sans-I/O routines.
+"""The client operations of more than one statement, written once as sans-I/O routines.
 
-A routine is a generator: it yields a *step* (run this :class:`~pyqueue._ops.Statement`, wait for a
-notification up to ``s`` seconds, sleep ``s`` seconds …), the driver performs it on its kind of
-connection and sends the result back (or throws the driver's :class:`psycopg.Error` into the
-routine), until the routine returns its result. The sync driver (:meth:`pyqueue._sync.Driver._step`) and the asyncio
-driver (:meth:`pyqueue._async.AsyncDriver._step`) are the only code that performs steps (with the
-bookkeeping of :class:`Stepper`); the decisions (when to poll, how long to sleep, when to retry,
-what a pooler breaks) are here.
-
-Steps act on the routine's connection: the one the driver was given, or the listening connection
-taken by :class:`Acquire`.
+A routine is a generator of the client steps of :mod:`pyqueue.core.steps` (run this
+:class:`~pyqueue.core.statements.Statement`, wait for a notification up to ``s`` seconds, sleep
+``s`` seconds …): the sync driver (:meth:`pyqueue.drivers.sync.Driver.step`) or the asyncio one
+(:meth:`pyqueue.drivers.aio.AsyncDriver.step`) performs each on its kind of connection and sends
+the result back (or throws the driver's :class:`psycopg.Error` in), until the routine returns its
+result. The decisions (when to poll, how long to sleep, when to retry, what a pooler breaks) are
+here.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 from uuid import uuid4
 
 import psycopg
@@ -28,139 +24,14 @@ from .. import limits
 from ..durations import Seconds, as_timedelta
 from .checks import check_int
 from .statements import M, QueueStatements, Statement, Statements
+from .steps import Acquire, ClientPid, Handoff, NoPrepare, Notified, Release, Routine, Run, RunPooled, Sleep
 
-__all__ = [
-    "Run", "RunPooled", "Notified", "Sleep", "ClientPid", "NoPrepare", "Acquire", "Release", "Handoff",
-    "Routine", "Stepper", "Listening", "behind_pooler", "start_listening", "poll_waiting", "transaction",
-]
+__all__ = ["Listening", "behind_pooler", "start_listening", "poll_waiting", "transaction", "dead_letter_queue_of"]
 
 T = TypeVar("T")
 C = TypeVar("C")  # a connection (sync or async)
 
 log = logging.getLogger("pyqueue.client")
-
-
-@dataclass(frozen=True, slots=True)
-class Run:
-    """Run ``op`` on the routine's connection; the result is the op's decoded result."""
-
-    op: Statement[Any]
-
-
-@dataclass(frozen=True, slots=True)
-class RunPooled:
-    """Run ``op`` on another connection of the queue's pool (not the routine's)."""
-
-    op: Statement[Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Notified:
-    """Wait up to ``timeout`` seconds for a notification on the routine's connection; the result
-    is True when one arrived."""
-
-    timeout: float
-
-
-@dataclass(frozen=True, slots=True)
-class Sleep:
-    """Sleep ``seconds`` (no notification can end it)."""
-
-    seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class ClientPid:
-    """The result is the backend pid libpq was given at connect (``conn.info.backend_pid``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class NoPrepare:
-    """Turn off psycopg's prepared statements on the routine's connection."""
-
-
-@dataclass(frozen=True, slots=True)
-class Acquire:
-    """Make a connection that LISTENs on the queue's channel the routine's connection: an idle one
-    kept from an earlier wait, or a new one the driver sets up with :func:`start_listening`."""
-
-
-@dataclass(frozen=True, slots=True)
-class Release:
-    """Give the routine's connection back: kept for the next wait when ``keep`` (and it is idle),
-    else closed."""
-
-    keep: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Handoff:
-    """Hand ``value`` to the driver's caller; the routine resumes (result None) once the caller's
-    block ends without an exception, and is abandoned otherwise."""
-
-    value: Any
-
-
-Step = Run | RunPooled | Notified | Sleep | ClientPid | NoPrepare | Acquire | Release | Handoff
-#: A routine: yields steps, receives their results, returns ``T``.
-Routine = Generator[Step, Any, T]
-
-
-class Stepper(Generic[T, C]):
-    """The bookkeeping of stepping one routine, shared by both drivers, which only perform steps::
-
-        stepper = Stepper(routine, conn)
-        try:
-            while (step := stepper.next()) is not None:
-                try:
-                    stepper.performed(step, perform(step, stepper.held))
-                except psycopg.Error as exc:
-                    stepper.failed(exc)
-            return stepper.result
-        finally:
-            close(stepper.left_open())  # when not None
-
-    ``held`` is the routine's connection: ``conn``, or the one an :class:`Acquire` step got. The
-    stepping stops when the routine returns or yields a :class:`Handoff` (``result`` is then its
-    value; stepping the same routine again resumes it).
-    """
-
-    def __init__(self, routine: Routine[T], conn: C | None) -> None:
-        self.routine = routine
-        self.conn = conn
-        self.held = conn
-        self.result: Any = None
-        self._value: Any = None
-        self._error: psycopg.Error | None = None
-
-    def next(self) -> Step | None:
-        """The next step to perform, or None when the stepping is over (see :attr:`result`)."""
-        value, error, self._value, self._error = self._value, self._error, None, None
-        try:
-            step = self.routine.send(value) if error is None else self.routine.throw(error)
-        except StopIteration as done:
-            self.result = done.value
-            return None
-        if isinstance(step, Handoff):
-            self.result = step.value
-            return None
-        return step
-
-    def performed(self, step: Step, value: Any) -> None:
-        """``step`` gave ``value`` (for :class:`Acquire`, the connection now held)."""
-        self._value = value
-        if isinstance(step, Acquire):
-            self.held = value
-        elif isinstance(step, Release):
-            self.held = None
-
-    def failed(self, exc: psycopg.Error) -> None:
-        """The step raised ``exc``: it is thrown into the routine at the next :meth:`next`."""
-        self._error = exc
-
-    def left_open(self) -> C | None:
-        """The connection acquired and not released (the driver closes it), or None."""
-        return self.held if self.held is not self.conn else None
 
 
 #: How long a LISTEN probe waits for its own notification before concluding that notifications

@@ -9,13 +9,13 @@ import asyncio
 import inspect
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, assert_never, cast
 
 import psycopg
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
-from ..core import routines
+from ..core import routines, steps
 from ..core.checks import check_conninfo, first_connection_kwargs
 from ..core.statements import QueueStatements, Statement, Statements
 from ..errors import connection_failed, translating
@@ -156,9 +156,9 @@ class AsyncDriver:
         else:
             await conn.close()
 
-    async def step(self, routine: routines.Routine[T], conn: AsyncConnection | None = None) -> T:
+    async def step(self, routine: steps.Routine[T], conn: AsyncConnection | None = None) -> T:
         """As :meth:`pyqueue._sync.Driver.step`, awaiting each step."""
-        stepper: routines.Stepper[T, AsyncConnection] = routines.Stepper(routine, conn)
+        stepper: steps.Stepper[AsyncConnection] = steps.Stepper(routine, conn)
         try:
             while (step := stepper.next()) is not None:
                 try:
@@ -170,26 +170,37 @@ class AsyncDriver:
             if (left := stepper.left_open()) is not None:
                 await left.close()
 
-    async def _perform(self, step: Any, held: AsyncConnection | None) -> Any:
-        if isinstance(step, routines.Acquire):
-            return await self._take_listener()
-        if isinstance(step, routines.Release):
-            if held is not None:
-                await self._give_back(held, step.keep)
-            return None
-        if isinstance(step, routines.RunPooled):
-            async with self._pool.connection() as other:
-                return await run(other, step.op)
-        if isinstance(step, routines.Sleep):
-            await asyncio.sleep(step.seconds)
-            return None
-        if held is None:
-            raise AssertionError(f"{step} needs a connection")
-        if isinstance(step, routines.Run):
-            return await run(held, step.op)
-        if isinstance(step, routines.Notified):
-            return await _notified(held, step.timeout)
-        if isinstance(step, routines.ClientPid):
-            return held.info.backend_pid
-        held.prepare_threshold = None  # NoPrepare
-        return None
+    async def _perform(self, step: steps.ClientStep, held: AsyncConnection | None) -> Any:
+        match step:
+            case steps.Run(statement):
+                return await run(_held(held, step), statement)
+            case steps.Acquire():
+                return await self._take_listener()
+            case steps.Release(keep):
+                if held is not None:
+                    await self._give_back(held, keep)
+                return None
+            case steps.Notified(timeout):
+                return await _notified(_held(held, step), timeout)
+            case steps.RunPooled(statement):
+                async with self._pool.connection() as other:
+                    return await run(other, statement)
+            case steps.Sleep(seconds):
+                await asyncio.sleep(seconds)
+                return None
+            case steps.ClientPid():
+                return _held(held, step).info.backend_pid
+            case steps.NoPrepare():
+                _held(held, step).prepare_threshold = None
+                return None
+            case steps.Handoff():  # pragma: no cover - the Stepper never hands these out
+                raise AssertionError(step)
+            case _:
+                assert_never(step)
+
+
+def _held(conn: AsyncConnection | None, step: steps.ClientStep) -> AsyncConnection:
+    """The routine's connection, which ``step`` needs."""
+    if conn is None:
+        raise AssertionError(f"{step} needs a connection")
+    return conn

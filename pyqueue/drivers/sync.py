@@ -9,13 +9,13 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, assert_never, cast
 
 import psycopg
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
-from ..core import routines
+from ..core import routines, steps
 from ..core.checks import check_conninfo, first_connection_kwargs
 from ..core.statements import QueueStatements, Statement, Statements
 from ..errors import connection_failed, translating
@@ -173,11 +173,11 @@ class Driver:
                     return
         conn.close()
 
-    def step(self, routine: routines.Routine[T], conn: Connection | None = None) -> T:
+    def step(self, routine: steps.Routine[T], conn: Connection | None = None) -> T:
         """Perform the steps of ``routine`` on ``conn`` (or the connection it acquires) until it
         returns, or until it hands a value over (:class:`Handoff`: that value is returned, and the
         next call resumes the routine). A connection acquired and not released is closed."""
-        stepper: routines.Stepper[T, Connection] = routines.Stepper(routine, conn)
+        stepper: steps.Stepper[Connection] = steps.Stepper(routine, conn)
         try:
             while (step := stepper.next()) is not None:
                 try:
@@ -189,27 +189,38 @@ class Driver:
             if (left := stepper.left_open()) is not None:
                 left.close()
 
-    def _perform(self, step: Any, held: Connection | None) -> Any:
-        if isinstance(step, routines.Acquire):
-            return self._take_listener()
-        if isinstance(step, routines.Release):
-            if held is not None:
-                self._give_back(held, step.keep)
-            return None
-        if isinstance(step, routines.RunPooled):
-            self.open()
-            with self._pool.connection() as other:
-                return run(other, step.op)
-        if isinstance(step, routines.Sleep):
-            time.sleep(step.seconds)
-            return None
-        if held is None:
-            raise AssertionError(f"{step} needs a connection")
-        if isinstance(step, routines.Run):
-            return run(held, step.op)
-        if isinstance(step, routines.Notified):
-            return _notified(held, step.timeout)
-        if isinstance(step, routines.ClientPid):
-            return held.info.backend_pid
-        held.prepare_threshold = None  # NoPrepare
-        return None
+    def _perform(self, step: steps.ClientStep, held: Connection | None) -> Any:
+        match step:
+            case steps.Run(statement):
+                return run(_held(held, step), statement)
+            case steps.Acquire():
+                return self._take_listener()
+            case steps.Release(keep):
+                if held is not None:
+                    self._give_back(held, keep)
+                return None
+            case steps.Notified(timeout):
+                return _notified(_held(held, step), timeout)
+            case steps.RunPooled(statement):
+                self.open()
+                with self._pool.connection() as other:
+                    return run(other, statement)
+            case steps.Sleep(seconds):
+                time.sleep(seconds)
+                return None
+            case steps.ClientPid():
+                return _held(held, step).info.backend_pid
+            case steps.NoPrepare():
+                _held(held, step).prepare_threshold = None
+                return None
+            case steps.Handoff():  # pragma: no cover - the Stepper never hands these out
+                raise AssertionError(step)
+            case _:
+                assert_never(step)
+
+
+def _held(conn: Connection | None, step: steps.ClientStep) -> Connection:
+    """The routine's connection, which ``step`` needs."""
+    if conn is None:
+        raise AssertionError(f"{step} needs a connection")
+    return conn

@@ -44,6 +44,7 @@ __all__ = [
     "schedules",
     "occurrences",
     "TICKER_LOCK_KEY",
+    "start_ticker",
 ]
 
 log = logging.getLogger("pyqueue.cron")
@@ -318,3 +319,14 @@ class CronTicker(threading.Thread):
             except psycopg.Error:  # pragma: no cover - closing a broken connection
                 pass
 
+
+def start_ticker(dsn: str, every: timedelta | None, schema: str | None, logger: logging.Logger) -> CronTicker | None:
+    """A worker's ``cron_tick``: a started :class:`CronTicker` thread driving ``dq_cron_tick()``
+    every ``every`` (one ticker per database works at a time, by an advisory lock; the others stand
+    by), its start logged on ``logger``; None when ``every`` is None. The caller stops it."""
+    if every is None:
+        return None
+    ticker = CronTicker(dsn, every=every, schema=schema)
+    ticker.start()
+    logger.info("cron ticker started: dq_cron_tick() every %s while this worker holds the tick lock", every)
+    return ticker

@@ -25,13 +25,16 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
-from datetime import timedelta
-from typing import Any
+from typing import Any, assert_never
 
-from ..core.delivery import Backoff, Delivery, Op, Runners, Stepper, Steps, WorkerCore, WorkerStats, stop_signals
+from ..core import steps
+from ..core.delivery import Backoff, Delivery, Runners, WorkerCore, WorkerStats
+from ..core.steps import Stepper, WorkerStep, WorkerSteps
+from ..drivers.signals import stop_signals
 from ..drivers.sync import resolve
 from ..errors import PyQueueError
 from .client import DelayedQueue, Message
+from .cron import start_ticker
 
 __all__ = ["Worker", "Backoff", "WorkerStats"]
 
@@ -120,13 +123,6 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
         self._pool: ThreadPoolExecutor | None = None
         self._ended = threading.Event()  # a handler ended since the run loop last counted
         self._runners = Runners(self.concurrency, self._ended.set)  # the handler slots: deliveries and their runners
-        self._io: dict[Op, Callable[..., Any]] = {
-            Op.RUNNING: self._running, Op.WAIT: self._wait_handlers, Op.POLL: self._poll, Op.START: self._start,
-            Op.SLEEP: self._sleep, Op.ACK: self.queue.ack_many, Op.DRAIN: self._drain, Op.FINISHED: self._finished.set,
-            Op.BLOCKING: _call, Op.NACK: _nack, Op.EXTEND: _extend,
-            Op.DEAD_LETTER_QUEUE: self.queue.dead_letter_queue_of,
-            Op.PAUSE: self._finished.wait, Op.SPAWN: self._spawn, Op.JOIN: self._join,
-        }
         self._spawned: set[Future[Any]] = set()  # steps driven beside the run loop (acknowledgements)
         self._beside: ThreadPoolExecutor | None = None  # their thread
 
@@ -149,36 +145,73 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
         heartbeat = threading.Thread(target=self._drive, args=(self.heartbeat_steps(),), name="pyqueue-heartbeat",
                                      daemon=True)
         heartbeat.start()
+        ticker = None
         try:
             with stop_signals(self._on_signal) if install_signal_handlers else nullcontext():
-                ticker = self._start_cron_ticker(resolve(self.queue.pool.conninfo), self.queue.schema)
-                self._drive(self.run_steps(self.queue.queue, ticker))
+                ticker = start_ticker(resolve(self.queue.pool.conninfo), self.cron_tick, self.queue.schema, log)
+                self._drive(self.run_steps(self.queue.queue))
         finally:
             self._finished.set()
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._beside.shutdown(wait=True)
             waker.close()
+            if ticker is not None:
+                ticker.stop(10)
 
     # -- the driver ----------------------------------------------------------------------------
-    def _drive(self, steps: Steps) -> Any:
-        """Perform the I/O of ``steps`` in this thread until they end; returns their value."""
-        stepper = Stepper(steps)
-        op = stepper.step(None)
-        while op is not None:
+    def _drive(self, generator: WorkerSteps) -> Any:
+        """Perform the steps of ``generator`` in this thread until it ends; returns its value."""
+        stepper: Stepper[None] = Stepper(generator)
+        step = stepper.step()
+        while step is not None:
             try:
-                result = self._io[op[0]](*op[1:])
+                result = self._perform(step)
             except BaseException as exc:
-                op = stepper.step(None, exc)
+                step = stepper.step(error=exc)
             else:
-                op = stepper.step(result)
-        return stepper.value
+                step = stepper.step(result)
+        return stepper.result
+
+    def _perform(self, step: WorkerStep) -> Any:
+        """What each worker step of :mod:`pyqueue.core.steps` does with threads (most frequent first)."""
+        match step:
+            case steps.CountHeld():
+                return self._running()
+            case steps.PollMessages(max_count, idle):
+                return self._poll(max_count, idle)
+            case steps.StartHandlers(deliveries):
+                for delivery in deliveries:
+                    self._start(delivery)
+                return None
+            case steps.Spawn(generator):
+                return self._spawn(generator)
+            case steps.AckMany(lock_tokens):
+                return self.queue.ack_many(lock_tokens)
+            case steps.WaitForHandlers(seconds):
+                self._ended.wait(seconds)
+                return None
+            case steps.HeartbeatWait(seconds):
+                return self._finished.wait(seconds)
+            case steps.ExtendLock(message, timeout):
+                return message.extend(timeout)
+            case steps.Nack(message, delay, error):
+                return message.nack(delay, error=error)
+            case steps.DeadLetterQueueOf(message):
+                return self.queue.dead_letter_queue_of(message)
+            case steps.SleepUnlessStopped(seconds):
+                return self._sleep(seconds)
+            case steps.JoinSpawned():
+                return self._join()
+            case steps.Drain(seconds):
+                return self._drain(seconds)
+            case steps.HandlersFinished():
+                return self._finished.set()
+            case _:
+                assert_never(step)
 
     def _running(self) -> int:
         self._ended.clear()  # a handler ending from now on ends the next WAIT at once
         return self._runners.held
-
-    def _wait_handlers(self, timeout: float) -> None:
-        self._ended.wait(timeout)
 
     def _start(self, delivery: Delivery) -> None:
         if self._runners.add(delivery):
@@ -205,9 +238,9 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
             return self._drive(self.failed_steps(delivery, exc))  # type: ignore[no-any-return]
         self.handler_returned(delivery)
 
-    def _spawn(self, steps: Steps) -> None:
+    def _spawn(self, generator: WorkerSteps) -> None:
         assert self._beside is not None
-        future = self._beside.submit(self._drive, steps)
+        future = self._beside.submit(self._drive, generator)
         self._spawned.add(future)
         future.add_done_callback(self._spawned.discard)
 
@@ -256,18 +289,6 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
             waker = self._waker
             if waker is not None:
                 waker.wake()
-
-
-def _call(function: Callable[..., Any], *args: Any) -> Any:
-    return function(*args)
-
-
-def _nack(message: Message, delay: timedelta, error: str) -> bool:
-    return message.nack(delay, error=error)
-
-
-def _extend(message: Message, timeout: timedelta) -> Any:
-    return message.extend(timeout)
 
 
 def _release_late(box: Future[list[Message]]) -> None:
