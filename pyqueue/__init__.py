@@ -18,6 +18,7 @@ error and payload rules; :mod:`pyqueue.cli`, :mod:`pyqueue.migrate`, :mod:`pyque
 servers, the Spark data source and the demo.
 """
 
+from .core.middleware import HandlerCall, Middleware, OfferCall
 from .errors import (
     ConnectionFailed,
     DatabaseError,
@@ -65,4 +66,7 @@ __all__ = [
     "Worker",
     "Backoff",
     "WorkerStats",
+    "Middleware",
+    "HandlerCall",
+    "OfferCall",
 ]

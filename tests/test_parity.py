@@ -42,6 +42,7 @@ TWINS = {
     "TransactionalBatch": "AsyncTransactionalBatch",
     "QueueCron": "AsyncQueueCron",
     "Driver": "AsyncDriver",
+    "Middleware": "AsyncMiddleware",
     "Worker": "AsyncWorker",
     "Handler": "AsyncHandler",
     "Iterator": "AsyncIterator",

@@ -12,11 +12,12 @@ Example::
             await message.ack()
 """
 
+from ..core.middleware import AsyncMiddleware
 from .client import AsyncDelayedQueue, AsyncMessage, AsyncTransactionalBatch, all_stats
 from .cron import AsyncQueueCron
 from .worker import AsyncHandler, AsyncWorker
 
 __all__ = [
     "AsyncDelayedQueue", "AsyncMessage", "AsyncQueueCron", "AsyncTransactionalBatch", "AsyncWorker", "AsyncHandler",
-    "all_stats",
+    "AsyncMiddleware", "all_stats",
 ]

@@ -19,7 +19,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -29,7 +29,8 @@ from uuid import UUID
 from psycopg_pool import AsyncConnectionPool
 
 from ..core import routines
-from ..core.statements import QueueStatements, Statements
+from ..core.middleware import AsyncMiddleware, OfferCall, chain, check_middleware, overrides
+from ..core.statements import QueueStatements, Statements, offer_requests
 from ..drivers.aio import AsyncConnection, AsyncDriver, run
 from ..durations import Seconds
 from ..errors import translating
@@ -81,11 +82,16 @@ class AsyncDelayedQueue:
     """
 
     def __init__(self, conninfo_or_pool: str | AsyncConnectionPool[Any], queue: str, *,
-                 serializers: SerializerRegistry | None = None, pool_size: int = 4, schema: str | None = None) -> None:
+                 serializers: SerializerRegistry | None = None, pool_size: int = 4, schema: str | None = None,
+                 middleware: Sequence[AsyncMiddleware] = ()) -> None:
         self._statements = QueueStatements(queue, schema, serializers or default_registry)
         self._driver = AsyncDriver(conninfo_or_pool, self._statements, pool_size)
         #: The queue's name, its install's schema (None: search_path) and its payload serializers.
         self.queue, self.schema, self.serializers = queue, self._statements.schema, self._statements.serializers
+        #: The middleware around this queue's offers (and, by default, around the handler calls of
+        #: its workers): :mod:`pyqueue.core.middleware`.
+        self.middleware = check_middleware(middleware, AsyncMiddleware)
+        self._offers_wrapped = any(overrides(layer, "offer") for layer in self.middleware)
 
     async def __aenter__(self) -> AsyncDelayedQueue:
         await self.open()
@@ -125,8 +131,13 @@ class AsyncDelayedQueue:
         conn: AsyncConnection | None = None,
     ) -> OfferOutcome:
         """Offer one message (``dq_offer``); see :meth:`pyqueue.DelayedQueue.offer`."""
+        if self._offers_wrapped:
+            request = OfferRequest(key, payload, at, delay, payload_type, priority, group, expires_at, ttl, headers)
+            outcome: OfferOutcome = await self._offer_through_middleware(
+                OfferCall(self.queue, [request], can_update, False), conn)
+            return outcome
         op = self._statements.offer(key, payload, at, delay, can_update, payload_type, priority, group, expires_at, ttl,
-                             headers)
+                                    headers)
         return await self._driver.run(op, conn)
 
     async def offer_many(
@@ -134,7 +145,19 @@ class AsyncDelayedQueue:
         conn: AsyncConnection | None = None,
     ) -> dict[str, OfferOutcome]:
         """Offer many in one statement (``dq_offer_many``); see :meth:`pyqueue.DelayedQueue.offer_many`."""
+        if self._offers_wrapped:
+            call = OfferCall(self.queue, offer_requests(items), can_update, True)
+            outcomes: dict[str, OfferOutcome] = await self._offer_through_middleware(call, conn)
+            return outcomes
         return await self._driver.run(self._statements.offer_many(items, can_update), conn)
+
+    async def _offer_through_middleware(self, call: OfferCall, conn: Any) -> Any:
+        """Run the offer ``call`` through the middleware, then its statement on ``conn``."""
+
+        async def send(final: OfferCall) -> Any:
+            return await self._driver.run(self._statements.offer_call(final), conn)
+
+        return await chain(self.middleware, "offer", send)(call)
 
     # -- poll ----------------------------------------------------------------------------------
     async def channel(self, *, conn: AsyncConnection | None = None) -> str:

@@ -17,6 +17,7 @@ import psycopg
 
 from ..core import steps
 from ..core.delivery import Delivery, Runners, WorkerCore
+from ..core.middleware import AsyncMiddleware, HandlerCall, chain, overrides
 from ..core.steps import Stepper, WorkerStep, WorkerSteps
 from ..drivers.aio import resolve
 from ..drivers.signals import stop_signals
@@ -49,6 +50,7 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
     """
 
     _log = log
+    _middleware_kind = AsyncMiddleware
 
     def _setup(self) -> None:
         self._is_coroutine = inspect.iscoroutinefunction(self.handler)
@@ -60,6 +62,9 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
         self._runners_cancelled = False  # set as _drain cancels the runners' tasks after the grace period
         self._ended = asyncio.Event()  # a handler ended since the run loop last counted (or a stop)
         self._runners = Runners(self.concurrency, self._ended.set)  # the handler slots: deliveries and their runners
+        #: The handler wrapped in the middleware that wrap handler calls, or None without any.
+        self._through = chain(self.middleware, "handle", self._call_handler) if any(
+            overrides(layer, "handle") for layer in self.middleware) else None
         self._spawned: set[asyncio.Task[Any]] = set()  # steps driven beside the run loop (acknowledgements)
 
     def stop(self) -> None:
@@ -169,8 +174,12 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
             await self._handle(delivery)
 
     async def _handle(self, delivery: Delivery) -> None:
+        call = None if self._through is None else HandlerCall(delivery.message, self.queue.queue)
         try:
-            await self._call(delivery.message)
+            if call is None:
+                await self._call(delivery.message)
+            else:
+                await self._through(call)  # type: ignore[misc]
         except BaseException as exc:  # whatever it raised settles it, SystemExit too, but:
             if isinstance(exc, asyncio.CancelledError):
                 if self._runners_cancelled:
@@ -180,8 +189,21 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
                 # A task the handler awaited was cancelled (or the handler cancelled its own task):
                 # a failure, and a cancellation request of this task it may hold is consumed here.
                 _uncancel()
-            return await self._drive(self.failed_steps(delivery, exc))  # type: ignore[no-any-return]
+            failure = exc if call is None else self.middleware_failure(call, exc)
+            if failure is not None:
+                return await self._drive(self.failed_steps(delivery, failure))  # type: ignore[no-any-return]
         self.handler_returned(delivery)
+
+    async def _call_handler(self, call: HandlerCall[AsyncMessage]) -> Any:
+        """The innermost step of the middleware chain: the handler, its outcome and duration recorded."""
+        call.started()
+        try:
+            result = await self._call(call.message)
+        except BaseException as exc:
+            call.ended(exc)
+            raise
+        call.ended(None)
+        return result
 
     def _spawn(self, generator: WorkerSteps) -> None:
         task = asyncio.create_task(self._drive(generator))
@@ -213,11 +235,10 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
             if task is not None:
                 task.cancel()
 
-    async def _call(self, message: AsyncMessage) -> None:
+    async def _call(self, message: AsyncMessage) -> Any:
         if self._is_coroutine:
-            await self.handler(message)
-        else:
-            await asyncio.to_thread(self.handler, message)
+            return await self.handler(message)
+        return await asyncio.to_thread(self.handler, message)
 
     async def _poll(self, max_count: int, idle: bool) -> list[AsyncMessage]:
         if not idle:

@@ -23,7 +23,7 @@ import random
 import threading
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
@@ -32,6 +32,7 @@ from uuid import UUID
 from ..durations import Seconds, as_timedelta, format_duration
 from ..errors import ConnectionFailed, InvalidArgument, PyQueueError
 from ..limits import POLL_MAX_COUNT
+from .middleware import HandlerCall, check_middleware
 from .steps import (
     AckMany,
     CountHeld,
@@ -411,6 +412,9 @@ class WorkerCore(Generic[Q, H]):
 
     #: The driver's logger (``pyqueue.worker`` or ``pyqueue.aio``).
     _log: logging.Logger
+    #: The class of the middleware the driver takes (:class:`~pyqueue.core.middleware.Middleware`
+    #: for threads, :class:`~pyqueue.core.middleware.AsyncMiddleware` for asyncio).
+    _middleware_kind: type
 
     def __init__(
         self,
@@ -425,6 +429,7 @@ class WorkerCore(Generic[Q, H]):
         backoff: Backoff | None = None,
         shutdown_grace: Seconds = timedelta(seconds=30),
         cron_tick: Seconds | None = None,
+        middleware: Sequence[Any] | None = None,
     ) -> None:
         if concurrency < 1:
             raise InvalidArgument(f"concurrency is {concurrency}, it must be at least 1")
@@ -442,6 +447,9 @@ class WorkerCore(Generic[Q, H]):
         self.backoff = backoff or Backoff()
         self.shutdown_grace = as_timedelta(shutdown_grace, "shutdown_grace").total_seconds()
         self.cron_tick = None if cron_tick is None else as_timedelta(cron_tick, "cron_tick")
+        #: The middleware around each handler call (:mod:`pyqueue.core.middleware`): by default the queue's.
+        self.middleware = check_middleware(getattr(queue, "middleware", ()) if middleware is None else middleware,
+                                           self._middleware_kind)
         self.stats = WorkerStats()
         self._deliveries = Deliveries(self.stats)
         self._stopping = False
@@ -588,6 +596,23 @@ class WorkerCore(Generic[Q, H]):
         """The handler returned: DONE (acknowledged with the next batch), SETTLED, or it stays LOST."""
         if self._deliveries.returned(delivery) is State.LOST:
             self._log.warning("key %r finished after its lock was lost: not acknowledged", delivery.message.key)
+
+    def middleware_failure(self, call: HandlerCall[Any], exc: BaseException) -> BaseException | None:
+        """The middleware chain around ``call`` raised ``exc``: what the delivery fails with, or
+        None when it succeeded after all. The handler's own exception passes through; a
+        middleware's own exception is logged with its traceback and never loses the delivery:
+        after the handler returned, the delivery succeeded (None); after it raised, it fails with
+        the handler's exception; before the handler ran, with the middleware's."""
+        if exc is call.error:
+            return exc
+        key = call.message.key
+        if call.outcome is None:
+            self._log.error("middleware raised before the handler of key %r ran: %s; the message is nacked",
+                            key, error_text(exc), exc_info=exc)
+            return exc
+        self._log.error("middleware raised after the handler of key %r %s: %s; the handler's outcome stands",
+                        key, call.outcome, error_text(exc), exc_info=exc)
+        return call.error
 
     def failed_steps(self, delivery: Delivery, exc: BaseException) -> WorkerSteps:
         """The handler raised ``exc``, whatever it is (an :class:`Exception`, ``SystemExit`` from

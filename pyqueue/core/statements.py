@@ -49,6 +49,7 @@ from .checks import (
     check_str,
     described,
 )
+from .middleware import OfferCall
 
 __all__ = ["Statement", "Statements", "QueueStatements", "Waited", "sql_texts", "check_schema", "check_queue_name"]
 
@@ -370,17 +371,7 @@ class QueueStatements(Statements):
         delays: list[timedelta | None] = []
         controls: list[Controls] = []
         check_bool(can_update, "can_update")
-        if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
-            raise InvalidArgument(
-                f"items must be an iterable of OfferRequest or (key, payload) pairs, got {described(items)}")
-        for i, item in enumerate(items):
-            if isinstance(item, OfferRequest):
-                req = item
-            elif isinstance(item, (tuple, list)) and len(item) == 2:
-                req = OfferRequest(item[0], item[1])
-            else:
-                raise InvalidArgument(
-                    f"items[{i}] must be an OfferRequest or a (key, payload) pair, got {described(item)}")
+        for i, req in enumerate(offer_requests(items)):
             check_str(req.key, f"items[{i}].key")
             ptype_given = check_str(req.payload_type, f"items[{i}].payload_type", optional=True)
             try:
@@ -411,6 +402,17 @@ class QueueStatements(Statements):
             ttls=column([c.ttl for c in controls]), headers=column([c.headers for c in controls]),
         )
         return Statement(self.sql.offer_many, params, _outcomes)
+
+    def offer_call(self, call: OfferCall) -> Statement[Any]:
+        """The statement of an offer that went through middleware (:mod:`pyqueue.core.middleware`):
+        ``dq_offer`` of its one request, or ``dq_offer_many`` of a batch."""
+        if call.batch:
+            return self.offer_many(call.requests, call.can_update)
+        if len(call.requests) != 1:
+            raise InvalidArgument(f"an offer's middleware must leave one request, it left {len(call.requests)}")
+        r = call.requests[0]
+        return self.offer(r.key, r.payload, r.at, r.delay, call.can_update, r.payload_type, r.priority, r.group,
+                          r.expires_at, r.ttl, r.headers)
 
     # -- poll --------------------------------------------------------------------------------------
     def poll(self, max_count: int, lock_timeout: Seconds, cls: type[M], client: Any) -> Statement[list[M]]:
@@ -550,3 +552,21 @@ class QueueStatements(Statements):
 
     def channel(self) -> Statement[str]:
         return Statement(self.sql.channel, self._q(), _value("channel", str))
+
+
+def offer_requests(items: Iterable[OfferRequest | tuple[str, Any]]) -> list[OfferRequest]:
+    """The items of ``offer_many`` as :class:`OfferRequest` objects (``(key, payload)`` pairs
+    become requests due now); :class:`pyqueue.InvalidArgument` for anything else, before any I/O."""
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+        raise InvalidArgument(
+            f"items must be an iterable of OfferRequest or (key, payload) pairs, got {described(items)}")
+    requests = []
+    for i, item in enumerate(items):
+        if isinstance(item, OfferRequest):
+            requests.append(item)
+        elif isinstance(item, (tuple, list)) and len(item) == 2:
+            requests.append(OfferRequest(item[0], item[1]))
+        else:
+            raise InvalidArgument(
+                f"items[{i}] must be an OfferRequest or a (key, payload) pair, got {described(item)}")
+    return requests

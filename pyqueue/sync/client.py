@@ -11,7 +11,7 @@ asyncio twin with the same names, parameters and rules.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -21,7 +21,8 @@ from uuid import UUID
 from psycopg_pool import ConnectionPool
 
 from ..core import routines
-from ..core.statements import QueueStatements, Statements
+from ..core.middleware import Middleware, OfferCall, chain, check_middleware, overrides
+from ..core.statements import QueueStatements, Statements, offer_requests
 from ..drivers.sync import Connection, Driver, run
 from ..durations import Seconds
 from ..errors import translating
@@ -88,11 +89,16 @@ class DelayedQueue:
         serializers: SerializerRegistry | None = None,
         pool_size: int = 4,
         schema: str | None = None,
+        middleware: Sequence[Middleware] = (),
     ) -> None:
         self._statements = QueueStatements(queue, schema, serializers or default_registry)
         self._driver = Driver(conninfo_or_pool, self._statements, pool_size)
         #: The queue's name, its install's schema (None: search_path) and its payload serializers.
         self.queue, self.schema, self.serializers = queue, self._statements.schema, self._statements.serializers
+        #: The middleware around this queue's offers (and, by default, around the handler calls of
+        #: its workers): :mod:`pyqueue.core.middleware`.
+        self.middleware = check_middleware(middleware, Middleware)
+        self._offers_wrapped = any(overrides(layer, "offer") for layer in self.middleware)
 
     def __enter__(self) -> DelayedQueue:
         self.open()
@@ -181,8 +187,13 @@ class DelayedQueue:
             :class:`pyqueue.LimitExceeded` (54000) a payload over the queue's limit, headers over
             their limit.
         """
+        if self._offers_wrapped:
+            request = OfferRequest(key, payload, at, delay, payload_type, priority, group, expires_at, ttl, headers)
+            outcome: OfferOutcome = self._offer_through_middleware(
+                OfferCall(self.queue, [request], can_update, False), conn)
+            return outcome
         op = self._statements.offer(key, payload, at, delay, can_update, payload_type, priority, group, expires_at, ttl,
-                             headers)
+                                    headers)
         return self._driver.run(op, conn)
 
     def offer_many(
@@ -202,7 +213,19 @@ class DelayedQueue:
             ``priorities[3]`` or ``message_groups[2]``; the errors of :meth:`offer`), or too many
             items (54000).
         """
+        if self._offers_wrapped:
+            call = OfferCall(self.queue, offer_requests(items), can_update, True)
+            outcomes: dict[str, OfferOutcome] = self._offer_through_middleware(call, conn)
+            return outcomes
         return self._driver.run(self._statements.offer_many(items, can_update), conn)
+
+    def _offer_through_middleware(self, call: OfferCall, conn: Any) -> Any:
+        """Run the offer ``call`` through the middleware, then its statement on ``conn``."""
+
+        def send(final: OfferCall) -> Any:
+            return self._driver.run(self._statements.offer_call(final), conn)
+
+        return chain(self.middleware, "offer", send)(call)
 
     # -- poll ----------------------------------------------------------------------------------
     def channel(self, *, conn: Connection | None = None) -> str:

@@ -29,6 +29,7 @@ from typing import Any, assert_never
 
 from ..core import steps
 from ..core.delivery import Backoff, Delivery, Runners, WorkerCore, WorkerStats
+from ..core.middleware import HandlerCall, Middleware, chain, overrides
 from ..core.steps import Stepper, WorkerStep, WorkerSteps
 from ..drivers.signals import stop_signals
 from ..drivers.sync import resolve
@@ -116,6 +117,7 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
     """
 
     _log = log
+    _middleware_kind = Middleware
 
     def _setup(self) -> None:
         self._waker: _Waker | None = None  # while run() runs
@@ -123,6 +125,9 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
         self._pool: ThreadPoolExecutor | None = None
         self._ended = threading.Event()  # a handler ended since the run loop last counted
         self._runners = Runners(self.concurrency, self._ended.set)  # the handler slots: deliveries and their runners
+        #: The handler wrapped in the middleware that wrap handler calls, or None without any.
+        self._through = chain(self.middleware, "handle", self._call_handler) if any(
+            overrides(layer, "handle") for layer in self.middleware) else None
         self._spawned: set[Future[Any]] = set()  # steps driven beside the run loop (acknowledgements)
         self._beside: ThreadPoolExecutor | None = None  # their thread
 
@@ -232,11 +237,34 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
             self._handle(delivery)
 
     def _handle(self, delivery: Delivery) -> None:
+        if self._through is not None:
+            return self._handle_through(self._through, delivery)
         try:
             self.handler(delivery.message)
         except BaseException as exc:  # whatever it raised, SystemExit too, settles it
             return self._drive(self.failed_steps(delivery, exc))  # type: ignore[no-any-return]
         self.handler_returned(delivery)
+
+    def _handle_through(self, through: Callable[[HandlerCall[Message]], Any], delivery: Delivery) -> None:
+        """The handler called through the middleware (:meth:`WorkerCore.middleware_failure` decides)."""
+        call = HandlerCall(delivery.message, self.queue.queue)
+        try:
+            through(call)
+        except BaseException as exc:
+            if (failure := self.middleware_failure(call, exc)) is not None:
+                return self._drive(self.failed_steps(delivery, failure))  # type: ignore[no-any-return]
+        self.handler_returned(delivery)
+
+    def _call_handler(self, call: HandlerCall[Message]) -> Any:
+        """The innermost step of the middleware chain: the handler, its outcome and duration recorded."""
+        call.started()
+        try:
+            result = self.handler(call.message)
+        except BaseException as exc:
+            call.ended(exc)
+            raise
+        call.ended(None)
+        return result
 
     def _spawn(self, generator: WorkerSteps) -> None:
         assert self._beside is not None
