@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from uuid import UUID
 
 import psycopg
@@ -42,10 +42,14 @@ from .model import (
 )
 from .serializers import SerializerRegistry, json_bytes
 
-__all__ = ["Op", "Ops", "QueueOps", "Waited", "statements", "check_schema", "check_queue_name"]
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+__all__ = ["Op", "Ops", "QueueOps", "Waited", "statements", "qualified", "check_schema", "check_queue_name"]
 
 T = TypeVar("T")
 M = TypeVar("M", bound=LockedMessage[Any])
+S = TypeVar("S", bound="DataclassInstance")
 Rows = list[tuple[Any, ...]]
 #: Builds an operation's result from the column names of its result and its rows.
 Decoder = Callable[[Sequence[str], Rows], T]
@@ -220,20 +224,29 @@ def _select_list(cls: type) -> str:
     return ", ".join(_RENAMED.get(n, n) for n in column_names(cls))
 
 
+def qualified(cls: type[S], schema: str | None, marks: Mapping[str, str] | None = None) -> S:
+    """The dataclass ``cls`` of statement texts (its fields' defaults) naming the install in
+    ``schema``: each ``{s}`` becomes ``"schema".`` (quoted as an identifier, ``%`` doubled for the
+    placeholder syntax), or nothing when ``schema`` is None (the ``search_path`` decides); each
+    other mark of ``marks`` becomes its value."""
+    prefix = "" if schema is None else sql.Identifier(schema).as_string(None).replace("%", "%%") + "."
+    replacements = {"{s}": prefix, **(marks or {})}
+    texts = {}
+    for f in fields(cls):
+        text = str(f.default)
+        for mark, value in replacements.items():
+            text = text.replace(mark, value)
+        texts[f.name] = text
+    return cls(**texts)
+
+
 @functools.cache
 def statements(schema: str | None) -> Statements:
     """Every statement naming the install in ``schema``: ``"schema".dq_…`` (quoted as an identifier,
     ``%`` doubled for the placeholder syntax), or the bare ``dq_…`` names when ``schema`` is None."""
-    prefix = "" if schema is None else sql.Identifier(schema).as_string(None).replace("%", "%%") + "."
-    marks = {"{s}": prefix, "{delivery}": _select_list(LockedMessage), "{stored}": _select_list(StoredMessage),
-             "{stats}": _select_list(QueueStats), "{schedule}": _select_list(CronSchedule)}
-    texts = {}
-    for f in fields(Statements):
-        text = str(f.default)
-        for mark, value in marks.items():
-            text = text.replace(mark, value)
-        texts[f.name] = text
-    return Statements(**texts)
+    return qualified(Statements, schema, {
+        "{delivery}": _select_list(LockedMessage), "{stored}": _select_list(StoredMessage),
+        "{stats}": _select_list(QueueStats), "{schedule}": _select_list(CronSchedule)})
 
 
 def _got(value: object) -> str:
