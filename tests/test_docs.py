@@ -195,11 +195,11 @@ dq_b(x int) RETURNS int
 
 
 def imported_modules(folder: Path) -> set[str]:
-    """Top-level names of the absolute imports in the .py files of ``folder``."""
+    """Top-level names of the absolute imports in the .py files of ``folder`` and its subfolders."""
     import ast
 
     found: set[str] = set()
-    for path in folder.glob("*.py"):
+    for path in folder.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 found.update(alias.name.split(".")[0] for alias in node.names)

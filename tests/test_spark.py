@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame, Row, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 import pyqueue.spark  # noqa: E402
+from pyqueue.migrate import migrate  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -504,6 +505,63 @@ def test_dq_admin_reads_the_archive(spark: SparkSession, conn: psycopg.Connectio
     assert df.where(F.col("outcome") == "cancelled").select("key").collect() == [Row(key="a4")]
     # dq_admin is a member of dq_consumer: it reads the live messages too
     assert spark.read.format("delayedqueue").option("dsn", admin).option("queue", queue).load().count() == 0
+
+
+# --------------------------------------------------------------------------- an install in another schema
+
+OTHER = "other"
+
+
+@pytest.mark.parametrize("method", ["copy", "arrays"])
+def test_write_and_read_an_install_in_another_schema(
+    spark: SparkSession, dsn: str, conn: psycopg.Connection[Any], method: str
+) -> None:
+    """With the option ``schema``, every statement names the functions of the install in that
+    schema: the rows land in its tables, not in those of the install the search_path finds
+    (public), and are read back from its live messages and its archive."""
+    migrate(dsn, schema=OTHER)
+    queue = queue_name()
+    writer(numbered(spark, 120, 2), dsn, queue, batchSize="50", writeMethod=method, schema=OTHER).save()
+    assert messages(conn, queue) == {}
+    stored = conn.execute(
+        "SELECT key, payload, scheduled_at FROM other.dq_messages WHERE queue = %s", (queue,)
+    ).fetchall()
+    assert len(stored) == 120
+    assert ("k00042", b"p42", T0 + timedelta(seconds=42)) in [(k, bytes(p), at) for k, p, at in stored]
+    assert summary(spark, queue) == {"created": 120, "updated": 0, "ignored": 0, "superseded": 0}
+
+    def read(**options: str) -> DataFrame:
+        r = spark.read.format("delayedqueue").option("dsn", dsn).option("queue", queue).option("numPartitions", "2")
+        for name, value in options.items():
+            r = r.option(name, value)
+        return r.load()
+
+    assert sorted(r.key for r in read(schema=OTHER).where(F.col("key") < "k00003").collect()) == [
+        "k00000", "k00001", "k00002"]
+    assert read().count() == 0  # without the option: public's install, which has none of them
+    found = [m for m in read_logs(spark, f'["queue", "=", "{queue}"]') if '"key", "<", "k00003"' in m]
+    assert len(found) == 2, found
+    for msg in found:
+        assert 'SELECT "other"."dq_export_messages"(%s, %s, %s::jsonb)' in msg
+
+    conn.execute("SELECT other.dq_configure_queue(%s, archive => true)", (queue,))
+    conn.execute("UPDATE other.dq_messages SET scheduled_at = now() - interval '1 second' WHERE key < 'k00003'")
+    tokens = [r[0] for r in conn.execute("SELECT lock_token FROM other.dq_poll_many(%s, 5, '1 hour')", (queue,))]
+    conn.execute("SELECT other.dq_ack_many(%s::uuid[])", (tokens,))
+    archived = read(schema=OTHER, table="archive").collect()
+    assert sorted((r.key, r.outcome) for r in archived) == [(k, "acked") for k in ("k00000", "k00001", "k00002")]
+    assert read(table="archive").count() == 0
+
+
+def test_schema_option_errors(spark: SparkSession, dsn: str) -> None:
+    df = spark.createDataFrame([("k", "p")], "key string, payload string")
+    with pytest.raises(Exception, match="option 'schema' is 'xxx.*', it must be a schema name of 1 to 63 bytes"):
+        writer(df, dsn, "q", schema="x" * 64).save()
+    with pytest.raises(Exception, match="has no dq_offer_many in schema 'nowhere'; install the queue "
+                                        r"\(pyqueue migrate --schema nowhere\)"):
+        writer(df, dsn, "q", schema="nowhere").save()
+    with pytest.raises(Exception, match='schema "nowhere" does not exist'):
+        spark.read.format("delayedqueue").option("dsn", dsn).option("schema", "nowhere").load().collect()
 
 
 # --------------------------------------------------------------------------- the export functions in SQL

@@ -16,7 +16,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from uuid import UUID
 
 from psycopg import sql
@@ -51,10 +51,17 @@ from .checks import (
 )
 from .middleware import OfferCall
 
-__all__ = ["Statement", "Statements", "QueueStatements", "Waited", "sql_texts", "check_schema", "check_queue_name"]
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+__all__ = [
+    "Statement", "Statements", "QueueStatements", "Waited", "sql_texts", "qualified", "check_schema",
+    "check_queue_name",
+]
 
 T = TypeVar("T")
 M = TypeVar("M", bound=LockedMessage[Any])
+S = TypeVar("S", bound="DataclassInstance")
 Rows = list[tuple[Any, ...]]
 #: Builds an operation's result from the column names of its result and its rows.
 Decoder = Callable[[Sequence[str], Rows], T]
@@ -220,20 +227,29 @@ def _select_list(cls: type) -> str:
     return ", ".join(_RENAMED.get(n, n) for n in column_names(cls))
 
 
+def qualified(cls: type[S], schema: str | None, marks: Mapping[str, str] | None = None) -> S:
+    """The dataclass ``cls`` of statement texts (its fields' defaults) naming the install in
+    ``schema``: each ``{s}`` becomes ``"schema".`` (quoted as an identifier, ``%`` doubled for the
+    placeholder syntax), or nothing when ``schema`` is None (the ``search_path`` decides); each
+    other mark of ``marks`` becomes its value."""
+    prefix = "" if schema is None else sql.Identifier(schema).as_string(None).replace("%", "%%") + "."
+    replacements = {"{s}": prefix, **(marks or {})}
+    texts = {}
+    for f in fields(cls):
+        text = str(f.default)
+        for mark, value in replacements.items():
+            text = text.replace(mark, value)
+        texts[f.name] = text
+    return cls(**texts)
+
+
 @functools.cache
 def sql_texts(schema: str | None) -> SqlTexts:
     """Every statement naming the install in ``schema``: ``"schema".dq_…`` (quoted as an identifier,
     ``%`` doubled for the placeholder syntax), or the bare ``dq_…`` names when ``schema`` is None."""
-    prefix = "" if schema is None else sql.Identifier(schema).as_string(None).replace("%", "%%") + "."
-    marks = {"{s}": prefix, "{delivery}": _select_list(LockedMessage), "{stored}": _select_list(StoredMessage),
-             "{stats}": _select_list(QueueStats), "{schedule}": _select_list(CronSchedule)}
-    texts = {}
-    for f in fields(SqlTexts):
-        text = str(f.default)
-        for mark, value in marks.items():
-            text = text.replace(mark, value)
-        texts[f.name] = text
-    return SqlTexts(**texts)
+    return qualified(SqlTexts, schema, {
+        "{delivery}": _select_list(LockedMessage), "{stored}": _select_list(StoredMessage),
+        "{stats}": _select_list(QueueStats), "{schedule}": _select_list(CronSchedule)})
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,84 @@
+"""Every statement of the ``delayedqueue`` data source, naming the ``dq_*`` functions of one
+install as the clients' statements do (:func:`pyqueue.core.statements.qualified`): ``"schema".dq_…`` when
+the option ``schema`` is given, the bare names otherwise (the connection's ``search_path``
+decides). No statement text is built from runtime data: values travel as parameters.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from ..core.statements import qualified
+
+__all__ = ["Statements", "statements"]
+
+# One batch of staged rows offered by one set-based dq_offer_many call. A key repeated within the
+# batch is offered once: with can_update the last row of the batch (highest seq) wins, without it
+# the first (lowest seq) wins, which is what offering the rows one by one in order would leave.
+# The four array_agg run over the same rows in the same order, so their elements line up.
+_OFFER_STAGED = """
+SELECT o.outcome, count(*)::bigint
+  FROM (SELECT array_agg(s.key) AS keys, array_agg(s.payload) AS payloads,
+               array_agg(s.at) AS ats,
+               array_agg(s.payload_type) AS types
+          FROM (SELECT DISTINCT ON (t.key) t.key, t.payload, t.payload_type, t.at
+                  FROM dq_spark_stage t
+                 WHERE t.batch = %(batch)s
+                 ORDER BY t.key, t.seq {order}) AS s) AS a
+       CROSS JOIN LATERAL {s}dq_offer_many(%(queue)s, a.keys, a.payloads, a.ats, %(can_update)s, a.types) AS o
+ GROUP BY o.outcome"""
+
+
+@dataclass(frozen=True)
+class Statements:
+    """The SQL text of every statement; ``{s}`` stands for the schema prefix (see :func:`statements`)."""
+
+    # On the driver, before a write: the job's default time (now(), in microseconds since 1970),
+    # and whether the install has dq_offer_many (in the schema given, else on the search_path).
+    writer_check: str = (
+        "SELECT (extract(epoch FROM date_trunc('microseconds', now())) * 1000000)::int8, "
+        "EXISTS (SELECT FROM pg_catalog.pg_proc p WHERE p.proname = 'dq_offer_many' "
+        "AND CASE WHEN %(schema)s::text IS NULL THEN pg_catalog.pg_function_is_visible(p.oid) "
+        "ELSE p.pronamespace = (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = %(schema)s) END)"
+    )
+
+    # The staging table of one task (writeMethod=copy): its whole partition, checked, before
+    # anything is offered. A temporary table, in the session's own schema whatever the install's.
+    # seq is the row's position in the partition (0-based); batch = seq // batchSize.
+    stage_create: str = """
+CREATE TEMPORARY TABLE dq_spark_stage (
+    seq           bigint  NOT NULL,
+    batch         integer NOT NULL,
+    key           text    NOT NULL,
+    payload       bytea   NOT NULL,
+    payload_type  text    NOT NULL,
+    at            timestamptz NOT NULL
+)"""
+    stage_copy: str = "COPY dq_spark_stage (seq, batch, key, payload, payload_type, at) FROM STDIN (FORMAT binary)"
+    stage_index: str = "CREATE INDEX ON dq_spark_stage (batch)"
+    stage_analyze: str = "ANALYZE dq_spark_stage"
+    stage_drop: str = "DROP TABLE IF EXISTS dq_spark_stage"
+    offer_staged_last: str = _OFFER_STAGED.replace("{order}", "DESC")
+    offer_staged_first: str = _OFFER_STAGED.replace("{order}", "ASC")
+
+    # writeMethod=arrays: one batch sent as binary arrays (already de-duplicated, see rows.Batching).
+    offer_arrays: str = """
+SELECT o.outcome, count(*)::bigint
+  FROM {s}dq_offer_many(%(queue)s, %(keys)b::text[], %(payloads)b::bytea[], %(ats)b::timestamptz[],
+                     %(can_update)s, %(types)b::text[]) AS o
+ GROUP BY o.outcome"""
+
+    # Reading (sql/170_export.sql): the smallest and largest id of the rows matching the filters,
+    # and the call that opens a cursor over the rows of an id range (lo <= id < hi) matching them.
+    messages_bounds: str = 'SELECT id_min, id_max FROM {s}"dq_export_messages_bounds"(%s::jsonb)'
+    messages_open: str = 'SELECT {s}"dq_export_messages"(%s, %s, %s::jsonb)'
+    archive_bounds: str = 'SELECT id_min, id_max FROM {s}"dq_export_archive_bounds"(%s::jsonb)'
+    archive_open: str = 'SELECT {s}"dq_export_archive"(%s, %s, %s::jsonb)'
+
+
+@functools.cache
+def statements(schema: str | None) -> Statements:
+    """Every statement naming the install in ``schema`` (``"schema".dq_…``, quoted as an
+    identifier), or the bare ``dq_…`` names when ``schema`` is None."""
+    return qualified(Statements, schema)
