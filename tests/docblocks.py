@@ -10,25 +10,37 @@ GitHub)::
 ``expect "TEXT"`` (repeatable): the block's standard output must contain TEXT. ``worker``: the block
 runs until it is stopped (a worker's ``run()``): the test waits for every expected text, then
 sends SIGTERM, and the process must exit with status 0 (the worker stops cleanly on that signal).
+``skip "REASON"``: the block is not run, for the reason given (the tests keep such marks few).
+
+Run as a program (``python docblocks.py BLOCKS.json TIMEOUT``), this module runs the blocks listed in
+the file one after the other in its own interpreter, as a reader pastes a page's examples into one
+Python session: see :func:`run_python_in_order`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
 FENCE = re.compile(r"^```(\w*)\s*$")
 MARKER = re.compile(r"^<!--\s*test:(.*?)-->\s*$")
 EXPECT = re.compile(r'expect\s+"([^"]*)"')
+SKIP = re.compile(r'\bskip\s+"([^"]*)"')
+#: Printed before each block's output by :func:`run_python_in_order`, followed by the block's name.
+SEPARATOR = "=== docblock "
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,12 @@ class Block:
     @property
     def worker(self) -> bool:
         return self.marker is not None and re.search(r"\bworker\b", self.marker) is not None
+
+    @property
+    def skip(self) -> str | None:
+        """Why the block is not run (``skip "REASON"``), or None: it runs."""
+        found = SKIP.search(self.marker or "")
+        return found.group(1) if found else None
 
     @property
     def name(self) -> str:
@@ -134,3 +152,75 @@ def run_python(block: Block, dsn: str, *, timeout: float = 120) -> subprocess.Co
                 proc.wait()
         return subprocess.CompletedProcess(args, proc.returncode, out_path.read_text(encoding="utf-8"),
                                            err_path.read_text(encoding="utf-8"))
+
+
+def run_python_in_order(blocks: list[Block], dsn: str, *, timeout: float = 120) -> dict[str, str]:
+    """Run ``blocks`` one after the other in one new interpreter and one namespace against ``dsn``, as
+    a reader pastes them into one Python session; a ``worker`` block is stopped with SIGINT (Ctrl-C)
+    once it has printed what it expects (or after ``timeout`` seconds). Returns each block's
+    standard output by name; raises AssertionError, with the output, when the process failed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        listing = Path(tmp) / "blocks.json"
+        listing.write_text(json.dumps([{"name": b.name, "text": b.text, "worker": b.worker, "expect": b.expect}
+                                       for b in blocks]), encoding="utf-8")
+        proc = subprocess.run([sys.executable, "-u", __file__, str(listing), str(timeout)], capture_output=True,
+                              text=True, timeout=timeout * (len(blocks) + 1), env=child_env(dsn))
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    outputs: dict[str, str] = {}
+    for part in proc.stdout.split(SEPARATOR)[1:]:
+        name, _, output = part.partition("\n")
+        outputs[name] = output
+    return outputs
+
+
+class _Tee:
+    """Standard output that also keeps what was written, for the thread that waits for a worker's
+    expected output."""
+
+    def __init__(self, out: Any) -> None:
+        self.out, self.written, self.lock = out, [], threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self.lock:
+            self.written.append(text)
+        return int(self.out.write(text))
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def text(self) -> str:
+        with self.lock:
+            return "".join(self.written)
+
+
+def _stop_when_printed(tee: _Tee, start: int, expect: list[str], timeout: float, ended: threading.Event) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not all(e in tee.text()[start:] for e in expect):
+        if ended.wait(0.2):
+            return
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def _main(listing: str, timeout: float) -> int:
+    tee = _Tee(sys.stdout)
+    sys.stdout = tee  # type: ignore[assignment]
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    for block in json.loads(Path(listing).read_text(encoding="utf-8")):
+        print(SEPARATOR + block["name"], flush=True)
+        ended = threading.Event()
+        if block["worker"]:
+            threading.Thread(target=_stop_when_printed, daemon=True,
+                             args=(tee, len(tee.text()), block["expect"], timeout, ended)).start()
+        try:
+            exec(compile(block["text"], block["name"], "exec"), namespace)  # noqa: S102
+        except BaseException:
+            traceback.print_exc()
+            print(f"{block['name']} failed", file=sys.stderr)
+            return 1
+        finally:
+            ended.set()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1], float(sys.argv[2])))

@@ -8,8 +8,10 @@
   signature in a scratch schema and compares ``pg_get_function_arguments`` and
   ``pg_get_function_result`` with the installed function's, so ``timestamptz`` and
   ``'5 minutes'`` are as good as ``timestamp with time zone`` and ``'00:05:00'::interval``.
-* Every ``dq_…`` name in ``docs/api.md`` names something of the install (a function, table,
-  view, type, index or constraint).
+* Every ``dq_…`` name in ``docs/api.md`` and ``docs/concepts.md`` names something of the install (a
+  function, table, view, type, index or constraint); api.md opens with an index of every function and
+  the role granted it.
+* Every link between the pages reaches its file and heading.
 * Users have no internal design documents: the docs and the README cite none.
 """
 
@@ -26,9 +28,16 @@ from psycopg import sql
 
 ROOT = Path(__file__).resolve().parent.parent
 API = ROOT / "docs" / "api.md"
+CONCEPTS = ROOT / "docs" / "concepts.md"
 
 # Text users read never cites internal documents (design seeds, issue numbers, "not yet" notes).
-FORBIDDEN = [re.compile(r"\bseed ", re.IGNORECASE), re.compile(r"Roles: not yet", re.IGNORECASE)]
+FORBIDDEN = [
+    re.compile(r"\bseed ", re.IGNORECASE),
+    re.compile(r"Roles: not yet", re.IGNORECASE),
+    # our own issue numbers ("issue 12", "#26"); another project's issue, linked, is a public source
+    re.compile(r"\bissues? \d+\b(?!\]\(https?://)", re.IGNORECASE),
+    re.compile(r"(?<![\w&/])#\d+\b"),
+]
 
 NAME = re.compile(r"^(?:CALL\s+)?(dq_\w+)\s*\(")
 
@@ -140,9 +149,10 @@ def test_api_md_documents_every_function_with_its_signature_and_no_other(conn: p
     assert not stale, "documented in docs/api.md but not installed (as PostgreSQL reads it):\n" + "\n".join(stale)
 
 
-def test_every_dq_name_in_api_md_exists(conn: psycopg.Connection[Any]) -> None:
+@pytest.mark.parametrize("page", [API, CONCEPTS], ids=lambda p: p.name)
+def test_every_dq_name_in_api_md_exists(page: Path, conn: psycopg.Connection[Any]) -> None:
     schema = install_schema(conn)
-    names = set(re.findall(r"\bdq_[a-z0-9_]*[a-z0-9]", API.read_text(encoding="utf-8")))
+    names = set(re.findall(r"\bdq_[a-z0-9_]*[a-z0-9]", page.read_text(encoding="utf-8")))
     known = {
         r[0]
         for r in conn.execute(
@@ -156,11 +166,11 @@ def test_every_dq_name_in_api_md_exists(conn: psycopg.Connection[Any]) -> None:
     known |= {r[0] for r in conn.execute("SELECT rolname FROM pg_roles WHERE rolname LIKE 'dq%'")}
     # LISTEN channels ('dq_' || md5(queue)) and the database the examples ran in
     unknown = sorted(n for n in names - known if not re.fullmatch(r"dq_[0-9a-f]{32}", n) and n != "dq_docs")
-    assert not unknown, f"docs/api.md names objects the install does not have: {unknown}"
+    assert not unknown, f"docs/{page.name} names objects the install does not have: {unknown}"
 
 
 def user_docs() -> list[Path]:
-    return sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+    return sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md", ROOT / "CHANGELOG.md"]
 
 
 @pytest.mark.parametrize("path", user_docs(), ids=lambda p: str(p.relative_to(ROOT)))
@@ -253,3 +263,112 @@ def test_docs_select_a_configuration_row_with_its_column_names(path: Path) -> No
         for m in re.finditer(r"SELECT\s+dq_configure_queue\(", text)
     ]
     assert not hits, f"the bare form (an unlabeled tuple in psql) at {hits}; select its columns"
+
+
+def heading_anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives the headings of a markdown file: the heading's text without its links'
+    targets, lower case, without punctuation other than ``-`` and ``_``, spaces as ``-``; a repeated
+    heading gets ``-1``, ``-2`` …"""
+    found: set[str] = set()
+    fenced = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#{1,6} ", line):
+            text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", line.lstrip("#").strip()).lower()
+            anchor = base = re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+            n = 0
+            while anchor in found:
+                n += 1
+                anchor = f"{base}-{n}"
+            found.add(anchor)
+    return found
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+@pytest.mark.parametrize("path", user_docs(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_link_between_the_docs_reaches_its_file_and_heading(path: Path) -> None:
+    """A link to another page of the repository names a file that exists, and a ``#anchor`` names a
+    heading of that page (links to the web are not followed)."""
+    broken = []
+    fenced = False
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith("```"):
+            fenced = not fenced
+        if fenced:
+            continue
+        for target in LINK.findall(line):
+            if re.match(r"[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            linked = (path.parent / file).resolve() if file else path
+            if not linked.exists():
+                broken.append(f"{path.name}:{number}: {target} (no such file)")
+            elif anchor and anchor not in heading_anchors(linked):
+                broken.append(f"{path.name}:{number}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
+
+
+def test_the_heading_anchors_are_read_as_github_writes_them(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# Wake-ups: LISTEN/NOTIFY with a horizon\n## dq_cron_*, [dq_ack](#x)\n```sh\n# not a heading\n"
+                    "```\n## Errors\n### Errors\n", encoding="utf-8")
+    assert heading_anchors(page) == {"wake-ups-listennotify-with-a-horizon", "dq_cron_-dq_ack", "errors", "errors-1"}
+
+
+def index_of_functions(text: str) -> dict[str, set[str]]:
+    """The table under ``## Functions`` at the top of api.md: each function it names → the roles of its
+    last column."""
+    section = text.split("\n## Functions\n", 1)[1].split("\n## ", 1)[0]
+    listed: dict[str, set[str]] = {}
+    for row in section.splitlines():
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        if len(cells) < 3 or not cells[0].startswith("["):
+            continue
+        for name in re.findall(r"\bdq_\w+", re.sub(r"\]\([^)]*\)", "]", cells[0])):
+            listed[name] = set(re.findall(r"\bdq_\w+", cells[-1]))
+    return listed
+
+
+def test_api_md_opens_with_an_index_of_every_function_and_the_role_granted_it(conn: psycopg.Connection[Any]) -> None:
+    text = API.read_text(encoding="utf-8")
+    first_function = text.count("\n", 0, text.index("\n## dq_offer\n")) + 2
+    assert text.index("\n## Functions\n") < text.index("\n## dq_offer\n") and first_function < 100, first_function
+    listed = index_of_functions(text)
+    schema = install_schema(conn)
+    granted = {
+        name: set(roles)
+        for name, roles in conn.execute(
+            r"""SELECT p.proname, array_agg(DISTINCT a.grantee::regrole::text)
+                  FROM pg_proc p, aclexplode(p.proacl) a
+                 WHERE p.pronamespace = %s::regnamespace AND p.proname LIKE 'dq\_%%' AND p.proname NOT LIKE 'dq\_\_%%'
+                   AND a.grantee <> p.proowner AND a.privilege_type = 'EXECUTE'
+                 GROUP BY p.proname""",
+            (schema,),
+        )
+    }
+    assert set(listed) == set(granted), (
+        f"in the index, not installed: {sorted(set(listed) - set(granted))}; "
+        f"installed, not in the index: {sorted(set(granted) - set(listed))}")
+    wrong = {name: (listed[name], granted[name]) for name in listed if listed[name] != granted[name]}
+    assert not wrong, f"the index names other roles than the grants (index, granted): {wrong}"
+
+
+#: Folders that commands of the docs create (``make up``, ``make test``, ``make venv``, ``pip wheel``).
+MADE_BY_COMMANDS = {".pgdata", ".pgdata-test", ".venv", "dist"}
+
+
+@pytest.mark.parametrize("name", ["README.md", "docs/development.md"])
+def test_the_files_and_folders_the_guides_name_exist(name: str) -> None:
+    """Every repository path the README and the development guide write as code (``sql/``,
+    ``tests/conftest.py``, ``sql/*.sql``) is in the tree."""
+    text = (ROOT / name).read_text(encoding="utf-8")
+    named = {
+        span for span in re.findall(r"`([^`\s]+)`", text)
+        if "/" in span and re.fullmatch(r"\.?[\w-]+(/[\w.*-]+)*/?", span) and span.split("/")[0] not in MADE_BY_COMMANDS
+    }
+    assert len(named) >= (10 if "development" in name else 0), named
+    missing = sorted(path for path in named if not any(ROOT.glob(path.rstrip("/"))))
+    assert not missing, f"{name} names what the tree does not have: {missing}"

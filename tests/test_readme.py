@@ -4,6 +4,7 @@ from README.md (the one copy) and run twice, as a new user does, against a fresh
 
 from __future__ import annotations
 
+import re
 import subprocess
 from datetime import timedelta
 from typing import Any
@@ -70,3 +71,22 @@ def test_readme_examples_one_after_the_other(conn: psycopg.Connection[Any], dsn:
     assert received == ["welcome-43"], proc.stdout
     left = {r[0] for r in conn.execute("SELECT key FROM dq_messages WHERE queue = 'emails'")}
     assert left == {"reminder-42", "reminder-43"}
+
+
+def test_the_first_screen_says_what_it_is_and_how_to_run_it() -> None:
+    """The two commands on the first screen are real Makefile targets; the README then says what you
+    get, how to install it elsewhere, where the docs are, and stays short (details live in docs/)."""
+    text = README.read_text(encoding="utf-8")
+    first_screen = text.splitlines()[:30]
+    commands = [line.split("#")[0].strip() for line in first_screen if line.startswith("make ")]
+    assert commands == ["make demo", "make test"], first_screen
+    targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(encoding="utf-8"), re.MULTILINE))
+    assert {"demo", "test"} <= targets
+    headings = re.findall(r"^## (.+)$", text, re.MULTILINE)
+    assert headings == ["What you get", "Install", "Documentation", "License"], headings
+    install = text.split("## Install", 1)[1].split("\n## ", 1)[0]
+    for step in ("pip install \"pgdelayq @ git+https://", "pip wheel", "dist/pgdelayq-*.whl", "[spark]",
+                 "pyqueue migrate --dsn"):
+        assert step in install, f"the install section does not show {step!r}"
+    assert "docs/development.md" in text and (ROOT / "LICENSE").exists()
+    assert len(text.splitlines()) <= 150, "the README is a first screen and a summary; details go to docs/"
