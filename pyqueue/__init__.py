@@ -1,21 +1,21 @@
 """pyqueue: a delayed message queue that lives inside PostgreSQL (distribution ``pgdelayq``).
 
 The queue is the ``dq_*`` PL/pgSQL API (docs/api.md); this package is a thin binding over it,
-sync and asyncio, built sans-I/O. :mod:`pyqueue._ops` describes every operation as data (the SQL
-text, qualified once per install schema; the parameters, checked and encoded; a decoder building
-the result from the rows by column name), and :mod:`pyqueue._routines` writes the operations of
-several steps once (the wait cycle of ``poll(wait=…)``, the LISTEN probe behind a pooler,
-``transaction()``) as generators yielding steps. Two drivers only perform them: :mod:`pyqueue._sync`
-on blocking connections, :mod:`pyqueue._async` on asyncio ones. On those sit the public APIs,
-twins with the same names and signatures (tests/test_parity.py): :mod:`pyqueue.client` and
-:mod:`pyqueue.aio` (queues, messages, batches, ``all_stats``), :mod:`pyqueue.cron` and
-:mod:`pyqueue.aio_cron` (schedules; ``cron`` also holds the :class:`~pyqueue.cron.CronTicker`
-thread), :mod:`pyqueue.worker` and :mod:`pyqueue.aio_worker` (run loops). :mod:`pyqueue.model`
-holds the row types both sides share, :mod:`pyqueue.limits` the size and count limits,
-:mod:`pyqueue.durations`, :mod:`pyqueue.errors` and :mod:`pyqueue.serializers` the argument,
-error and payload rules; :mod:`pyqueue.cli`, :mod:`pyqueue.migrate`, :mod:`pyqueue.testing`,
-:mod:`pyqueue.spark` and :mod:`pyqueue.demo` are the command line, the installer, the test
-servers, the Spark data source and the demo.
+sync and asyncio, built sans-I/O. The tree, from the bottom:
+
+- the foundation: :mod:`pyqueue.errors`, :mod:`pyqueue.limits`, :mod:`pyqueue.durations`,
+  :mod:`pyqueue.serializers` and :mod:`pyqueue.model` (the row types both sides share);
+- :mod:`pyqueue.core`, no I/O: the argument checks, every operation as data (SQL text qualified
+  per install schema, checked parameters, a decoder), the one vocabulary of steps, the client
+  routines of several steps, the worker's decisions, and the middleware extension point;
+- :mod:`pyqueue.drivers`: perform the core's steps on psycopg's blocking or asyncio connections;
+- the twin APIs, with the same names and signatures (the parity tests check it):
+  :mod:`pyqueue.sync` (public here and in :mod:`pyqueue.cron`) and :mod:`pyqueue.aio`, each a
+  client that *has* a driver, a worker, and cron schedules;
+- programs: :mod:`pyqueue.cli`, :mod:`pyqueue.migrate` (the installer), :mod:`pyqueue.testing`
+  (test servers) and :mod:`pyqueue.spark` (the PySpark data source).
+
+``tests/test_structure.py`` keeps that order: no import cycle, no layer importing one above it.
 """
 
 from .core.middleware import HandlerCall, Middleware, OfferCall

@@ -4,7 +4,7 @@ Each class here holds every field and rule of its kind; the clients only add the
 :class:`pyqueue.Message` and :class:`pyqueue.aio.AsyncMessage` are :class:`LockedMessage` with a
 blocking or an awaited ``ack``/``nack``/``extend``, :class:`pyqueue.TransactionalBatch` and
 :class:`pyqueue.aio.AsyncTransactionalBatch` are :class:`Batch` over their kind of connection.
-Field names are the column names of the SQL results (see :mod:`pyqueue._ops`), which is how the
+Field names are the column names of the SQL results (see :mod:`pyqueue.core.statements`), which is how the
 decoders build these objects.
 """
 

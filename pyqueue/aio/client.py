@@ -1,12 +1,12 @@
 """The asyncio client: :class:`AsyncDelayedQueue`, :class:`AsyncMessage`,
 :class:`AsyncTransactionalBatch` and :func:`all_stats` (public as :mod:`pyqueue.aio`).
 
-The same API as :mod:`pyqueue.client` on psycopg's async connections (``psycopg.AsyncConnection``,
+The same API as :mod:`pyqueue.sync.client` on psycopg's async connections (``psycopg.AsyncConnection``,
 ``psycopg_pool.AsyncConnectionPool``), for asyncio applications (FastAPI and the like): the same
 names, parameters, defaults, results and typed errors (``tests/test_parity.py`` checks it), every
 method that does I/O a coroutine. The statements, argument checks and decisions are those of
-:mod:`pyqueue._ops` and :mod:`pyqueue._routines`; only the I/O (:mod:`pyqueue._async`) differs.
-The docstrings of :mod:`pyqueue.client` describe each method in full.
+:mod:`pyqueue.core.statements` and :mod:`pyqueue.core.routines`; only the I/O (:mod:`pyqueue.drivers.aio`) differs.
+The docstrings of :mod:`pyqueue.sync.client` describe each method in full.
 
 Example::
 

@@ -2,7 +2,7 @@
 ``psycopg.AsyncConnection`` and :class:`AsyncQueueCron` (``AsyncDelayedQueue(...).cron``).
 
 Same names, parameters, results and errors as :mod:`pyqueue.cron` (whose docstrings describe
-each in full), the same statements (:mod:`pyqueue._ops`); only the I/O is awaited.
+each in full), the same statements (:mod:`pyqueue.core.statements`); only the I/O is awaited.
 """
 
 from __future__ import annotations

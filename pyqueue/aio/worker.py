@@ -1,6 +1,6 @@
 """The asyncio worker: :class:`AsyncWorker`, the twin of :class:`pyqueue.Worker`.
 
-Its decisions are those of :mod:`pyqueue.delivery`, shared with the thread worker; this module
+Its decisions are those of :mod:`pyqueue.core.delivery`, shared with the thread worker; this module
 only performs their I/O with asyncio tasks.
 """
 
@@ -166,7 +166,7 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
         task.add_done_callback(self._tasks.discard)
 
     async def _run_waiting(self) -> None:
-        """A runner task: see :class:`pyqueue.delivery.Runners`. Coroutine handlers that do not
+        """A runner task: see :class:`pyqueue.core.delivery.Runners`. Coroutine handlers that do not
         suspend run one after the other in it, without a task of their own."""
         for delivery, one_more in self._runners.run():
             if one_more:

@@ -1,7 +1,7 @@
 """Every operation of the binding as data: a :class:`Statement` holds the SQL text, its parameters
 (checked and encoded before any I/O) and a decoder that builds the result from the rows by
-column name. The sync driver (:mod:`pyqueue._sync`) and the asyncio driver
-(:mod:`pyqueue._async`) only execute a Statement on their kind of connection and return
+column name. The sync driver (:mod:`pyqueue.drivers.sync`) and the asyncio driver
+(:mod:`pyqueue.drivers.aio`) only execute a Statement on their kind of connection and return
 ``op.decode(column_names, rows)``: nothing here does I/O.
 
 The statements name the ``dq_*`` functions of one install: unqualified (``schema=None``, resolved

@@ -1,5 +1,5 @@
-"""The asyncio driver: runs the operations of :mod:`pyqueue._ops` and steps the routines of
-:mod:`pyqueue._routines` on psycopg's async connections; the twin of :mod:`pyqueue._sync`,
+"""The asyncio driver: runs the operations of :mod:`pyqueue.core.statements` and steps the routines of
+:mod:`pyqueue.core.routines` on psycopg's async connections; the twin of :mod:`pyqueue.drivers.sync`,
 deciding nothing either. Cancelling a task that waits closes its waiting connection.
 """
 
@@ -83,7 +83,7 @@ class AsyncDriver:
     async def open(self) -> None:
         """Open the owned pool (done by ``async with`` and on first use), after a first connection
         worked: :class:`pyqueue.ConnectionFailed` at once when it is refused, and the pool stays
-        closed (the next use tries again); see :meth:`pyqueue._sync.Driver.open`."""
+        closed (the next use tries again); see :meth:`pyqueue.drivers.sync.Driver.open`."""
         if self._owns_pool and not self._opened:
             conninfo = await resolve(self._pool.conninfo)
             with translating():
@@ -113,7 +113,7 @@ class AsyncDriver:
 
     @asynccontextmanager
     async def connection(self, conn: AsyncConnection | None) -> AsyncIterator[AsyncConnection]:
-        """As :meth:`pyqueue._sync.Driver.connection`, opening the owned pool on first use."""
+        """As :meth:`pyqueue.drivers.sync.Driver.connection`, opening the owned pool on first use."""
         with translating():
             if conn is not None:
                 yield conn
@@ -157,7 +157,7 @@ class AsyncDriver:
             await conn.close()
 
     async def step(self, routine: steps.Routine[T], conn: AsyncConnection | None = None) -> T:
-        """As :meth:`pyqueue._sync.Driver.step`, awaiting each step."""
+        """As :meth:`pyqueue.drivers.sync.Driver.step`, awaiting each step."""
         stepper: steps.Stepper[AsyncConnection] = steps.Stepper(routine, conn)
         try:
             while (step := stepper.next()) is not None:

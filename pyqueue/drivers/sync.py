@@ -1,6 +1,6 @@
-"""The sync driver: runs the operations of :mod:`pyqueue._ops` and steps the routines of
-:mod:`pyqueue._routines` on psycopg's blocking connections. It decides nothing: every query,
-argument check and decision comes from those modules (the asyncio twin is :mod:`pyqueue._async`).
+"""The sync driver: runs the operations of :mod:`pyqueue.core.statements` and steps the routines of
+:mod:`pyqueue.core.routines` on psycopg's blocking connections. It decides nothing: every query,
+argument check and decision comes from those modules (the asyncio twin is :mod:`pyqueue.drivers.aio`).
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ class Driver:
 
     def _take_listener(self) -> Connection:
         """An idle LISTENing connection, or a new one (the pool's conninfo and kwargs) set up by
-        :func:`pyqueue._routines.start_listening`."""
+        :func:`pyqueue.core.routines.start_listening`."""
         with self._listeners_lock:
             conn = self._listeners.pop() if self._listeners else None
         if conn is not None and not conn.closed:

@@ -4,8 +4,8 @@ and :func:`all_stats`.
 A thin binding over the ``dq_*`` SQL functions (docs/api.md): every operation is one call of a
 function, all times come from the database clock, and errors are the typed exceptions of
 :mod:`pyqueue.errors` carrying the server's SQLSTATE. Each method takes its statement, checked
-parameters and result decoder from :mod:`pyqueue._ops` (or its routine from
-:mod:`pyqueue._routines`) and only runs it (:mod:`pyqueue._sync`); :mod:`pyqueue.aio` is the
+parameters and result decoder from :mod:`pyqueue.core.statements` (or its routine from
+:mod:`pyqueue.core.routines`) and only runs it (:mod:`pyqueue.drivers.sync`); :mod:`pyqueue.aio` is the
 asyncio twin with the same names, parameters and rules.
 """
 
@@ -302,7 +302,7 @@ class DelayedQueue:
 
     def dead_letter_queue_of(self, message: Message) -> str | None:
         """After a nack: the dead-letter queue ``message`` was moved to, or None (see
-        :func:`pyqueue._routines.dead_letter_queue_of`); the worker's log says which."""
+        :func:`pyqueue.core.routines.dead_letter_queue_of`); the worker's log says which."""
         with self._driver.connection(None) as c, c.transaction():
             return self._driver.step(routines.dead_letter_queue_of(self._statements, message), c)
 

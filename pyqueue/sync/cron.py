@@ -10,7 +10,7 @@ The functions here take an open :class:`psycopg.Connection` and make one call ea
 mode each call is its own transaction; otherwise it joins the caller's transaction (call them under
 READ COMMITTED, the default). Server errors are raised as :mod:`pyqueue.errors` exceptions. Each
 takes ``schema``, the schema of the install (None: the names are resolved by the connection's
-search_path). :mod:`pyqueue.aio_cron` holds the asyncio twins (same names and parameters).
+search_path). :mod:`pyqueue.aio.cron` holds the asyncio twins (same names and parameters).
 """
 
 from __future__ import annotations

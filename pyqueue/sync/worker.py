@@ -8,7 +8,7 @@ messages together with one ``dq_ack_many(uuid[])`` sent beside the polls (the ne
 for it), extends the
 locks of running handlers every ``lock_timeout / 3`` (a heartbeat, as SQS's
 ChangeMessageVisibility), and negatively acknowledges a message whose handler raised with an
-exponential backoff with jitter. Its decisions are those of :mod:`pyqueue.delivery`, shared with
+exponential backoff with jitter. Its decisions are those of :mod:`pyqueue.core.delivery`, shared with
 :class:`pyqueue.aio.AsyncWorker`; this module only performs their I/O with threads.
 
 Delivery is at-least-once: a handler that outlives its lock (the heartbeat found it lost) or a
@@ -230,7 +230,7 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
             self._runners.not_started()
 
     def _run_waiting(self) -> None:
-        """A runner (a job of the handler pool): see :class:`pyqueue.delivery.Runners`."""
+        """A runner (a job of the handler pool): see :class:`pyqueue.core.delivery.Runners`."""
         for delivery, one_more in self._runners.run():
             if one_more:
                 self._submit_runner()
