@@ -79,14 +79,15 @@ bench-spark: venv up
 	$(PY) -m bench.spark --dsn "$(DSN)"
 
 # Fault injection with exact accounting, on a private server of its own (started and removed by the run):
-# make chaos [CHAOS_ARGS="--duration 120 --mode exactly-once --seed 1 --out chaos.json"]
+# make chaos [CHAOS_ARGS="--duration 120 --mode exactly-once --seed 1 --out /tmp/chaos.json"]
+# Every benchmark writes its summary to bench/results/ and its full report to bench/results/raw/ (bench/README.md).
 chaos: venv
 	scripts/install-os-deps.sh
 	$(PY) -m bench.chaos $(CHAOS_ARGS)
 
 # Soak: steady load (300 offers/s per queue, both modes) with a fault every 30 s for 10 minutes on a private
 # server of its own; then exact accounting, table and index sizes over time (autovacuum keeps up) and the
-# workers' memory (RSS); writes bench/results/soak.json and soak.md (about 11 min):
+# workers' memory (RSS); writes the summaries bench/results/soak.json and soak.md (about 11 min):
 # make soak [SOAK_ARGS="--duration 600 --rate 300 --seed 1"]
 soak: venv
 	scripts/install-os-deps.sh

@@ -45,13 +45,15 @@ after the last fault, no consumer process exited on its own, and every consumer 
 last fault handled messages after it. Throughput is given before, during and after the faults, as
 offered and delivered (acknowledged) messages per second.
 
-The result is printed as tables and written as JSON (``bench/results/chaos-<time>.json`` and
-``--out``); the exit status is non-zero on any loss, unexplained duplicate, ledger row not exactly
-once, a fault kind not injected, or a failed recovery. The server is stopped and its data
-directory removed at the end, also on errors and Ctrl-C/SIGTERM; the processes' logs are kept
-(path printed) when the run failed. With ``--hand-over PATH`` the run writes the server's DSN (and
-the folder of the producers' records) to PATH before removing it and waits until PATH is removed,
-so that a caller (tests/test_chaos.py) can count from the database itself.
+The result is printed as tables and written as JSON: the full report to
+``bench/results/raw/chaos-<UTC time>.json`` and its summary to ``bench/results/chaos.json`` (with
+``--out x.json``, to x.json and x.summary.json instead); the exit status is non-zero on any loss,
+unexplained duplicate, ledger row not exactly once, a fault kind not injected, or a failed
+recovery. The server is stopped and its data directory removed at the end, also on errors and
+Ctrl-C/SIGTERM; the processes' logs are kept (path printed) when the run failed. With
+``--hand-over PATH`` the run writes the server's DSN (and the folder of the producers' records) to
+PATH before removing it and waits until PATH is removed, so that a caller (tests/test_chaos.py) can
+count from the database itself.
 
 bench.soak reuses this harness (processes, faults, accounting) for a long run with periodic faults.
 """
@@ -83,13 +85,14 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 from bench.chaos_clients import DSN_ENV, SCHEMA
-from bench.core import PROJECT, console, value
-from bench.latency import _die_with_parent, interrupt_on_sigterm, machine_info, source_info
+from bench.lib.database import source_info
+from bench.lib.report import OUT_HELP, PROJECT, console, machine_info, publish, without
+from bench.lib.sides import value
+from bench.lib.workers import die_with_parent, interrupt_on_sigterm
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-RESULTS = PROJECT / "bench" / "results"
 MODES = {"exactly-once": "eo", "at-least-once": "alo"}
 PIN_S = 20.0  # the REPEATABLE READ transaction's length
 RESTART_DELAY_S = 0.5  # a killed consumer is started again this long after the kill
@@ -280,7 +283,7 @@ class Proc:
         with self.log.open("ab") as out:
             self.popen = subprocess.Popen(self.cmd, cwd=PROJECT, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                           stderr=subprocess.STDOUT, start_new_session=True,
-                                          preexec_fn=_die_with_parent)
+                                          preexec_fn=die_with_parent)
         self.pid = self.popen.pid
         self.started = time.time()
 
@@ -955,20 +958,16 @@ def execute(harness: type[Chaos], s: Settings) -> dict[str, Any]:
     return report
 
 
-def write_json(report: dict[str, Any], paths: list[Path]) -> None:
-    text = json.dumps(report, indent=2, default=str) + "\n"
-    for path in paths:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    console().log(f"results written to {', '.join(map(str, paths))}")
+def summary(report: dict[str, Any]) -> dict[str, Any]:
+    """What the tables show, with the settings, machine, server and commit measured: without the
+    list of processes and each mode's acknowledgements per second."""
+    return {**without(report, "processes"),
+            "modes": {name: without(m, "acked_per_second") for name, m in report["modes"].items()}}
 
 
 def run(s: Settings, out: Path | None) -> dict[str, Any]:
     report = execute(Chaos, s)
-    for t in tables(report):
-        console().print(t)
-    write_json(report, [RESULTS / f"chaos-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json",
-                        *([out] if out is not None else [])])
+    publish("chaos", report, summary(report), tables(report), out)
     return report
 
 
@@ -977,7 +976,7 @@ def add_arguments(parser: argparse.ArgumentParser, duration: float) -> None:
     parser.add_argument("--duration", type=float, default=duration, help=f"seconds of traffic (default {duration:g})")
     parser.add_argument("--mode", choices=["exactly-once", "at-least-once", "both"], default="both",
                         help="both (default): the two modes side by side on two queues under the same faults")
-    parser.add_argument("--out", type=Path, default=None, help="also write the JSON result here")
+    parser.add_argument("--out", type=Path, default=None, help=OUT_HELP)
     parser.add_argument("--seed", type=int, default=None, help="random seed of the fault schedule (default: random)")
     parser.add_argument("--rate", type=float, default=Settings.rate,
                         help=f"messages offered per second per mode (default {Settings.rate:g})")

@@ -54,9 +54,7 @@ The machine may be shared: each figure comes with the CPU other processes took m
 
 from __future__ import annotations
 
-import argparse
 import io
-import json
 import multiprocessing as mp
 import os
 import queue as queue_mod
@@ -67,7 +65,7 @@ import tarfile
 import tempfile
 import time
 import traceback
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,34 +74,36 @@ import psycopg
 from psycopg import sql
 
 from bench import core
-from bench.core import (
-    BARRIER_TIMEOUT_S,
-    BASELINE,
-    DQ,
-    PROJECT,
-    QUEUE,
-    CpuSnapshot,
-    RunResult,
-    Side,
-    Workload,
-    _status,
-    connect,
-    console,
+from bench.lib.clients import BARRIER_TIMEOUT_S, RunResult, join_or_terminate, run_clients
+from bench.lib.cpu import CpuSnapshot
+from bench.lib.database import (
     create_database,
-    poll_ack_step,
+    function_stats,
     prepare_table,
     provenance,
     recreate_database,
-    run_clients,
     server_info,
+    stats_since,
+    tracked,
+)
+from bench.lib.report import PROJECT, arguments, console, machine_info, percentile, publish, rich_table, status, without
+from bench.lib.sides import (
+    BASELINE,
+    DQ,
+    FILL_BATCH,
+    PAYLOAD,
+    QUEUE,
+    Side,
+    Workload,
+    connect,
+    poll_ack_step,
     value,
 )
-from bench.latency import STATS_SETTLE_S, function_stats, machine_info, percentile, stats_since, tracked
+from bench.lib.workers import STATS_SETTLE_S
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-RESULTS = PROJECT / "bench" / "results"
 CONTROLS_MIGRATION = "migrations/0011_delivery_controls.sql"
 POLL_BATCH = 100  # dq_poll_many(q, 100) in parts 2 and 3
 
@@ -181,10 +181,6 @@ class Config:
         names = ("offer_many x100", "offer_many x1000", "poll+ack x1", "poll+ack x100")
         return [replace(w, target=self.target_regression) for w in base.workloads() if w.name in names]
 
-    def harness(self, warmup_s: float, duration_s: float) -> core.Config:
-        """bench.core's configuration, as its run_clients reads it (warm-up and duration)."""
-        return replace(core.QUICK, warmup_s=warmup_s, duration_s=duration_s)
-
 
 FULL = Config("full", rows=1_000_000, clients=(1, 4), repeat=3, warmup_s=1.0, duration_s=3.0, poll_samples=100,
               drain_workers=4, drain_warmup_s=1.0, drain_s=5.0)
@@ -246,7 +242,6 @@ def _log_run(label: str, res: RunResult) -> None:
 def regression_part(cfg: Config, dbs: dict[str, tuple[psycopg.Connection[Any], str]]) -> list[dict[str, Any]]:
     """Every workload and client count, `cfg.repeat` times, the sides in rotating order."""
     sides = (NEW, OLD, BASELINE)
-    harness = cfg.harness(cfg.warmup_s, cfg.duration_s)
     cells = []
     for wl in cfg.regression_workloads():
         for clients in cfg.clients:
@@ -255,7 +250,7 @@ def regression_part(cfg: Config, dbs: dict[str, tuple[psycopg.Connection[Any], s
                 for side in rotated(sides, rep):
                     admin, dsn = dbs[side.name]
                     prepare_table(admin, side, due_rows=wl.backlog)
-                    res = run_clients(admin, dsn, wl, side, clients, harness)
+                    res = run_clients(admin, dsn, wl, side, clients, cfg.warmup_s, cfg.duration_s)
                     _log_run(f"{wl.name} {clients} clients, run {rep + 1}", res)
                     runs[side.name].append(res)
             rates = {name: [r.rows_per_s for r in rs] for name, rs in runs.items()}
@@ -399,7 +394,6 @@ def backlog_part(admin: psycopg.Connection[Any], dsn: str, cfg: Config) -> dict[
     plans, functions = {}, {}
     wl = Workload(f"drain {cfg.drain_workers} x poll+ack x{POLL_BATCH}", poll_ack_step, POLL_BATCH,
                   cfg.target_drain)
-    harness = cfg.harness(cfg.drain_warmup_s, cfg.drain_s)
     for rep in range(cfg.repeat):
         for b in rotated(names, rep):
             load = load_backlog(admin, b, cfg.rows)
@@ -413,7 +407,7 @@ def backlog_part(admin: psycopg.Connection[Any], dsn: str, cfg: Config) -> dict[
             if rep == 0:
                 plans[b.name] = explain_poll(dsn, b.side)
                 functions[b.name] = function_times(admin, dsn, b.side, cfg.poll_samples)
-            res = run_clients(admin, dsn, wl, b.side, cfg.drain_workers, harness)
+            res = run_clients(admin, dsn, wl, b.side, cfg.drain_workers, cfg.drain_warmup_s, cfg.drain_s)
             _log_run(f"drain {b.name}, run {rep + 1}", res)
             drains[b.name].append(res)
     plain = statistics.median(r.rows_per_s for r in drains["plain"])
@@ -535,10 +529,7 @@ def rate_part(admin: psycopg.Connection[Any], dsn: str, cfg: Config) -> dict[str
     except queue_mod.Empty:
         raise RuntimeError("rate limit: a worker did not report") from None
     finally:
-        for p in procs:
-            p.join(10)
-            if p.is_alive():
-                p.terminate()
+        join_or_terminate(procs)
     left = value(admin, "SELECT count(*) FROM dq_messages WHERE queue = %s", (QUEUE,))
     claimed = [t for r in reports for t in r["claimed_us"]]
     polls = sum(r["polls"] for r in reports)
@@ -612,7 +603,7 @@ def load_levels(admin: psycopg.Connection[Any], layout: str, levels: int, due: b
     admin.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY").format(
         sql.SQL(", ").join(sql.Identifier(t) for t in EVERY_TABLE)))
     admin.execute("DELETE FROM dq_queues WHERE queue = %s", (QUEUE,))
-    params = {"queue": QUEUE, "payload": core.PAYLOAD, "n": levels,
+    params = {"queue": QUEUE, "payload": PAYLOAD, "n": levels,
               "t": value(admin, "SELECT now() + interval '1 day'")}
     for stmt in {"ungrouped": (LEVELS_OFFER,), "grouped": LEVELS_GROUPED, "baseline": (LEVELS_BASELINE,)}[layout]:
         admin.execute(stmt, params)
@@ -690,90 +681,89 @@ def _range(s: dict[str, Any]) -> str:
 
 
 def regression_table(cells: list[dict[str, Any]], cfg: Config) -> Table:
-    from rich.table import Table
-
-    table = Table(title=f"1. No controls used: this checkout (new) vs the release before (old), rows/s,"
-                        f" median (min–max) of {cfg.repeat} runs")
-    for col in ("workload", "clients", "new", "old", "baseline", "new/old (per run)",
-                f"≥ {cfg.target_regression:.0%}", "server µs/row new | old", "new/base", "other CPU"):
-        table.add_column(col, justify="left" if col == "workload" else "right")
+    rows = []
     for c in cells:
         r, per_run = c["rows_per_s"], c["new_vs_old_per_run"]
-        table.add_row(c["workload"], str(c["clients"]), _range(r["new"]), _range(r["old"]), _range(r["baseline"]),
-                      f"{c['new_vs_old']:.0%} ({per_run['min']:.0%}–{per_run['max']:.0%})",
-                      _status(c["pass"]) + (" (drained)" if c["exhausted"] else ""),
-                      f"{c['server_us_per_row']['new']['median']:.1f} | {c['server_us_per_row']['old']['median']:.1f}",
-                      f"{c['new_vs_baseline']:.0%}", f"{c['other_cpu_max']:.0%}")
-    table.caption = ("new/old: ratio of the medians (per run: its range within one repetition). (drained): a run"
-                     " emptied the backlog before its end. other CPU: the most CPU (share of all cores) processes"
-                     " outside the benchmark took during any run")
-    return table
+        rows.append((c["workload"], str(c["clients"]), _range(r["new"]), _range(r["old"]), _range(r["baseline"]),
+                     f"{c['new_vs_old']:.0%} ({per_run['min']:.0%}–{per_run['max']:.0%})",
+                     status(c["pass"]) + (" (drained)" if c["exhausted"] else ""),
+                     f"{c['server_us_per_row']['new']['median']:.1f} | {c['server_us_per_row']['old']['median']:.1f}",
+                     f"{c['new_vs_baseline']:.0%}", f"{c['other_cpu_max']:.0%}"))
+    return rich_table(
+        f"1. No controls used: this checkout (new) vs the release before (old), rows/s, median (min–max) of"
+        f" {cfg.repeat} runs",
+        ("workload", "clients", "new", "old", "baseline", "new/old (per run)", f"≥ {cfg.target_regression:.0%}",
+         "server µs/row new | old", "new/base", "other CPU"),
+        rows, left={"workload"},
+        caption="new/old: ratio of the medians (per run: its range within one repetition). (drained): a run"
+        " emptied the backlog before its end. other CPU: the most CPU (share of all cores) processes"
+        " outside the benchmark took during any run",
+    )
 
 
 def backlog_table(part: dict[str, Any], cfg: Config) -> Table:
-    from rich.table import Table
-
-    table = Table(title=f"2. Due backlogs of {part['rows']:,} messages: dq_poll_many(q, {POLL_BATCH}) from one"
-                        f" session, and {part['drain_workload']}")
-    for col in ("backlog", "load s", "poll p50 ms", "poll p95", "ack p50", "rows/poll", f"< {cfg.target_poll_p50_ms:g}"
-                " ms", "drain rows/s", "vs plain", f"≥ {cfg.target_drain:.0%}", "server µs/row", "other CPU"):
-        table.add_column(col, justify="left" if col == "backlog" else "right")
+    rows = []
     for b in part["backlogs"]:
         vs_plain = f"{b['drain_vs_plain']:.0%}" if b["drain_vs_plain"] is not None else "-"
-        table.add_row(b["backlog"], f"{b['load_s']['median']:.0f}", f"{b['poll_p50_ms']:.2f}",
-                      f"{b['poll_p95_ms']:.2f}", f"{b['ack_p50_ms']:.2f}", f"{b['poll_sizes_mean']:.0f}",
-                      _status(b["pass_poll"]) if "pass_poll" in b else "",
-                      _range(b["drain_rows_per_s"]) + (" (drained)" if b["drain_exhausted"] else ""), vs_plain,
-                      _status(b["pass_drain"]) if "pass_drain" in b else "",
-                      f"{b['drain_server_us_per_row']['median']:.0f}",
-                      f"{max(b['poll_other_cpu_max'], b['drain_other_cpu_max']):.0%}")
-    table.caption = (f"priorities: {cfg.priority_levels} levels; groups: {cfg.groups:,} FIFO groups of"
-                     f" {cfg.group_size}. Loaded with dq_offer_many in batches of {core.FILL_BATCH:,} (baseline: plain"
-                     " INSERT), afresh before each repetition. rows/poll: mean size of the timed polls. poll"
-                     f" and ack: {cfg.repeat} x {cfg.poll_samples} calls; drain: median (min–max) of {cfg.repeat}"
-                     f" runs of {cfg.drain_s:g} s after {cfg.drain_warmup_s:g} s of warm-up")
-    return table
+        rows.append((b["backlog"], f"{b['load_s']['median']:.0f}", f"{b['poll_p50_ms']:.2f}",
+                     f"{b['poll_p95_ms']:.2f}", f"{b['ack_p50_ms']:.2f}", f"{b['poll_sizes_mean']:.0f}",
+                     status(b["pass_poll"]) if "pass_poll" in b else "",
+                     _range(b["drain_rows_per_s"]) + (" (drained)" if b["drain_exhausted"] else ""), vs_plain,
+                     status(b["pass_drain"]) if "pass_drain" in b else "",
+                     f"{b['drain_server_us_per_row']['median']:.0f}",
+                     f"{max(b['poll_other_cpu_max'], b['drain_other_cpu_max']):.0%}"))
+    return rich_table(
+        f"2. Due backlogs of {part['rows']:,} messages: dq_poll_many(q, {POLL_BATCH}) from one session, and"
+        f" {part['drain_workload']}",
+        ("backlog", "load s", "poll p50 ms", "poll p95", "ack p50", "rows/poll", f"< {cfg.target_poll_p50_ms:g} ms",
+         "drain rows/s", "vs plain", f"≥ {cfg.target_drain:.0%}", "server µs/row", "other CPU"),
+        rows, left={"backlog"},
+        caption=f"priorities: {cfg.priority_levels} levels; groups: {cfg.groups:,} FIFO groups of"
+        f" {cfg.group_size}. Loaded with dq_offer_many in batches of {FILL_BATCH:,} (baseline: plain"
+        " INSERT), afresh before each repetition. rows/poll: mean size of the timed polls. poll"
+        f" and ack: {cfg.repeat} x {cfg.poll_samples} calls; drain: median (min–max) of {cfg.repeat}"
+        f" runs of {cfg.drain_s:g} s after {cfg.drain_warmup_s:g} s of warm-up",
+    )
 
 
 def rate_table(r: dict[str, Any]) -> Table:
-    from rich.table import Table
-
-    table = Table(title=f"3. Rate limit {r['rate_limit']:,} per {r['rate_period_s']:g} s, {r['workers']} greedy"
-                        f" workers, {r['measured_s']:g} s measured")
-    for col in ("deliveries/s", "error", "≤ 5 %", "per period (min–max)", "max in any window", "≤ limit",
-                "polls/s", "empty polls", "other CPU"):
-        table.add_column(col, justify="right")
-    table.add_row(f"{r['rate_per_s']:,.1f}", f"{r['error']:+.2%}", _status(r["pass_rate"]),
-                  _range(r["per_period"]), f"{r['max_in_any_period']:,}", _status(r["pass_window"]),
-                  f"{r['polls_per_s']:,.0f}", f"{r['empty_polls'] / max(r['polls'], 1):.0%}", f"{r['other_cpu']:.0%}")
-    table.caption = (f"claimed_at of every delivery; windows [t, t + period) over all {r['deliveries']:,} deliveries"
-                     f" (warm-up of {r['warmup_s']:g} s included); the rate over the measured part only")
-    return table
+    return rich_table(
+        f"3. Rate limit {r['rate_limit']:,} per {r['rate_period_s']:g} s, {r['workers']} greedy workers,"
+        f" {r['measured_s']:g} s measured",
+        ("deliveries/s", "error", "≤ 5 %", "per period (min–max)", "max in any window", "≤ limit", "polls/s",
+         "empty polls", "other CPU"),
+        [(f"{r['rate_per_s']:,.1f}", f"{r['error']:+.2%}", status(r["pass_rate"]), _range(r["per_period"]),
+          f"{r['max_in_any_period']:,}", status(r["pass_window"]), f"{r['polls_per_s']:,.0f}",
+          f"{r['empty_polls'] / max(r['polls'], 1):.0%}", f"{r['other_cpu']:.0%}")],
+        caption=f"claimed_at of every delivery; windows [t, t + period) over all {r['deliveries']:,} deliveries"
+        f" (warm-up of {r['warmup_s']:g} s included); the rate over the measured part only",
+    )
 
 
 def levels_table(part: dict[str, Any], cfg: Config) -> Table:
-    from rich.table import Table
-
-    table = Table(title="4. Priority levels of future messages (one per level): dq_poll_many(q, 1) from one"
-                        " session, ms")
-    for col in ("levels", "layout", "empty p50", "p95", "buffers", f"< {cfg.target_empty_poll_ms:g} ms",
-                "1 due p50", "p95", "buffers", "dq_wait p50", "other CPU"):
-        table.add_column(col, justify="left" if col == "layout" else "right")
+    rows = []
     for c in part["cells"]:
         empty, due = c["empty"], c["one_due"]
-        table.add_row(f"{c['levels']:,}", c["layout"], f"{empty['p50_ms']:.2f}", f"{empty['p95_ms']:.2f}",
-                      f"{empty['buffers']:,}", _status(c["pass"]), f"{due['p50_ms']:.2f}", f"{due['p95_ms']:.2f}",
-                      f"{due['buffers']:,}", f"{c['wait']['p50_ms']:.2f}" if "wait" in c else "-",
-                      f"{c['other_cpu']:.0%}")
-    table.caption = (f"{part['samples']} polls per cell, each in a rolled-back transaction. 1 due: one more message,"
-                     " due, at the lowest priority. buffers: shared buffers of one poll, nested statements included."
-                     " baseline: one plain SQL statement over the due rows, by priority then due time. dq_wait:"
-                     " on the empty queue")
-    return table
+        rows.append((f"{c['levels']:,}", c["layout"], f"{empty['p50_ms']:.2f}", f"{empty['p95_ms']:.2f}",
+                     f"{empty['buffers']:,}", status(c["pass"]), f"{due['p50_ms']:.2f}", f"{due['p95_ms']:.2f}",
+                     f"{due['buffers']:,}", f"{c['wait']['p50_ms']:.2f}" if "wait" in c else "-",
+                     f"{c['other_cpu']:.0%}"))
+    return rich_table(
+        "4. Priority levels of future messages (one per level): dq_poll_many(q, 1) from one session, ms",
+        ("levels", "layout", "empty p50", "p95", "buffers", f"< {cfg.target_empty_poll_ms:g} ms", "1 due p50",
+         "p95", "buffers", "dq_wait p50", "other CPU"),
+        rows, left={"layout"},
+        caption=f"{part['samples']} polls per cell, each in a rolled-back transaction. 1 due: one more message,"
+        " due, at the lowest priority. buffers: shared buffers of one poll, nested statements included."
+        " baseline: one plain SQL statement over the due rows, by priority then due time. dq_wait:"
+        " on the empty queue",
+    )
 
 
-def tables(report: dict[str, Any], cfg: Config) -> list[Table]:
-    """The tables of the parts the report holds."""
+def tables(report: dict[str, Any], cfg: Config | None = None) -> list[Table]:
+    """The tables of the parts the report holds (`cfg`: by default the report's configuration)."""
+    if cfg is None:
+        cfg = Config(**{f.name: report["config"][f.name] for f in fields(Config) if f.name in report["config"]})
     out = []
     if "regression" in report:
         out.append(regression_table(report["regression"], cfg))
@@ -786,12 +776,25 @@ def tables(report: dict[str, Any], cfg: Config) -> list[Table]:
     return out
 
 
+def summary(report: dict[str, Any]) -> dict[str, Any]:
+    """What the tables show, with the configuration, machine, server and commits measured, and the
+    server time per dq_* function of poll + ack: without the runs of each regression cell and drain
+    and the plans of the polls (auto_explain)."""
+    out = dict(report)
+    if "regression" in report:
+        out["regression"] = [without(c, "runs") for c in report["regression"]]
+    if "backlog" in report:
+        out["backlog"] = {**report["backlog"],
+                          "backlogs": [without(b, "plan", "drain_runs") for b in report["backlog"]["backlogs"]]}
+    return out
+
+
 # --------------------------------------------------------------------------- main
 
 PARTS = ("regression", "backlog", "rate", "levels")
 
 
-def run(admin_dsn: str, cfg: Config, out: Path, prefix: str, old_ref: str | None,
+def run(admin_dsn: str, cfg: Config, out: Path | None, prefix: str, old_ref: str | None,
         parts: tuple[str, ...]) -> dict[str, Any]:
     started = time.perf_counter()
     timestamp = datetime.now(UTC)
@@ -820,19 +823,13 @@ def run(admin_dsn: str, cfg: Config, out: Path, prefix: str, old_ref: str | None
             report["levels"] = levels_part(admin, dsn, cfg)
     report["wall_time_s"] = round(time.perf_counter() - started, 1)
     report["load_average_after"] = os.getloadavg()
-    for table in tables(report, cfg):
-        console().print(table)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    console().log(f"wall time {report['wall_time_s']:.0f} s; results written to {out}")
+    publish("controls", report, summary(report), tables(report, cfg), out, quick=cfg.mode == "quick", at=timestamp)
     return report
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.controls", description=__doc__.split("\n")[0])
-    parser.add_argument("--dsn", required=True, help="admin DSN of the server (a database to connect to)")
-    parser.add_argument("--quick", action="store_true",
-                        help="backlogs of 100,000 and shorter runs (default: 1,000,000, as the targets state)")
+    parser = arguments("bench.controls", __doc__,
+                       quick="backlogs of 100,000 and shorter runs (default: 1,000,000, as the targets state)")
     parser.add_argument("--rows", type=int, default=None, help="messages per backlog of part 2")
     parser.add_argument("--repeat", type=int, default=None, help="repetitions of every cell (default 3)")
     parser.add_argument("--clients", default=None, help="client counts of part 1, comma-separated (default 1,4)")
@@ -845,8 +842,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--old-ref", default=None,
                         help=f"git revision of the old functions (default: the parent of the commit adding"
                              f" {CONTROLS_MIGRATION})")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="JSON results (default bench/results/controls.json, controls-quick.json with --quick)")
     parser.add_argument("--db-prefix", default="dq_bench_controls", help="database names (dropped and recreated)")
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else FULL
@@ -868,8 +863,7 @@ def main(argv: list[str] | None = None) -> None:
     parts = tuple(p for p in args.parts.split(",") if p)
     if unknown := set(parts) - set(PARTS):
         parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
-    out = args.out or RESULTS / ("controls-quick.json" if args.quick else "controls.json")
-    run(args.dsn, replace(cfg, **overrides), out, args.db_prefix, args.old_ref, parts)
+    run(args.dsn, replace(cfg, **overrides), args.out, args.db_prefix, args.old_ref, parts)
 
 
 if __name__ == "__main__":

@@ -8,15 +8,16 @@ dropped and recreated at every run, each installed the way its documentation say
 
 1. Enqueue: ``jobs`` jobs (100,000) from one producer, one job per call, then in batches of
    1,000 with the library's batch call (``DelayedQueue.offer_many``, procrastinate's
-   ``batch_defer_async``, pgqueuer's ``Queries.enqueue`` with lists; the baseline runs bench.core's
-   BASELINE offer and offer_many statements on ``bench_baseline``). jobs/s, and the CPU time of
+   ``batch_defer_async``, pgqueuer's ``Queries.enqueue`` with lists; the baseline runs the
+   BASELINE offer and offer_many statements of bench.lib.sides on ``bench_baseline``). jobs/s, and the CPU time of
    the producer and of the database's backends per job.
 2. Processing: a backlog of ``jobs`` due no-op jobs is committed in one transaction while 1, 4
    and 16 worker processes wait idle; jobs/s from the commit until the queue is empty (counted
-   every 50 ms), as bench.latency measures it (our sides ARE bench.latency's run_workers_side and
-   run_baseline_side). Worker processes: ``python -m pyqueue worker`` (sync and ``--async``),
-   ``procrastinate worker`` and pgqueuer's ``run`` (see bench.peer_procrastinate,
-   bench.peer_pgqueuer), each with its library's recommended in-process concurrency.
+   every 50 ms), as bench.latency measures it (ours and the baseline are run_workers_side and
+   run_baseline_side of bench.lib.workers, as there). Worker processes: ``python -m pyqueue
+   worker`` (sync and ``--async``), ``procrastinate worker`` and pgqueuer's ``run`` (see
+   bench.peer_procrastinate, bench.peer_pgqueuer), each with its library's recommended in-process
+   concurrency.
 3. Latency with idle workers (4 processes): ``now_jobs`` jobs due now, offered one by one at
    ``now_rate`` per second (handler start − the producer's clock before the call), and
    ``delayed_jobs`` jobs due evenly 1-10 s ahead, offered at once (handler start − due time).
@@ -25,10 +26,11 @@ A timed run stops after ``cap_s`` seconds even if work is left (a slow library w
 take most of an hour); its rate is then what was done in that time, marked as capped.
 
 Everything measured also records the CPU the workers / producer and the database's backends used
-(bench.core's CpuSnapshot), and how much CPU other processes on the host took meanwhile.
-Results: ``bench/results/peers-<UTC time>.json`` and ``bench/results/peers.json`` (the latest full run;
-``peers-quick.json`` for --quick), and, for a full run, ``docs/performance.md`` (regenerated; its notes section is
-kept) and ``docs/performance.png``.
+(bench.lib.cpu), and how much CPU other processes on the host took meanwhile.
+Results: the full report in ``bench/results/raw/peers-<UTC time>.json``, its summary in
+``bench/results/peers.json`` (``peers-quick.json`` for --quick; with ``--out x.json``, to x.json and
+x.summary.json instead), and, for a full run, ``docs/performance.md`` (regenerated from the summary's
+figures; its notes section is kept) and ``docs/performance.png``.
 Every worker process started is stopped (SIGTERM, then SIGKILL), also on errors and Ctrl-C.
 """
 
@@ -38,7 +40,6 @@ import argparse
 import asyncio
 import importlib.metadata
 import itertools
-import json
 import math
 import os
 import shutil
@@ -60,31 +61,32 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from bench import latency
-from bench.core import (
-    BASELINE,
-    DQ,
-    PAYLOAD,
-    PROJECT,
-    QUEUE,
-    CpuSnapshot,
-    connect,
-    console,
-    create_database,
-    offer_many_step,
-    offer_step,
-    prepare_table,
-    server_info,
-    value,
-    with_dbname,
-)
 from bench.handlers import DSN_ENV, LATENESS_FILE_ENV, latency_payload
-from bench.latency import READY_TIMEOUT_S, STATS_SETTLE_S, Window, Workers
+from bench.lib.cpu import CpuSnapshot, Window
+from bench.lib.database import (
+    create_database,
+    drain_until,
+    prepare_table,
+    recreate_database,
+    server_info,
+    source_info,
+    xacts,
+)
+from bench.lib.report import PROJECT, arguments, console, machine_info, percentile, publish, rich_table, without
+from bench.lib.sides import BASELINE, DQ, PAYLOAD, QUEUE, Side, connect, offer_many_step, offer_step, value
+from bench.lib.workers import (
+    READY_TIMEOUT_S,
+    STATS_SETTLE_S,
+    Drain,
+    Workers,
+    interrupt_on_sigterm,
+    run_baseline_side,
+    run_workers_side,
+)
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-RESULTS = PROJECT / "bench" / "results"
 DOCS = PROJECT / "docs"
 NOTES_START = "<!-- notes: kept when bench.peers regenerates this file -->"
 NOTES_END = "<!-- end of notes -->"
@@ -182,7 +184,7 @@ class PeerWorkers(Workers):
 
 
 def _reset(conn: psycopg.Connection[Any], tables: tuple[str, ...]) -> None:
-    """Empty `tables`, VACUUM ANALYZE them and CHECKPOINT (bench.core's prepare_table for peers)."""
+    """Empty `tables`, VACUUM ANALYZE them and CHECKPOINT (bench.lib.database's prepare_table for peers)."""
     conn.execute(sql.SQL("TRUNCATE {} CASCADE").format(sql.SQL(", ").join(sql.Identifier(t) for t in tables)))
     for t in tables:
         conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(t)))
@@ -191,10 +193,7 @@ def _reset(conn: psycopg.Connection[Any], tables: tuple[str, ...]) -> None:
 
 def _recreate(admin_dsn: str, name: str) -> str:
     """(Re)create the empty database `name`; its DSN as a URL (asyncpg takes no other form)."""
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    params = conninfo_to_dict(with_dbname(admin_dsn, name))
+    params = conninfo_to_dict(recreate_database(admin_dsn, name))
     user = quote(str(params.pop("user", "")), safe="")
     password = params.pop("password", None)
     auth = f"{user}:{quote(str(password), safe='')}@" if password is not None else (f"{user}@" if user else "")
@@ -207,6 +206,15 @@ def _run(cmd: list[str], env: dict[str, str] | None = None) -> None:
     out = subprocess.run(cmd, cwd=PROJECT, env=env, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+
+
+def peer_env(dsn: str, lateness_dir: Path | None) -> dict[str, str]:
+    """A peer worker's environment: its database (bench.peer_*), and in the latency part its lateness
+    file (worker{i}.tsv in `lateness_dir`)."""
+    env = {DSN_ENV: dsn}
+    if lateness_dir is not None:
+        env[LATENESS_FILE_ENV] = str(lateness_dir / "worker{i}.tsv")
+    return env
 
 
 def _pace(i: int, t0: float, rate: float) -> float:
@@ -223,7 +231,7 @@ def _delays(cfg: Config) -> list[float]:
 def _arun(coro: Coroutine[Any, Any, T]) -> T:
     """asyncio.run, but Ctrl-C interrupts it at once: asyncio's own SIGINT handling only cancels
     the main task, and a library that swallows the cancellation lets the run go on (seen with
-    procrastinate). SIGTERM already raises KeyboardInterrupt (latency.interrupt_on_sigterm)."""
+    procrastinate). SIGTERM already raises KeyboardInterrupt (bench.lib.workers.interrupt_on_sigterm)."""
 
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
@@ -306,17 +314,25 @@ class Meter:
         self.stop(done)
 
 
-class PgDelayQ(Library):
-    name = "pgdelayq"
-    db = "peers_pgdelayq"
-    table = "dq_messages"
-    enqueue_api = ("DelayedQueue.offer", "DelayedQueue.offer_many")
+class OnSide(Library):
+    """Ours or the baseline: a database of bench.lib.database's create_database, the side's table
+    emptied by its prepare_table."""
+
+    side: Side
 
     def setup(self, admin_dsn: str) -> str:
         return create_database(admin_dsn, self.db)
 
     def reset(self, conn: psycopg.Connection[Any]) -> None:
-        prepare_table(conn, DQ)
+        prepare_table(conn, self.side)
+
+
+class PgDelayQ(OnSide):
+    name = "pgdelayq"
+    db = "peers_pgdelayq"
+    side = DQ
+    table = DQ.table
+    enqueue_api = ("DelayedQueue.offer", "DelayedQueue.offer_many")
 
     def enqueue(self, dsn: str, batch: int, meter: Meter) -> None:
         from pyqueue import DelayedQueue
@@ -367,17 +383,12 @@ class PgDelayQ(Library):
             q.offer_many(items)
 
 
-class Baseline(Library):
+class Baseline(OnSide):
     name = "baseline"
     db = "peers_baseline"
-    table = "bench_baseline"
+    side = BASELINE
+    table = BASELINE.table
     enqueue_api = ("BASELINE.offer (INSERT … ON CONFLICT)", "BASELINE.offer_many (INSERT … SELECT unnest)")
-
-    def setup(self, admin_dsn: str) -> str:
-        return create_database(admin_dsn, self.db)
-
-    def reset(self, conn: psycopg.Connection[Any]) -> None:
-        prepare_table(conn, BASELINE)
 
     def enqueue(self, dsn: str, batch: int, meter: Meter) -> None:
         with connect(dsn) as conn:
@@ -449,9 +460,7 @@ class Procrastinate(Library):
 
     def workers(self, dsn: str, c: Contender, count: int, workdir: Path, label: str,
                 lateness_dir: Path | None) -> Workers:
-        env = {DSN_ENV: dsn}
-        if lateness_dir is not None:
-            env[LATENESS_FILE_ENV] = str(lateness_dir / "worker{i}.tsv")
+        env = peer_env(dsn, lateness_dir)
         flags = ("-m", "procrastinate", "--app", "bench.peer_procrastinate.app", *c.setting.split()[1:])
         return PeerWorkers(dsn, "", count, flags, workdir, label, env=env,
                            ready_sql="SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
@@ -549,9 +558,7 @@ class PgQueuer(Library):
                 lateness_dir: Path | None) -> Workers:
         from bench.peer_pgqueuer import APPLICATION_NAME
 
-        env = {DSN_ENV: dsn}
-        if lateness_dir is not None:
-            env[LATENESS_FILE_ENV] = str(lateness_dir / "worker{i}.tsv")
+        env = peer_env(dsn, lateness_dir)
         batch = c.key.removeprefix("pgqueuer-b")
         return PeerWorkers(dsn, "", count, ("-m", "bench.peer_pgqueuer", "--batch-size", batch), workdir, label,
                            env=env, ready_sql="SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
@@ -621,7 +628,7 @@ def enqueue_part(dsns: dict[str, str], cfg: Config) -> list[dict[str, Any]]:
 
 def run_peer_side(admin: psycopg.Connection[Any], dsn: str, lib: Library, c: Contender, workers_n: int,
                   cfg: Config, workdir: Path) -> dict[str, Any]:
-    """bench.latency's run_workers_side for a peer library: idle workers, a backlog committed at
+    """bench.lib.workers' run_workers_side for a peer library: idle workers, a backlog committed at
     once, jobs/s from the commit until the queue is empty (or cap_s)."""
     n = cfg.jobs
     lib.reset(admin)
@@ -631,8 +638,8 @@ def run_peer_side(admin: psycopg.Connection[Any], dsn: str, lib: Library, c: Con
         with psycopg.connect(dsn, autocommit=True) as counter:
             window = Window(admin.info.dbname, counter.info.backend_pid)
             committed = lib.fill(dsn, n, before_commit=window.start)
-            x0 = latency.xacts(dsn)
-            elapsed, left, polls, count_ms = latency.drain_until(counter, lib.table, committed, cfg.cap_s)
+            x0 = xacts(dsn)
+            elapsed, left, polls, count_ms = drain_until(counter, lib.table, committed, cfg.cap_s)
             done = n - left
             res: dict[str, Any] = {"elapsed_s": elapsed, "rows_per_s": done / elapsed, "processed": done,
                                    "capped": left > 0, "drain_polls": polls, "count_ms_mean": count_ms,
@@ -640,7 +647,7 @@ def run_peer_side(admin: psycopg.Connection[Any], dsn: str, lib: Library, c: Con
         workers.stop()
     time.sleep(STATS_SETTLE_S)
     # Transactions in the database per job: all since x0, less the reading of x0 and the counts.
-    res["xacts_per_row"] = (latency.xacts(dsn) - x0 - 1 - polls) / max(done, 1)
+    res["xacts_per_row"] = (xacts(dsn) - x0 - 1 - polls) / max(done, 1)
     res["exit_codes"] = workers.codes
     res["worker_warnings"] = workers.warnings()[:20]
     return res
@@ -648,17 +655,16 @@ def run_peer_side(admin: psycopg.Connection[Any], dsn: str, lib: Library, c: Con
 
 def throughput_part(admins: dict[str, psycopg.Connection[Any]], dsns: dict[str, str], cfg: Config,
                     workdir: Path) -> list[dict[str, Any]]:
-    lcfg = replace(latency.FULL, backlog=cfg.jobs, concurrency=cfg.dq_concurrency, batch_size=cfg.dq_batch)
+    spec = Drain(cfg.jobs, batch_size=cfg.dq_batch, concurrency=cfg.dq_concurrency)
     cells = []
     for workers_n in cfg.workers:
         for c in [*contenders(cfg), BASELINE_CONTENDER]:
             admin, dsn = admins[c.library], dsns[c.library]
             if c.library == "pgdelayq":
-                res = latency.run_workers_side(admin, dsn, replace(lcfg, use_async=c.key == "dq-async"), workers_n,
-                                               workdir)
+                res = run_workers_side(admin, dsn, replace(spec, use_async=c.key == "dq-async"), workers_n, workdir)
                 res.update(processed=cfg.jobs, capped=False)
             elif c.library == "baseline":
-                res = latency.run_baseline_side(admin, dsn, lcfg, workers_n)
+                res = run_baseline_side(admin, dsn, spec, workers_n)
                 res.update(processed=cfg.jobs, capped=False)
             else:
                 res = run_peer_side(admin, dsn, LIBRARIES[c.library], c, workers_n, cfg, workdir)
@@ -693,7 +699,7 @@ def _lateness_stats(samples: dict[str, list[float]], n: int) -> dict[str, Any]:
     return {
         "jobs": n, "handled": len(samples), "lost": n - len(samples),
         "duplicates": len(values) - len(samples),
-        "p50_ms": latency.percentile(values, 50), "p99_ms": latency.percentile(values, 99),
+        "p50_ms": percentile(values, 50), "p99_ms": percentile(values, 99),
         "max_ms": values[-1], "min_ms": values[0], "mean_ms": statistics.fmean(values),
     }
 
@@ -890,14 +896,8 @@ def target_rows(result: dict[str, Any]) -> list[list[str]]:
 
 
 def _rich(title: str, header: list[str], rows: list[list[str]], caption: str | None = None) -> Table:
-    from rich.table import Table
-
-    table = Table(title=title, caption=caption)
-    for i, h in enumerate(header):
-        table.add_column(h, justify="left" if i == 0 else "right")
-    for row in rows:
-        table.add_row(*(r.replace("PASS", "[green]PASS[/]").replace("MISS", "[red]MISS[/]") for r in row))
-    return table
+    return rich_table(title, header, ([r.replace("PASS", "[green]PASS[/]").replace("MISS", "[red]MISS[/]") for r in row]
+                                      for row in rows), caption=caption, left={header[0]})
 
 
 def rich_tables(result: dict[str, Any]) -> list[Table]:
@@ -913,6 +913,17 @@ def rich_tables(result: dict[str, Any]) -> list[Table]:
               latency_header(result), latency_rows(result)),
         _rich("Targets", ["target", "figure", ""], target_rows(result)),
     ]
+
+
+PER_PROCESS = ("functions", "worker_warnings", "exit_codes", "per_worker_delivered", "per_client_rows")
+
+
+def summary(result: dict[str, Any]) -> dict[str, Any]:
+    """What the tables, docs/performance.md and its chart show, with the configuration, machine,
+    server and versions measured: without each run's per-function statistics, per-process counts,
+    exit codes and log warnings."""
+    return {**result, "throughput": [without(c, *PER_PROCESS) for c in result["throughput"]],
+            "latency": [without(r, *PER_PROCESS) for r in result["latency"]]}
 
 
 # --------------------------------------------------------------------------- report: docs
@@ -1092,13 +1103,13 @@ def versions(server: dict[str, Any]) -> dict[str, str]:
 def run(admin_dsn: str, cfg: Config, out: Path | None, parts: tuple[str, ...], docs: bool) -> dict[str, Any]:
     started, timestamp = time.perf_counter(), datetime.now(UTC)
     console().log(f"[bold]bench.peers[/] ({cfg.mode}): creating the databases")
-    machine = latency.machine_info()
+    machine = machine_info()
     workdir = Path(tempfile.mkdtemp(prefix="bench-peers-"))
     dsns = {name: lib.setup(admin_dsn) for name, lib in LIBRARIES.items()}
     admins = {name: psycopg.connect(dsn, autocommit=True) for name, dsn in dsns.items()}
     try:
-        with latency.interrupt_on_sigterm():
-            server, source = server_info(admins["pgdelayq"]), latency.source_info(admins["pgdelayq"])
+        with interrupt_on_sigterm():
+            server, source = server_info(admins["pgdelayq"]), source_info(admins["pgdelayq"])
             result: dict[str, Any] = {
                 "timestamp": timestamp.isoformat(timespec="seconds"), "mode": cfg.mode, "config": asdict(cfg),
                 "server": server, "versions": versions(server), "machine": machine, "source": source,
@@ -1123,31 +1134,19 @@ def run(admin_dsn: str, cfg: Config, out: Path | None, parts: tuple[str, ...], d
     result["wall_time_s"] = round(time.perf_counter() - started, 1)
     result["targets"] = targets(result)
     result["faster_ours"] = faster_ours(result)
-    for table in rich_tables(result):
-        console().print(table)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(result, indent=2, default=str) + "\n"
-    name = f"peers-{timestamp.strftime('%Y%m%dT%H%M%SZ')}.json"
-    latest = RESULTS / ("peers.json" if cfg.mode == "full" else f"peers-{cfg.mode}.json")
-    paths = [RESULTS / name, latest] + ([out] if out is not None else [])
-    for path in paths:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    _, short = publish("peers", result, summary(result), rich_tables(result), out, quick=cfg.mode == "quick",
+                       at=timestamp)
     if docs:
         md = DOCS / "performance.md"
-        md.write_text(markdown_report(result, latest.name, md.read_text() if md.exists() else None))
+        md.write_text(markdown_report(result, short.name, md.read_text() if md.exists() else None))
         chart(result, DOCS / "performance.png")
-        paths += [md, DOCS / "performance.png"]
-    console().log(f"wall time {result['wall_time_s']:.0f} s; written: {', '.join(map(str, paths))}")
+        console().log(f"written: {md}, {DOCS / 'performance.png'}")
     return result
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.peers", description=__doc__.split("\n")[0])
-    parser.add_argument("--dsn", required=True, help="admin DSN of the server (a database to connect to)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke test: 5,000 jobs, 1 and 4 workers, 15 s caps, shorter latency runs")
-    parser.add_argument("--out", type=Path, default=None, help="also write the JSON results here")
+    parser = arguments("bench.peers", __doc__,
+                       quick="smoke test: 5,000 jobs, 1 and 4 workers, 15 s caps, shorter latency runs")
     parser.add_argument("--parts", default="enqueue,processing,latency",
                         help="comma-separated subset of enqueue,processing,latency (development)")
     parser.add_argument("--docs", action=argparse.BooleanOptionalAction, default=None,
@@ -1162,7 +1161,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    # Run through the imported module, so spawned processes find every function as bench.peers.*.
-    from bench.peers import main as _main
-
-    _main()
+    main()

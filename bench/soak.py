@@ -59,9 +59,10 @@ sizes without a verdict):
   at most ``1.1 ×`` that of the first third plus 4 MiB. At least one sync and one async
   ``pyqueue worker`` must be judged.
 
-Prints tables, writes JSON to ``bench/results/soak.json`` and a markdown summary to
-``bench/results/soak.md`` (with ``--out PATH``: to PATH and PATH with the suffix ``.md`` instead, so
-that a trial run leaves the recorded result alone); the exit status is non-zero when a check fails.
+Prints tables, writes the full JSON report to ``bench/results/raw/soak-<UTC time>.json``, its summary
+to ``bench/results/soak.json`` and a markdown summary to ``bench/results/soak.md`` (with ``--out
+x.json``: to x.json, x.summary.json and x.summary.md instead, so that a trial run leaves the
+recorded result alone); the exit status is non-zero when a check fails.
 """
 
 from __future__ import annotations
@@ -76,9 +77,9 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from bench import chaos
 from bench.chaos import (
     PIN_S,
-    RESULTS,
     Chaos,
     Fault,
     Settings,
@@ -87,9 +88,8 @@ from bench.chaos import (
     execute,
     settings_from,
     tables,
-    write_json,
 )
-from bench.core import console
+from bench.lib.report import OUT_HELP, console, publish, without
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -466,6 +466,13 @@ def soak_tables(report: dict[str, Any]) -> list[Table]:
     return [sizes, idx, memory]
 
 
+def summary(report: dict[str, Any]) -> dict[str, Any]:
+    """bench.chaos' summary, and of the soak's own figures what its tables and markdown show: without
+    the samples over time."""
+    return {**chaos.summary(report),
+            "soak": without(report["soak"], "rows_over_time", "sizes_over_time", "rss_over_time_mib")}
+
+
 def markdown(report: dict[str, Any]) -> str:
     """A summary to paste into docs/performance.md."""
     s, soak = report["settings"], report["soak"]
@@ -528,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.set_defaults(rate=300.0)
     for action in parser._actions:
         if "--out" in action.option_strings:
-            action.help = "write the JSON result here and the markdown beside it (default bench/results/soak.json)"
+            action.help = OUT_HELP + " (and the markdown summary, x.summary.md)"
     parser.add_argument("--fault-every", type=float, default=30.0,
                         help="seconds between faults (default 30; shorter runs: a sixth of the fault window)")
     parser.add_argument("--fault-kinds", default="pin,kill,terminate,restart",
@@ -554,11 +561,8 @@ def main(argv: list[str] | None = None) -> int:
         report = execute(Soak, s)
     except KeyboardInterrupt:
         return 130
-    for t in [*tables(report), *soak_tables(report)]:
-        console().print(t)
-    out = args.out if args.out is not None else RESULTS / "soak.json"
-    write_json(report, [out])
-    md = out.with_suffix(".md")
+    _, short = publish("soak", report, summary(report), [*tables(report), *soak_tables(report)], args.out)
+    md = short.with_suffix(".md")
     md.write_text(markdown(report))
     console().log(f"markdown summary written to {md}")
     return 0 if report["passed"] else 1

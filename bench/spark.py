@@ -42,8 +42,6 @@ run records the 1-minute load average at its end (2 means both cores busy).
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
 import sys
@@ -51,18 +49,19 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
 
 from bench import spark_sinks
-from bench.core import console, provenance, server_info, value, with_dbname
+from bench.lib.database import create_database, provenance, server_info
+from bench.lib.report import PROJECT, arguments, console, publish, rich_table, status
+from bench.lib.sides import PAYLOAD, QUEUE, value
 
-QUEUE = "bench"
-PAYLOAD = bytes(range(100))
-PROJECT = Path(__file__).resolve().parent.parent
+if TYPE_CHECKING:
+    from rich.table import Table
+
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
 Q_COPY = (
@@ -75,17 +74,6 @@ Q_OFFER_MANY = "SELECT count(*) FROM dq_offer_many(%s::text, %s::text[], %s::byt
 def rows(n: int) -> Iterator[tuple[str, datetime]]:
     for i in range(n):
         yield f"k{i:09d}", T0 + timedelta(milliseconds=i)
-
-
-def create_database(admin_dsn: str, name: str) -> str:
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    from pyqueue.migrate import migrate
-
-    dsn = with_dbname(admin_dsn, name)
-    migrate(dsn)
-    return dsn
 
 
 def empty_queue(admin: psycopg.Connection[Any]) -> None:
@@ -295,13 +283,45 @@ def best_runs(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(best.values())
 
 
+def tables(report: dict[str, Any]) -> list[Table]:
+    """Offering (the best run of each path, the target, the task time per phase) and reading."""
+    out = []
+    results, reads, target, n = report["results"], report["reads"], report["target"], report["rows"]
+    if results:
+        rows = [(r["name"], f"{r['rows_per_s']:,.0f}", f"{r['seconds']:.1f}", f"{r['of_copy']:.0%}",
+                 "" if r["of_noop"] is None else f"{r['of_noop']:.0%}",
+                 "" if r["of_spark_copy"] is None else f"{r['of_spark_copy']:.0%}", f"{r['load_1min']:.1f}")
+                for r in best_runs(results)]
+        caption = None
+        if target is not None:
+            caption = ("target: delayedqueue ≥ min(80% of no-op, 50% of Spark COPY) = "
+                       f"{target['goal_rows_per_s']:,.0f} rows/s; measured {target['delayedqueue_rows_per_s']:,.0f}: "
+                       + status(target["pass"]))
+        out.append(rich_table(
+            f"Offering {n:,} rows into an empty queue (rows/s; Spark: best of {report['repeat']} runs)",
+            ("path", "rows/s", "seconds", "of COPY", "of no-op sink", "of Spark COPY", "load (1 min)"), rows,
+            caption=caption, left={"path"}))
+        out.append(rich_table("Task time per phase, summed over the tasks (best run of each Spark path)",
+                              ("path", "phases"), [(r["name"], r["note"]) for r in best_runs(results) if r["note"]],
+                              left={"path", "phases"}))
+    if reads:
+        out.append(rich_table(
+            f"Reading a queue of {n:,} rows (rows/s)", ("path", "rows", "rows/s", "seconds", "load (1 min)"),
+            [(r["name"], f"{r['rows']:,}", f"{r['rows_per_s']:,.0f}", f"{r['seconds']:.1f}", f"{r['load_1min']:.1f}")
+             for r in reads], left={"path"}))
+    return out
+
+
+def summary(report: dict[str, Any]) -> dict[str, Any]:
+    """What the tables show, with the configuration, server and commit measured: the best run of
+    each write path (the reads are all kept)."""
+    return {**report, "results": best_runs(report["results"])}
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.spark", description=__doc__.split("\n")[0])
-    parser.add_argument("--dsn", required=True, help="admin DSN of the server (a database to connect to)")
+    parser = arguments("bench.spark", __doc__, db_name="dq_bench_spark")
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows per run (default 1,000,000)")
     parser.add_argument("--batch-size", type=int, default=1000, help="rows per dq_offer_many call (default 1000)")
-    parser.add_argument("--out", type=Path, default=None, help="JSON output (default bench/results/spark.json)")
-    parser.add_argument("--db-name", default="dq_bench_spark", help="benchmark database (dropped and recreated)")
     parser.add_argument(
         "--methods",
         default="arrays,copy",
@@ -311,10 +331,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", default="write,read", help="write, read or both (default write,read)")
     args = parser.parse_args(argv)
     n, batch = args.rows, args.batch_size
-    out = args.out or PROJECT / "bench" / "results" / "spark.json"
     started = time.perf_counter()
     console().log(f"[bold]bench.spark[/]: {n:,} rows per run; creating database {args.db_name}")
-    dsn = create_database(args.dsn, args.db_name)
+    dsn = create_database(args.dsn, args.db_name, baseline=False)
     t = time.perf_counter()
     spark = spark_session()
     spark_start_s = time.perf_counter() - t
@@ -385,8 +404,6 @@ def main(argv: list[str] | None = None) -> None:
             empty_queue(admin)
     spark.stop()
 
-    from rich.table import Table
-
     target = target_of(results)
     if results:
         base = results[0]["rows_per_s"]
@@ -397,43 +414,6 @@ def main(argv: list[str] | None = None) -> None:
             r["of_copy"] = r["rows_per_s"] / base
             r["of_noop"] = None if noop is None else r["rows_per_s"] / noop
             r["of_spark_copy"] = None if spark_copy is None else r["rows_per_s"] / spark_copy
-        table = Table(title=f"Offering {n:,} rows into an empty queue (rows/s; Spark: best of {args.repeat} runs)")
-        for col in ("path", "rows/s", "seconds", "of COPY", "of no-op sink", "of Spark COPY", "load (1 min)"):
-            table.add_column(col, justify="left" if col == "path" else "right")
-        for r in best_runs(results):
-            table.add_row(
-                r["name"],
-                f"{r['rows_per_s']:,.0f}",
-                f"{r['seconds']:.1f}",
-                f"{r['of_copy']:.0%}",
-                "" if r["of_noop"] is None else f"{r['of_noop']:.0%}",
-                "" if r["of_spark_copy"] is None else f"{r['of_spark_copy']:.0%}",
-                f"{r['load_1min']:.1f}",
-            )
-        if target is not None:
-            table.caption = (
-                "target: delayedqueue ≥ min(80% of no-op, 50% of Spark COPY) = "
-                f"{target['goal_rows_per_s']:,.0f} rows/s; "
-                f"measured {target['delayedqueue_rows_per_s']:,.0f}: "
-                + ("[green]PASS[/]" if target["pass"] else "[red]MISS[/]")
-            )
-        console().print(table)
-        phases = Table(title="Task time per phase, summed over the tasks (best run of each Spark path)")
-        phases.add_column("path")
-        phases.add_column("phases", justify="left")
-        for r in best_runs(results):
-            if r["note"]:
-                phases.add_row(r["name"], r["note"])
-        console().print(phases)
-    if reads:
-        table = Table(title=f"Reading a queue of {n:,} rows (rows/s)")
-        for col in ("path", "rows", "rows/s", "seconds", "load (1 min)"):
-            table.add_column(col, justify="left" if col == "path" else "right")
-        for r in reads:
-            table.add_row(
-                r["name"], f"{r['rows']:,}", f"{r['rows_per_s']:,.0f}", f"{r['seconds']:.1f}", f"{r['load_1min']:.1f}"
-            )
-        console().print(table)
     report = {
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
         "rows": n,
@@ -453,9 +433,7 @@ def main(argv: list[str] | None = None) -> None:
         "reads": reads,
         "target": target,
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    console().log(f"results written to {out}")
+    publish("spark", report, summary(report), tables(report), args.out)
 
 
 if __name__ == "__main__":

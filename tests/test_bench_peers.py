@@ -113,3 +113,13 @@ def test_chart_is_written(tmp_path: Path) -> None:
     path = tmp_path / "performance.png"
     peers.chart(synthetic_result(), path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_summary_keeps_what_the_report_shows() -> None:
+    result = synthetic_result()
+    for cell in result["throughput"]:
+        cell.update(functions={"dq_poll_many": {"calls": 50, "total_ms": 80.0}}, worker_warnings=["WARNING x"],
+                    exit_codes=[0], per_worker_delivered=[5000])
+    short = peers.summary(result)
+    assert not any({"functions", "worker_warnings", "exit_codes"} & set(c) for c in short["throughput"])
+    assert peers.markdown_report(short, "peers.json") == peers.markdown_report(result, "peers.json")
