@@ -15,7 +15,7 @@ from psycopg import sql
 
 from bench import controls
 
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = Path(__file__).resolve().parents[2]
 
 
 def test_max_in_window_counts_half_open_windows() -> None:

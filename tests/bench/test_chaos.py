@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 import pytest
 
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = Path(__file__).resolve().parents[2]
 DURATION_S = 28.0
 RATE = 1000.0  # per mode, bench.chaos's default
 

@@ -23,7 +23,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -32,7 +31,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from test_worker import read_until
 from test_worker_faults import cut_all
-from workerhandlers import HANG_S
+from workerhandlers import HANG_S, SUPPORT
 
 import pyqueue
 from pyqueue import ConnectionFailed, DatabaseError, DelayedQueue, Worker
@@ -40,7 +39,6 @@ from pyqueue.aio import AsyncDelayedQueue, AsyncWorker
 
 #: A refused first connection is reported within this many seconds (it took 30 s before).
 FAST_S = 5.0
-TESTS = Path(__file__).resolve().parent  # the cwd of ``pyqueue worker``: workerhandlers is found there
 PASSWORD_GROUP = "test_password_auth"
 
 
@@ -346,7 +344,7 @@ def test_pyqueue_worker_with_a_wrong_database_ends_with_one_error_line(dsn: str,
     proc = subprocess.run(
         [sys.executable, "-m", "pyqueue", "worker", "--dsn", make_conninfo(dsn, dbname=name), "--queue", "jobs",
          *mode, "workerhandlers:record"],
-        cwd=TESTS, env=dict(os.environ), capture_output=True, text=True, timeout=60,
+        cwd=SUPPORT, env=dict(os.environ), capture_output=True, text=True, timeout=60,
     )
     assert time.monotonic() - start < FAST_S + 5  # the interpreter's start-up besides the connection
     assert proc.returncode == 2, proc.stderr
@@ -363,7 +361,7 @@ def test_pyqueue_worker_waits_for_a_server_that_does_not_answer_yet(closed_port:
     nobody = f"host=127.0.0.1 port={closed_port} dbname=dq user=postgres"
     proc = subprocess.Popen(
         [sys.executable, "-m", "pyqueue", "worker", "--dsn", nobody, "--queue", "jobs", *mode, "workerhandlers:record"],
-        cwd=TESTS, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=SUPPORT, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
         out = read_until(proc, "poll failed (attempt 1: ")

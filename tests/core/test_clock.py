@@ -15,7 +15,7 @@ import pytest
 from clock import TestClock
 from psycopg import errors, sql
 
-SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 
 
 def test_no_function_reads_the_server_clock_directly() -> None:

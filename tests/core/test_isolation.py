@@ -22,7 +22,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 from sqlhelpers import PG_ISOLATION_REGRESS
 
-ISOLATION = Path(__file__).resolve().parent / "isolation"
+ISOLATION = Path(__file__).resolve().parents[1] / "isolation"
 SPECS = sorted(p.stem for p in ISOLATION.glob("*.spec"))
 
 pytestmark = pytest.mark.skipif(

@@ -24,7 +24,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 API = ROOT / "docs" / "api.md"
 
 # Text users read never cites internal documents (design seeds, issue numbers, "not yet" notes).

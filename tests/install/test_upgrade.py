@@ -45,7 +45,7 @@ from pyqueue.migrate import migrate, yoyo_uri
 # ("function dq_ack(unknown) is not unique"); dq_ack_many(uuid[]) replaces it.
 REMOVED = {"dq_ack(uuid[])": "dq_ack_many(uuid[])"}
 
-SNAPSHOTS = sorted((Path(__file__).resolve().parent / "upgrade").glob("pgdelayq-*-db.tar.gz"))
+SNAPSHOTS = sorted((Path(__file__).resolve().parents[1] / "upgrade").glob("pgdelayq-*-db.tar.gz"))
 
 
 def test_a_previous_release_snapshot_exists() -> None:

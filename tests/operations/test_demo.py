@@ -21,7 +21,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 LEDGER = """
 CREATE SCHEMA ledger;

@@ -388,7 +388,7 @@ def test_example_job(spark: SparkSession, dsn: str, tmp_path: Any) -> None:
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "examples" / "spark_reminders.py"
+    path = Path(__file__).resolve().parents[2] / "examples" / "spark_reminders.py"
     spec = importlib.util.spec_from_file_location("spark_reminders", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -28,7 +28,7 @@ pytest.importorskip("pyspark")
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = Path(__file__).resolve().parents[2]
 EXAMPLE = PROJECT / "examples" / "spark_stream.py"
 FILES, ROWS_PER_FILE, BATCH = 12, 25, 5  # one file per micro-batch, 5 dq_offer_many calls each
 TOTAL = FILES * ROWS_PER_FILE

@@ -30,7 +30,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = Path(__file__).resolve().parents[2]
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 PG_ISOLATION_REGRESS = Path("/usr/lib/postgresql/15/lib/pgxs/src/test/isolation/pg_isolation_regress")
 

@@ -26,7 +26,9 @@ import psycopg
 
 from pyqueue import Message
 
-TESTS = Path(__file__).resolve().parent
+#: This folder: the working directory of the ``pyqueue worker`` processes the tests start, so that
+#: they import this module as ``workerhandlers``.
+SUPPORT = Path(__file__).resolve().parent
 
 #: Bounds every wait of the worker tests: only a hang takes this long, even on a loaded host.
 HANG_S = 120.0
@@ -83,7 +85,7 @@ def idle_worker_calls(dsn: str, *worker_args: str, idle_check: float,
     proc = subprocess.Popen(
         [sys.executable, "-m", "pyqueue", "worker", "--dsn", worker_dsn, "--queue", "jobs",
          "--idle-check", str(idle_check), *worker_args, "workerhandlers:record"],
-        cwd=TESTS, env=dict(os.environ, DQ_DSN=dsn), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=SUPPORT, env=dict(os.environ, DQ_DSN=dsn), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     registrations: set[tuple[int, datetime]] = set()
     try:

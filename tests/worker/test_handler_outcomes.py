@@ -28,7 +28,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from workerhandlers import HANG_S, TESTS
+from workerhandlers import HANG_S, SUPPORT
 
 from pyqueue import Backoff, DelayedQueue, Worker
 from pyqueue.aio import AsyncDelayedQueue, AsyncWorker
@@ -317,7 +317,7 @@ def test_pyqueue_worker_exits_0_after_a_handler_raised_keyboard_interrupt(dsn: s
         done = subprocess.run(
             [sys.executable, "-m", "pyqueue", "worker", "--dsn", dsn, "--queue", "jobs", "--idle-check", "0.5",
              *worker_args, "workerhandlers:interrupt"],
-            cwd=TESTS, env=dict(os.environ, DQ_DSN=dsn), capture_output=True, text=True, timeout=HANG_S)
+            cwd=SUPPORT, env=dict(os.environ, DQ_DSN=dsn), capture_output=True, text=True, timeout=HANG_S)
         out = done.stdout + done.stderr
         assert done.returncode == 0, out
         assert "Traceback" not in out, out

@@ -25,7 +25,7 @@ import psycopg
 import pytest
 from workerhandlers import (
     HANG_S,
-    TESTS,
+    SUPPORT,
     assert_idle_budget,
     idle_waiters,
     idle_worker_calls,
@@ -64,7 +64,7 @@ def db(dsn: str):
 def start_worker(dsn: str, handler: str, *args: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "pyqueue", "worker", "--dsn", dsn, "--queue", "jobs", *WORKER_ARGS, *args, handler],
-        cwd=TESTS, env=dict(os.environ, DQ_DSN=dsn), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=SUPPORT, env=dict(os.environ, DQ_DSN=dsn), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     STARTED.append(proc)
     return proc
