@@ -46,6 +46,23 @@ def dsn(admin_dsn: str, template_dsn: str) -> Iterator[str]:
 
 
 @pytest.fixture
+def new_database(admin_dsn: str) -> Iterator[Callable[[], str]]:
+    """Factory of empty databases (no installer run), dropped after the test."""
+    names: list[str] = []
+
+    def make() -> str:
+        name = f"dq_mig_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        names.append(name)
+        return testing.with_dbname(admin_dsn, name)
+
+    yield make
+    for name in names:
+        testing.drop_database(admin_dsn, name)
+
+
+@pytest.fixture
 def conn(dsn: str) -> Iterator[psycopg.Connection]:
     """An autocommit connection to this test's database."""
     with psycopg.connect(dsn, autocommit=True) as c:

@@ -29,9 +29,7 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from test_worker import read_until
-from test_worker_faults import cut_all
-from workerhandlers import HANG_S, SUPPORT
+from workerhandlers import HANG_S, SUPPORT, cut_all, read_until
 
 import pyqueue
 from pyqueue import ConnectionFailed, DatabaseError, DelayedQueue, Worker

@@ -6,19 +6,7 @@ from __future__ import annotations
 import re
 
 import psycopg
-
-
-def nested_plans(conn: psycopg.Connection, statement: str) -> str:
-    logs: list[str] = []
-    conn.add_notice_handler(lambda diag: logs.append(diag.message_primary or ""))
-    conn.execute("LOAD 'auto_explain'")
-    conn.execute("SET auto_explain.log_min_duration = 0")
-    conn.execute("SET auto_explain.log_nested_statements = on")
-    conn.execute("SET client_min_messages = log")
-    for _ in range(3):  # also after the plan cache has settled
-        conn.execute(statement)
-    conn.execute("SET client_min_messages = notice")
-    return "\n".join(logs)
+from sqlhelpers import nested_plans
 
 
 def test_poll_uses_index_scans_with_many_future_messages(conn) -> None:

@@ -25,13 +25,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlhelpers import module_conn as conn  # noqa: F401  (fixture)
 from sqlhelpers import (
+    check_context_names_only,
     module_dsn,  # noqa: F401  (fixture)
     row_count,
     table_rows,
 )
-from test_internals import check_context_names_only
+from sqlhelpers import module_conn as conn  # noqa: F401  (fixture)
 
 BIG = 100_001
 

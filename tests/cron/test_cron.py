@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from cronhelpers import install
 from sqlhelpers import PROJECT, run_workers, table_rows
 
 from pyqueue import cron
@@ -185,14 +186,6 @@ def test_install_tick_never_deletes_due_or_in_flight_messages_and_skips_their_in
 
 
 # --------------------------------------------------------------------------- named schedules
-
-
-def install(conn: psycopg.Connection[Any], name: str, schedule: str, payload: str = "x", *,
-            queue: str = "q", zone: str = "UTC", lookahead: str = "1 hour") -> str:
-    row = conn.execute("SELECT dq_cron_install(%s, %s, %s, %s::text, %s, NULL, %s::interval)",
-                       (name, queue, schedule, payload, zone, lookahead)).fetchone()
-    assert row is not None
-    return str(row[0])
 
 
 def test_install_and_uninstall_read_only_their_own_prefix_of_the_queue(dsn):

@@ -8,9 +8,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from sqlhelpers import check_context_names_only, module_dsn, table_rows  # noqa: F401  (fixture)
 from sqlhelpers import module_conn as conn  # noqa: F401  (fixture)
-from sqlhelpers import module_dsn, table_rows  # noqa: F401  (fixture)
-from test_internals import check_context_names_only
 
 
 def case(case_id: str, sql: str, sqlstate: str, *contains: str) -> Any:

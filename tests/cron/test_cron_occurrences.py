@@ -18,9 +18,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from cronhelpers import install
 from psycopg import sql
 from sqlhelpers import wait_until_server_time
-from test_cron import install
 
 from pyqueue import testing
 from pyqueue.migrate import migrate

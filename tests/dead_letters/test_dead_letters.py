@@ -7,7 +7,7 @@ import time
 
 import psycopg
 import pytest
-from test_worker import start_worker, stop, wait_for
+from workerhandlers import start_worker, stop, wait_for
 
 import pyqueue
 from pyqueue import DelayedQueue

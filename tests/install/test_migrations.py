@@ -20,45 +20,17 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
+from installhelpers import applied_migrations, functions, pyqueue_cli, query, rollback, schema_steps, yoyo_cli
 from sqlhelpers import PROJECT, schema_dump
 from yoyo import get_backend, read_migrations
 
 from pyqueue import testing
 from pyqueue.migrate import FUNCTION_STEP, migrate, migrations_dir, pending, yoyo_uri
-from pyqueue.migrate import schema_steps as installer_schema_steps
-
-
-@pytest.fixture
-def new_database(admin_dsn: str) -> Iterator[Callable[[], str]]:
-    """Factory of empty databases (no installer run), dropped after the test."""
-    names: list[str] = []
-
-    def make() -> str:
-        name = f"dq_mig_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(admin_dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        names.append(name)
-        return testing.with_dbname(admin_dsn, name)
-
-    yield make
-    for name in names:
-        testing.drop_database(admin_dsn, name)
-
-
-def yoyo_cli() -> str:
-    candidate = Path(sys.executable).parent / "yoyo"
-    if candidate.exists():
-        return str(candidate)
-    found = shutil.which("yoyo")
-    assert found is not None, "the yoyo CLI is not installed"
-    return found
 
 
 def yoyo_apply(dsn: str, migrations: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -73,11 +45,6 @@ def yoyo_apply(dsn: str, migrations: Path, cwd: Path) -> subprocess.CompletedPro
     return proc
 
 
-def query(dsn: str, text: str) -> list[tuple[Any, ...]]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute(text).fetchall()  # type: ignore[arg-type]
-
-
 def definitions(dsn: str) -> list[tuple[Any, ...]]:
     """Every dq_* function as the installer compares it: definition, privileges, comment."""
     return query(
@@ -85,19 +52,6 @@ def definitions(dsn: str) -> list[tuple[Any, ...]]:
         "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid), p.proacl::text, obj_description(p.oid) "
         "FROM pg_proc p WHERE p.proname LIKE 'dq\\_%' ORDER BY 1",
     )
-
-
-def functions(dsn: str) -> list[tuple[Any, ...]]:
-    """Every dq_* function with its oid and the xmin of its pg_proc row (changes on re-create)."""
-    return query(
-        dsn,
-        "SELECT p.oid::regprocedure::text, p.oid::bigint, p.xmin::text, md5(p.prosrc) FROM pg_proc p "
-        "WHERE p.proname LIKE 'dq\\_%' ORDER BY 1",
-    )
-
-
-def applied_migrations(dsn: str) -> list[tuple[Any, ...]]:
-    return query(dsn, "SELECT migration_id FROM _yoyo_migration ORDER BY migration_id")
 
 
 def tables(dsn: str) -> set[str]:
@@ -111,13 +65,6 @@ def test_dump_normalisation_keeps_the_schema_and_drops_yoyo(template_dsn):
     assert "yoyo" not in dump
     assert "\\restrict" not in dump
     assert "SET " not in dump.splitlines()[0]
-
-
-def schema_steps() -> list[str]:
-    """The numbered schema migrations, in order (everything but the function step 9999_sql)."""
-    steps = sorted(m.id for m in read_migrations(str(migrations_dir())) if m.id != FUNCTION_STEP)
-    assert steps == installer_schema_steps()
-    return steps
 
 
 def test_fresh_equals_upgraded_step_by_step_with_up_to(template_dsn, new_database):
@@ -198,21 +145,6 @@ def release_with_changed_sql(tmp_path: Path) -> Path:
     return copy
 
 
-def pyqueue_cli(*args: str, pythonpath: Path = PROJECT, returncode: int = 0) -> subprocess.CompletedProcess[str]:
-    """``pyqueue ARGS`` in a new process, importing the package from ``pythonpath``; asserts its
-    exit status is ``returncode``."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "pyqueue.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=dict(os.environ, PYTHONPATH=str(pythonpath)),
-        cwd=pythonpath,  # python -m puts the working directory first on sys.path
-    )
-    assert proc.returncode == returncode, f"pyqueue {args} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
-    return proc
-
-
 def assert_only_channel_changed(dsn: str, dump_before: str, definitions_before: list[tuple[Any, ...]]) -> None:
     md5_q = query(dsn, "SELECT md5('q')")[0][0]
     assert query(dsn, "SELECT dq_channel('q')") == [("dqv2_" + md5_q,)]
@@ -261,19 +193,6 @@ def test_migrate_repairs_functions_altered_by_hand(dsn):
     out = pyqueue_cli("migrate", "--dsn", dsn)
     assert "no schema step pending" in out.stdout
     assert schema_dump(dsn) == dump
-
-
-def rollback(dsn: str, from_step: str, schema: str | None = None) -> list[str]:
-    """Roll back (as ``yoyo rollback``) every applied schema step from ``from_step`` on; their ids."""
-    backend = get_backend(yoyo_uri(dsn, schema))
-    try:
-        migrations = read_migrations(str(migrations_dir())).filter(lambda m: m.id >= from_step)
-        with backend.lock():
-            todo = backend.to_rollback(migrations)
-            backend.rollback_migrations(todo)
-    finally:
-        backend.connection.close()
-    return [m.id for m in todo]
 
 
 def test_down_every_step_then_up_equals_fresh(template_dsn, new_database):

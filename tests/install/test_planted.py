@@ -19,9 +19,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from installhelpers import privileges, run_psql_file
 from psycopg import sql
 from sqlhelpers import PROJECT, schema_dump
-from test_sql_install import privileges, run_psql_file
 
 import pyqueue
 from pyqueue.migrate import migrate

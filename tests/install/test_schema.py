@@ -17,18 +17,18 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
-from sqlhelpers import PROJECT, pg_program, schema_dump
-from test_migrations import (  # noqa: F401  (new_database is a fixture)
+from installhelpers import (
     applied_migrations,
     functions,
-    new_database,
+    objects_in,
     pyqueue_cli,
     query,
     rollback,
     schema_steps,
     yoyo_cli,
 )
+from psycopg import sql
+from sqlhelpers import PROJECT, pg_program, schema_dump
 
 from pyqueue.migrate import migrate, private_schema, yoyo_uri
 
@@ -69,20 +69,7 @@ def schema_dump_of(dsn: str, schema: str) -> str:
     return "\n".join(kept) + "\n"
 
 
-def objects_in(dsn: str, schema: str) -> dict[str, int]:
-    """How many dq_* functions, relations and types, and yoyo tables, ``schema`` holds."""
-    (row,) = query(dsn, f"""
-        SELECT (SELECT count(*) FROM pg_proc WHERE pronamespace = n.oid AND proname LIKE 'dq\\_%'),
-               (SELECT count(*) FROM pg_class WHERE relnamespace = n.oid AND relname LIKE 'dq\\_%'),
-               (SELECT count(*) FROM pg_type WHERE typnamespace = n.oid AND typname LIKE 'dq\\_%'
-                  AND typrelid = 0 AND typelem = 0),
-               (SELECT count(*) FROM pg_class WHERE relnamespace = n.oid
-                  AND relname IN ('_yoyo_migration', '_yoyo_log', '_yoyo_version', 'yoyo_lock'))
-          FROM pg_namespace n WHERE n.nspname = '{schema}'""")  # noqa: S608 (test constants)
-    return dict(zip(("functions", "relations", "types", "yoyo"), row, strict=True))
-
-
-def test_two_schemas_hold_two_independent_installs(new_database) -> None:  # noqa: F811
+def test_two_schemas_hold_two_independent_installs(new_database) -> None:
     db = new_database()
     assert migrate(db) == schema_steps()
     assert migrate(db, schema=OTHER) == schema_steps()
@@ -110,7 +97,7 @@ def test_two_schemas_hold_two_independent_installs(new_database) -> None:  # noq
         assert conn.execute("SELECT count(*) FROM dq_get('jobs', 'k')").fetchone() == (1,)
 
 
-def test_one_schema_is_rolled_back_without_touching_the_other(new_database) -> None:  # noqa: F811
+def test_one_schema_is_rolled_back_without_touching_the_other(new_database) -> None:
     db = new_database()
     migrate(db)
     migrate(db, schema=OTHER)
@@ -131,7 +118,7 @@ def test_one_schema_is_rolled_back_without_touching_the_other(new_database) -> N
 
 @pytest.mark.parametrize("parameter", ["schema={}", "options=-csearch_path%3D{}"])
 def test_plain_yoyo_with_the_schema_in_the_url_equals_pyqueue_migrate(
-    new_database, tmp_path, parameter: str  # noqa: F811
+    new_database, tmp_path, parameter: str
 ) -> None:
     by_pyqueue, by_yoyo = new_database(), new_database()
     out = pyqueue_cli("migrate", "--dsn", by_pyqueue, "--schema", OTHER)

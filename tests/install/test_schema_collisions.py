@@ -20,15 +20,8 @@ import subprocess
 from typing import Any
 
 import pytest
+from installhelpers import functions, objects_in, pyqueue_cli, query, yoyo_cli
 from sqlhelpers import PROJECT, pg_program
-from test_migrations import (  # noqa: F401  (new_database is a fixture)
-    functions,
-    new_database,
-    pyqueue_cli,
-    query,
-    yoyo_cli,
-)
-from test_schema import objects_in
 
 from pyqueue import DelayedQueue, InvalidArgument
 from pyqueue.migrate import migrate, pending, private_schema, yoyo_uri
@@ -79,7 +72,7 @@ def assert_works(dsn: str, schema: str) -> None:
 
 
 @pytest.mark.parametrize("entry_point", ENTRY_POINTS)
-def test_installing_into_the_private_schema_of_an_install_is_refused(new_database, entry_point):  # noqa: F811
+def test_installing_into_the_private_schema_of_an_install_is_refused(new_database, entry_point):
     db = new_database()
     migrate(db, schema=INSTALL)
     helpers = objects_in(db, PRIVATE)
@@ -96,7 +89,7 @@ def test_installing_into_the_private_schema_of_an_install_is_refused(new_databas
 
 
 @pytest.mark.parametrize("entry_point", ENTRY_POINTS)
-def test_installing_where_the_private_schema_is_an_install_is_refused(new_database, entry_point):  # noqa: F811
+def test_installing_where_the_private_schema_is_an_install_is_refused(new_database, entry_point):
     db = new_database()
     migrate(db, schema=PRIVATE)  # an install in collide_internal, its helpers in collide_internal_internal
     before = database_state(db)
@@ -111,7 +104,7 @@ def test_installing_where_the_private_schema_is_an_install_is_refused(new_databa
 
 
 def test_plain_yoyo_is_refused_by_the_function_step_and_the_first_install_recovers(
-    new_database, tmp_path  # noqa: F811
+    new_database, tmp_path
 ):
     """Plain ``yoyo apply`` runs the numbered steps before any code of ours (yoyo has no hook
     before them): into the private schema of an install, it creates their tables there, where that

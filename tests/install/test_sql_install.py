@@ -4,9 +4,10 @@
   with psql's default search_path, or through psycopg) changes nothing, ``pg_dump --schema-only``
   and the privileges included.
 * Privileges are table-driven from ``pg_proc``: every public ``dq_*`` function is SECURITY DEFINER
-  with the pinned search_path and executable by exactly the roles of :data:`ROLE_OF`; every
-  internal ``dq__*`` helper lives in the private schema ``<install>_internal`` and is executable by
-  no role, which may not even use that schema. A new function fails the test until it is added there.
+  with the pinned search_path and executable by exactly the roles of :data:`installhelpers.ROLE_OF`;
+  every internal ``dq__*`` helper lives in the private schema ``<install>_internal`` and is
+  executable by no role, which may not even use that schema. A new function fails the test until it
+  is added there.
 * A second install in another schema of the same database (tables from the numbered
   ``migrations/*.sql`` steps, functions from ``sql/``, both run with that schema first on the
   search_path) is independent: its functions see only its tables, its NOTIFY channels and pg_cron
@@ -15,68 +16,22 @@
 
 from __future__ import annotations
 
-import os
 import select
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from installhelpers import ROLE_OF, ROLES, privileges, run_psql_file
 from psycopg import sql
-from sqlhelpers import PROJECT, cloned_database, pg_program, schema_dump
+from sqlhelpers import PROJECT, cloned_database, schema_dump
 
 SQL_FILES = sorted((PROJECT / "sql").glob("*.sql"))
 SCHEMA_STEPS = sorted(
     p for p in (PROJECT / "migrations").glob("*.sql") if not p.name.endswith(".rollback.sql")
 )
-ROLES = ("dq_producer", "dq_consumer", "dq_admin")
 
-#: The role granted EXECUTE on each public function (dq_admin is a member of the other two).
-ROLE_OF = {
-    "dq_offer": "dq_producer",
-    "dq_offer_many": "dq_producer",
-    "dq_cancel": "dq_producer",
-    "dq_poll_many": "dq_consumer",
-    "dq_poll_or_wait": "dq_consumer",
-    "dq_wait": "dq_consumer",
-    "dq_wait_done": "dq_consumer",
-    "dq_channel": "dq_consumer",
-    "dq_now": "dq_producer+dq_consumer",
-    "dq_ack": "dq_consumer",
-    "dq_ack_many": "dq_consumer",
-    "dq_nack": "dq_consumer",
-    "dq_extend": "dq_consumer",
-    "dq_get": "dq_consumer",
-    "dq_export_messages": "dq_consumer",
-    "dq_export_messages_bounds": "dq_consumer",
-    "dq_export_archive": "dq_admin",
-    "dq_export_archive_bounds": "dq_admin",
-    "dq_next_due": "dq_consumer",
-    "dq_configure_queue": "dq_admin",
-    "dq_pause_queue": "dq_admin",
-    "dq_resume_queue": "dq_admin",
-    "dq_redrive": "dq_admin",
-    "dq_dead_letters": "dq_admin",
-    "dq_list_messages": "dq_admin",
-    "dq_purge": "dq_admin",
-    "dq_release_locks": "dq_admin",
-    "dq_prune_archive": "dq_admin",
-    "dq_prune_archive_all": "dq_admin",
-    "dq_queue_stats": "dq_admin",
-    "dq_install_tick": "dq_admin",
-    "dq_uninstall_tick": "dq_admin",
-    "dq_cron_config_hash": "dq_admin",
-    "dq_cron_occurrences": "dq_admin",
-    "dq_cron_install": "dq_admin",
-    "dq_cron_uninstall": "dq_admin",
-    "dq_cron_pause": "dq_admin",
-    "dq_cron_resume": "dq_admin",
-    "dq_cron_tick": "dq_admin",
-    "dq_cron_list": "dq_admin",
-    "dq_cron_prune_run_details": "dq_admin",
-}
 #: Which roles may execute a function granted to a role (through membership).
 MAY_EXECUTE = {
     "dq_producer": {"dq_producer", "dq_admin"},
@@ -90,32 +45,6 @@ MAY_EXECUTE = {
 def module_dsn(admin_dsn: str, template_dsn: str) -> Iterator[str]:
     with cloned_database(admin_dsn, template_dsn) as dsn:
         yield dsn
-
-
-def privileges(dsn: str) -> list[tuple[Any, ...]]:
-    """Security flags, settings and ACLs of every dq object, and the roles' memberships."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute(
-            "SELECT n.nspname, p.oid::regprocedure::text, p.prosecdef::text, p.proconfig::text, p.proacl::text "
-            "  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.proname LIKE 'dq%' "
-            "UNION ALL SELECT n.nspname, c.relname, c.relkind::text, NULL, c.relacl::text "
-            "  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relname LIKE 'dq%' "
-            "UNION ALL SELECT nspname, 'schema', NULL, NULL, nspacl::text FROM pg_namespace "
-            "UNION ALL SELECT g.rolname, r.rolname, 'member', NULL, NULL FROM pg_auth_members m "
-            "  JOIN pg_roles r ON r.oid = m.member JOIN pg_roles g ON g.oid = m.roleid WHERE g.rolname LIKE 'dq%' "
-            "ORDER BY 1, 2"
-        ).fetchall()
-
-
-def run_psql_file(dsn: str, path: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    return subprocess.run(
-        [pg_program("psql"), dsn, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
 
 
 @pytest.mark.parametrize("path", SQL_FILES, ids=[p.name for p in SQL_FILES])

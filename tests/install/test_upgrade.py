@@ -31,12 +31,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from installhelpers import ROLE_OF, check_only_the_api, install_functions, psql_names, schema_steps
 from psycopg import sql
 from psycopg.rows import dict_row
 from sqlhelpers import schema_dump
-from test_internals import check_only_the_api, install_functions, psql_names
-from test_migrations import new_database, schema_steps  # noqa: F401  (fixture)
-from test_sql_install import ROLE_OF
 from yoyo import get_backend, read_migrations
 
 from pyqueue.migrate import migrate, yoyo_uri
@@ -473,7 +471,7 @@ def call_the_old_api(conn: psycopg.Connection[Any], functions: dict[str, OldFunc
 
 @pytest.mark.parametrize("snapshot", SNAPSHOTS, ids=lambda p: p.name.split("-")[1])
 def test_upgrade_from_previous_release_keeps_messages_and_functions(
-    snapshot: Path, template_dsn: str, new_database, tmp_path: Path  # noqa: F811
+    snapshot: Path, template_dsn: str, new_database, tmp_path: Path
 ) -> None:
     dsn = new_database()
     install_release(snapshot, dsn, tmp_path)
@@ -549,7 +547,7 @@ def test_upgrade_from_previous_release_keeps_messages_and_functions(
 
 @pytest.mark.parametrize("snapshot", SNAPSHOTS, ids=lambda p: p.name.split("-")[1])
 def test_old_workers_can_call_every_function_between_schema_steps(
-    snapshot: Path, new_database, tmp_path: Path  # noqa: F811
+    snapshot: Path, new_database, tmp_path: Path
 ) -> None:
     """A rolling deploy, or an upgrade in several deploys (``migrate(up_to=…)``), runs old workers
     against every intermediate schema: each old function still returns what it returned."""

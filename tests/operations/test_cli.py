@@ -8,30 +8,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import os
-import subprocess
-import sys
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import psycopg
-from workerhandlers import HANG_S
-
-
-def cli(dsn: str | None, *args: str, columns: int | None = None,
-        cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    if columns is not None:
-        env["COLUMNS"] = str(columns)
-    return subprocess.run([sys.executable, "-m", "pyqueue", *args, *(["--dsn", dsn] if dsn else [])],
-                          capture_output=True, text=True, timeout=HANG_S, env=env, cwd=cwd)
-
-
-def stored(conn: psycopg.Connection, queue: str, key: str) -> tuple[str, bytes] | None:
-    row = conn.execute("SELECT payload_type, payload FROM dq_messages WHERE queue = %s AND key = %s",
-                       (queue, key)).fetchone()
-    return None if row is None else (row[0], bytes(row[1]))
+from commandline import cli, stored
 
 
 def test_version_is_the_installed_distribution() -> None:

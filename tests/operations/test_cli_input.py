@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from test_cli import cli, stored
+from commandline import cli, stored
 
 from pyqueue.cli import Duration, Integer, build_parser, main
 

@@ -9,7 +9,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 from psycopg import sql
-from test_plans import nested_plans
+from sqlhelpers import nested_plans
 
 
 def one(conn: psycopg.Connection, query: str, params=None):

@@ -8,6 +8,8 @@ Nothing here mocks the database: every helper talks to the real test server.
 * :func:`run_workers`: start N processes (``spawn``), line them up on a Barrier, collect results.
 * PostgreSQL client programs (``pg_dump``, ``psql``, ``pg_isolation_regress``) and a normalised
   ``pg_dump --schema-only``.
+* The plans auto_explain logs for the statements inside a function; an error's CONTEXT that names
+  only the function the user called.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue as queue_mod
+import re
 import shutil
 import subprocess
 import time
@@ -383,3 +386,27 @@ def wait_for_lock_wait(conn: psycopg.Connection, text: str) -> None:
         "AND strpos(query, %s) > 0)", (text,)).fetchone()[0]:
         assert time.monotonic() < deadline, f"no session running {text} waits for a lock"
         time.sleep(0.05)
+
+
+def nested_plans(conn: psycopg.Connection, statement: str) -> str:
+    """The plans of the statements that ``statement`` runs inside functions, as auto_explain logs
+    them (the statement is run three times, so the plan cache has settled by the last)."""
+    logs: list[str] = []
+    conn.add_notice_handler(lambda diag: logs.append(diag.message_primary or ""))
+    conn.execute("LOAD 'auto_explain'")
+    conn.execute("SET auto_explain.log_min_duration = 0")
+    conn.execute("SET auto_explain.log_nested_statements = on")
+    conn.execute("SET client_min_messages = log")
+    for _ in range(3):  # also after the plan cache has settled
+        conn.execute(statement)
+    conn.execute("SET client_min_messages = notice")
+    return "\n".join(logs)
+
+
+def check_context_names_only(err: psycopg.Error, function: str) -> None:
+    """The error's CONTEXT (psycopg ``diag.context``) names no internal helper, no private schema,
+    and no function but ``function`` (the one the user called; its overloads share its name)."""
+    context = err.diag.context or ""
+    assert "dq__" not in context and "_internal" not in context, context
+    named = set(re.findall(r'function "?([\w.]+)', context))
+    assert named <= {function}, context

@@ -1,5 +1,5 @@
 """Handlers for the worker tests (imported by `pyqueue worker` subprocesses: module workerhandlers),
-and the waits those tests share.
+and the waits and worker processes those tests share.
 
 Each handler records what it handled in the table ``handled`` of the database in $DQ_DSN.
 
@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from datetime import datetime
@@ -111,6 +112,64 @@ def idle_worker_calls(dsn: str, *worker_args: str, idle_check: float,
             proc.communicate(timeout=HANG_S)
     assert proc.returncode == 0, out
     return calls, out, len(registrations), lifetime
+
+
+#: The options of every worker :func:`start_worker` starts (``--async`` or none: the test chooses),
+#: and every worker it started, which the test kills if it is still running.
+WORKER_ARGS: list[str] = []
+STARTED: list[subprocess.Popen[str]] = []
+
+
+def start_worker(dsn: str, handler: str, *args: str) -> subprocess.Popen[str]:
+    """Start ``pyqueue worker`` on queue 'jobs' with ``handler`` (``workerhandlers:NAME``), the
+    options of :data:`WORKER_ARGS` and ``args``; its output (stdout and stderr) is a text pipe."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyqueue", "worker", "--dsn", dsn, "--queue", "jobs", *WORKER_ARGS, *args, handler],
+        cwd=SUPPORT, env=dict(os.environ, DQ_DSN=dsn), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    STARTED.append(proc)
+    return proc
+
+
+def wait_for(conn: psycopg.Connection, query: str, expected: int) -> None:
+    """Until ``query`` counts at least ``expected``, at most HANG_S."""
+    wait_until(conn, f"SELECT ({query}) >= {int(expected)}")
+
+
+def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> tuple[int, str]:
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=HANG_S)
+    return proc.returncode, out
+
+
+def read_until(proc: subprocess.Popen[str], text: str) -> str:
+    """The worker's output as it comes, up to the first line that contains ``text`` (at most HANG_S)."""
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if text in line:
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(HANG_S)
+    assert lines and text in lines[-1], "".join(lines)
+    return "".join(lines)
+
+
+def cut_all(dsn: str, app: str) -> int:
+    """pg_terminate_backend of every session of ``application_name = app``, as a restart would;
+    returns how many, once they are gone (sessions the app opens meanwhile are left alone)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        sessions = [pid for pid, in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,)).fetchall()]
+        killed = [pid for pid, in conn.execute(
+            "SELECT pid FROM unnest(%s::int[]) pid WHERE pg_terminate_backend(pid)", (sessions,)).fetchall()]
+        wait_until(conn, "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s))", (killed,))
+    return len(killed)
 
 
 def _record(message: Message, phase: str) -> None:

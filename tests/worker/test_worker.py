@@ -12,11 +12,8 @@ ended by itself."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 from datetime import datetime
@@ -25,18 +22,20 @@ import psycopg
 import pytest
 from workerhandlers import (
     HANG_S,
-    SUPPORT,
+    STARTED,
+    WORKER_ARGS,
     assert_idle_budget,
     idle_waiters,
     idle_worker_calls,
+    read_until,
+    start_worker,
+    stop,
+    wait_for,
     wait_until,
 )
 
 from pyqueue import Backoff, DelayedQueue, InvalidArgument, Message, OfferRequest, Worker, testing
 from pyqueue.aio import AsyncDelayedQueue, AsyncMessage, AsyncWorker
-
-WORKER_ARGS: list[str] = []
-STARTED: list[subprocess.Popen[str]] = []
 
 
 @pytest.fixture(autouse=True, params=["sync", "async"])
@@ -59,44 +58,6 @@ def db(dsn: str):
         conn.execute("CREATE TABLE handled (key text, delivery_count int, phase text, pid int, "
                      "at timestamptz NOT NULL DEFAULT clock_timestamp())")
         yield conn
-
-
-def start_worker(dsn: str, handler: str, *args: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pyqueue", "worker", "--dsn", dsn, "--queue", "jobs", *WORKER_ARGS, *args, handler],
-        cwd=SUPPORT, env=dict(os.environ, DQ_DSN=dsn), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    STARTED.append(proc)
-    return proc
-
-
-def wait_for(conn: psycopg.Connection, query: str, expected: int) -> None:
-    """Until ``query`` counts at least ``expected``, at most HANG_S."""
-    wait_until(conn, f"SELECT ({query}) >= {int(expected)}")
-
-
-def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> tuple[int, str]:
-    proc.send_signal(sig)
-    out, _ = proc.communicate(timeout=HANG_S)
-    return proc.returncode, out
-
-
-def read_until(proc: subprocess.Popen[str], text: str) -> str:
-    """The worker's output as it comes, up to the first line that contains ``text`` (at most HANG_S)."""
-    lines: list[str] = []
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if text in line:
-                return
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    reader.join(HANG_S)
-    assert lines and text in lines[-1], "".join(lines)
-    return "".join(lines)
 
 
 #: One sample of what a worker holds: messages locked but whose handler has not recorded 'done'

@@ -20,24 +20,12 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
-from workerhandlers import HANG_S, idle_waiters, wait_until
+from workerhandlers import HANG_S, cut_all, idle_waiters, wait_until
 
 from pyqueue import DatabaseError, DelayedQueue, Worker
 from pyqueue.aio import AsyncDelayedQueue, AsyncWorker
 
 POOL_SIZE = 4
-
-
-def cut_all(dsn: str, app: str) -> int:
-    """pg_terminate_backend of every session of ``application_name = app``, as a restart would;
-    returns how many, once they are gone (sessions the app opens meanwhile are left alone)."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        sessions = [pid for pid, in conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,)).fetchall()]
-        killed = [pid for pid, in conn.execute(
-            "SELECT pid FROM unnest(%s::int[]) pid WHERE pg_terminate_backend(pid)", (sessions,)).fetchall()]
-        wait_until(conn, "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s))", (killed,))
-    return len(killed)
 
 
 def test_call_after_a_cut_gets_a_live_connection(dsn: str) -> None:
