@@ -40,11 +40,6 @@ FAST_S = 5.0
 PASSWORD_GROUP = "test_password_auth"
 
 
-@pytest.fixture(params=["sync", "async"])
-def kind(request) -> str:
-    return str(request.param)
-
-
 def first_call(kind: str, conninfo: str) -> Any:
     """Open a queue on ``conninfo`` the usual way (``with`` / ``async with``) and make its first call."""
     if kind == "sync":

@@ -25,13 +25,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlhelpers import (
-    check_context_names_only,
-    module_dsn,  # noqa: F401  (fixture)
-    row_count,
-    table_rows,
-)
-from sqlhelpers import module_conn as conn  # noqa: F401  (fixture)
+from sqlhelpers import check_context_names_only, row_count, table_rows
 
 BIG = 100_001
 
@@ -395,30 +389,30 @@ CASES = [
 
 
 @pytest.fixture
-def token(conn: psycopg.Connection[Any]) -> str:
+def token(module_conn: psycopg.Connection[Any]) -> str:
     """Seed queue 'q': due1, due2 (due), inflight (polled, its token returned), future1."""
-    conn.execute(
+    module_conn.execute(
         r"""SELECT dq_offer('q', k, '\x00'::bytea, t)
               FROM (VALUES ('inflight', timestamptz '2020-01-01'), ('due1', '2020-01-02'),
                            ('due2', '2020-01-03'), ('future1', '2100-01-01')) v(k, t)"""
     )
-    row = conn.execute("SELECT key, lock_token FROM dq_poll_many('q', 1, interval '1 hour')").fetchone()
+    row = module_conn.execute("SELECT key, lock_token FROM dq_poll_many('q', 1, interval '1 hour')").fetchone()
     assert row is not None and row[0] == "inflight"
     return str(row[1])
 
 
 @pytest.mark.parametrize(("sql", "sqlstate", "contains"), CASES)
-def test_bad_input(conn, token, sql, sqlstate, contains):
-    before = table_rows(conn)
-    count_before = row_count(conn)
-    waiters_before = conn.execute("SELECT * FROM dq_waiters ORDER BY queue, pid").fetchall()
-    config_before = conn.execute(
+def test_bad_input(module_conn, token, sql, sqlstate, contains):
+    before = table_rows(module_conn)
+    count_before = row_count(module_conn)
+    waiters_before = module_conn.execute("SELECT * FROM dq_waiters ORDER BY queue, pid").fetchall()
+    config_before = module_conn.execute(
         "SELECT (SELECT array_agg(q ORDER BY q.queue)::text FROM dq_queues q), "
         "(SELECT array_agg(g ORDER BY g.queue, g.message_group)::text FROM dq_groups g), "
         "(SELECT array_agg(t ORDER BY t.queue, t.slot)::text FROM dq_rate_tokens t)").fetchone()
 
     with pytest.raises(psycopg.Error) as info:
-        conn.execute(sql, {"token": token} if "%(token)s" in sql else None)
+        module_conn.execute(sql, {"token": token} if "%(token)s" in sql else None)
     err = info.value
     message = err.diag.message_primary or ""
 
@@ -431,10 +425,10 @@ def test_bad_input(conn, token, sql, sqlstate, contains):
         assert fragment in message, f"{fragment!r} not in {message!r}"
     assert token not in message, "lock tokens must not be echoed into messages"
 
-    assert row_count(conn) == count_before
-    assert table_rows(conn) == before
-    assert conn.execute("SELECT * FROM dq_waiters ORDER BY queue, pid").fetchall() == waiters_before
-    assert conn.execute(
+    assert row_count(module_conn) == count_before
+    assert table_rows(module_conn) == before
+    assert module_conn.execute("SELECT * FROM dq_waiters ORDER BY queue, pid").fetchall() == waiters_before
+    assert module_conn.execute(
         "SELECT (SELECT array_agg(q ORDER BY q.queue)::text FROM dq_queues q), "
         "(SELECT array_agg(g ORDER BY g.queue, g.message_group)::text FROM dq_groups g), "
         "(SELECT array_agg(t ORDER BY t.queue, t.slot)::text FROM dq_rate_tokens t)").fetchone() == config_before

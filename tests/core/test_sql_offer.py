@@ -15,12 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.rows import dict_row
-from sqlhelpers import (
-    message,
-    module_dsn,  # noqa: F401  (fixture)
-    table_rows,
-)
-from sqlhelpers import module_conn as conn  # noqa: F401  (fixture)
+from sqlhelpers import message, table_rows
 
 Q = "q"
 T0 = datetime(2020, 1, 1, 0, 0, 0, tzinfo=UTC)
@@ -86,10 +81,10 @@ def get(conn: psycopg.Connection[Any], key: str, queue: str = Q) -> list[dict[st
 # --------------------------------------------------------------------------- dq_offer outcomes
 
 
-def test_offer_new_key_is_created(conn):
-    outcome, now = offer(conn, "k", b"\x01\x02", scheduled_at=T1)
+def test_offer_new_key_is_created(module_conn):
+    outcome, now = offer(module_conn, "k", b"\x01\x02", scheduled_at=T1)
     assert outcome == "created"
-    row = message(conn, Q, "k")
+    row = message(module_conn, Q, "k")
     assert row is not None
     assert bytes(row["payload"]) == b"\x01\x02"
     assert row["payload_type"] == "bytes"
@@ -100,12 +95,12 @@ def test_offer_new_key_is_created(conn):
     assert row["lock_token"] is None
 
 
-def test_offer_identical_reoffer_is_ignored_and_changes_nothing(conn):
-    assert offer(conn, "k", b"\x01", scheduled_at=T1)[0] == "created"
-    before = table_rows(conn)
-    assert offer(conn, "k", b"\x01", scheduled_at=T1)[0] == "ignored"
-    assert offer(conn, "k", b"\x01", scheduled_at=T1, payload_type="bytes")[0] == "ignored"
-    assert table_rows(conn) == before
+def test_offer_identical_reoffer_is_ignored_and_changes_nothing(module_conn):
+    assert offer(module_conn, "k", b"\x01", scheduled_at=T1)[0] == "created"
+    before = table_rows(module_conn)
+    assert offer(module_conn, "k", b"\x01", scheduled_at=T1)[0] == "ignored"
+    assert offer(module_conn, "k", b"\x01", scheduled_at=T1, payload_type="bytes")[0] == "ignored"
+    assert table_rows(module_conn) == before
 
 
 @pytest.mark.parametrize(
@@ -116,42 +111,42 @@ def test_offer_identical_reoffer_is_ignored_and_changes_nothing(conn):
         pytest.param({"scheduled_at": T2}, id="scheduled_at-differs"),
     ],
 )
-def test_offer_existing_key_with_a_difference_is_updated(conn, change):
-    offer(conn, "k", b"\x01", scheduled_at=T1)
+def test_offer_existing_key_with_a_difference_is_updated(module_conn, change):
+    offer(module_conn, "k", b"\x01", scheduled_at=T1)
     args: dict[str, Any] = {"payload": b"\x01", "scheduled_at": T1, "payload_type": None} | change
     outcome, now = offer(
-        conn, "k", args["payload"], scheduled_at=args["scheduled_at"], payload_type=args["payload_type"]
+        module_conn, "k", args["payload"], scheduled_at=args["scheduled_at"], payload_type=args["payload_type"]
     )
     assert outcome == "updated"
-    row = message(conn, Q, "k")
+    row = message(module_conn, Q, "k")
     assert row is not None
     assert bytes(row["payload"]) == args["payload"]
     assert row["payload_type"] == (args["payload_type"] or "bytes")
     assert row["scheduled_at"] == row["scheduled_at_initially"] == args["scheduled_at"]
     assert row["created_at"] == now
-    assert conn.execute("SELECT count(*) FROM dq_messages").fetchone()[0] == 1
+    assert module_conn.execute("SELECT count(*) FROM dq_messages").fetchone()[0] == 1
 
 
-def test_offer_can_update_false_ignores_an_existing_key(conn):
-    offer(conn, "k", b"\x01", scheduled_at=T1)
-    before = table_rows(conn)
-    assert offer(conn, "k", b"\x02", scheduled_at=T2, can_update=False, payload_type="other")[0] == "ignored"
-    assert table_rows(conn) == before
+def test_offer_can_update_false_ignores_an_existing_key(module_conn):
+    offer(module_conn, "k", b"\x01", scheduled_at=T1)
+    before = table_rows(module_conn)
+    assert offer(module_conn, "k", b"\x02", scheduled_at=T2, can_update=False, payload_type="other")[0] == "ignored"
+    assert table_rows(module_conn) == before
     # ... and still creates a new one.
-    assert offer(conn, "k2", b"\x02", can_update=False)[0] == "created"
+    assert offer(module_conn, "k2", b"\x02", can_update=False)[0] == "created"
 
 
-def test_offer_update_resets_the_delivery_state(conn):
-    offer(conn, "k", b"\x01", scheduled_at=T1)
-    first = message(conn, Q, "k")
-    [delivery] = poll(conn)
-    polled = message(conn, Q, "k")
+def test_offer_update_resets_the_delivery_state(module_conn):
+    offer(module_conn, "k", b"\x01", scheduled_at=T1)
+    first = message(module_conn, Q, "k")
+    [delivery] = poll(module_conn)
+    polled = message(module_conn, Q, "k")
     assert polled is not None and first is not None
     assert polled["delivery_count"] == 1 and polled["lock_token"] == delivery["lock_token"]
 
-    outcome, now = offer(conn, "k", b"\x02", scheduled_at=T2)
+    outcome, now = offer(module_conn, "k", b"\x02", scheduled_at=T2)
     assert outcome == "updated"
-    row = message(conn, Q, "k")
+    row = message(module_conn, Q, "k")
     assert row is not None
     assert row["id"] == first["id"]
     assert bytes(row["payload"]) == b"\x02"
@@ -163,13 +158,13 @@ def test_offer_update_resets_the_delivery_state(conn):
     assert row["created_at"] > first["created_at"]
 
 
-def test_offer_identical_reoffer_while_in_flight_is_ignored_and_keeps_the_lock(conn):
-    offer(conn, "k", b"\x01", scheduled_at=T1)
-    [delivery] = poll(conn)
-    before = table_rows(conn)
-    assert offer(conn, "k", b"\x01", scheduled_at=T1)[0] == "ignored"
-    assert table_rows(conn) == before
-    assert conn.execute("SELECT dq_ack(%s::uuid)", (delivery["lock_token"],)).fetchone()[0] is True
+def test_offer_identical_reoffer_while_in_flight_is_ignored_and_keeps_the_lock(module_conn):
+    offer(module_conn, "k", b"\x01", scheduled_at=T1)
+    [delivery] = poll(module_conn)
+    before = table_rows(module_conn)
+    assert offer(module_conn, "k", b"\x01", scheduled_at=T1)[0] == "ignored"
+    assert table_rows(module_conn) == before
+    assert module_conn.execute("SELECT dq_ack(%s::uuid)", (delivery["lock_token"],)).fetchone()[0] is True
 
 
 @pytest.mark.parametrize(
@@ -194,40 +189,40 @@ def test_offer_identical_reoffer_while_in_flight_is_ignored_and_keeps_the_lock(c
         pytest.param("dq_offer('q', 'k', 'x'::text, now(), true, NULL)", b"x", "text", id="text-explicit-null-type"),
     ],
 )
-def test_offer_payload_overloads(conn, call, payload, payload_type):
-    row = conn.execute(f"SELECT {call}, now()").fetchone()  # noqa: S608 - constant test SQL
+def test_offer_payload_overloads(module_conn, call, payload, payload_type):
+    row = module_conn.execute(f"SELECT {call}, now()").fetchone()  # noqa: S608 - constant test SQL
     assert row is not None
     assert row[0] == "created"
-    stored = message(conn, "q", "k")
+    stored = message(module_conn, "q", "k")
     assert stored is not None
     assert bytes(stored["payload"]) == payload
     assert stored["payload_type"] == payload_type
     assert stored["scheduled_at"] == stored["scheduled_at_initially"] == stored["created_at"] == row[1]
 
 
-def test_offer_named_notation(conn):
-    row = conn.execute(r"SELECT dq_offer(queue => 'q', key => 'k', payload => '\x01'::bytea), now()").fetchone()
+def test_offer_named_notation(module_conn):
+    row = module_conn.execute(r"SELECT dq_offer(queue => 'q', key => 'k', payload => '\x01'::bytea), now()").fetchone()
     assert row is not None and row[0] == "created"
-    stored = message(conn, "q", "k")
+    stored = message(module_conn, "q", "k")
     assert stored is not None
     assert bytes(stored["payload"]) == b"\x01" and stored["payload_type"] == "bytes"
     assert stored["scheduled_at"] == row[1]
 
-    outcome = conn.execute(
+    outcome = module_conn.execute(
         "SELECT dq_offer(payload_type => 'x', can_update => false, scheduled_at => %s, "
         "payload => '{}'::jsonb, key => 'k2', queue => 'q')",
         (T1,),
     ).fetchone()
     assert outcome is not None and outcome[0] == "created"
-    stored = message(conn, "q", "k2")
+    stored = message(module_conn, "q", "k2")
     assert stored is not None
     assert (bytes(stored["payload"]), stored["payload_type"], stored["scheduled_at"]) == (b"{}", "x", T1)
 
 
-def test_same_key_in_two_queues_is_two_messages(conn):
-    assert offer(conn, "k", queue="a")[0] == "created"
-    assert offer(conn, "k", queue="b")[0] == "created"
-    assert conn.execute("SELECT count(*) FROM dq_messages WHERE key = 'k'").fetchone()[0] == 2
+def test_same_key_in_two_queues_is_two_messages(module_conn):
+    assert offer(module_conn, "k", queue="a")[0] == "created"
+    assert offer(module_conn, "k", queue="b")[0] == "created"
+    assert module_conn.execute("SELECT count(*) FROM dq_messages WHERE key = 'k'").fetchone()[0] == 2
 
 
 # --------------------------------------------------------------------------- dq_offer_many
@@ -247,13 +242,13 @@ def offer_many(
     ]
 
 
-def test_offer_many_outcomes_per_element_in_input_order(conn):
-    offer(conn, "b", b"old", scheduled_at=T1)
-    offer(conn, "c", b"same", scheduled_at=T1)
-    offer(conn, "d", b"same", scheduled_at=T1)
-    offer(conn, "e", b"same", scheduled_at=T1)
+def test_offer_many_outcomes_per_element_in_input_order(module_conn):
+    offer(module_conn, "b", b"old", scheduled_at=T1)
+    offer(module_conn, "c", b"same", scheduled_at=T1)
+    offer(module_conn, "d", b"same", scheduled_at=T1)
+    offer(module_conn, "e", b"same", scheduled_at=T1)
     result = offer_many(
-        conn,
+        module_conn,
         ["z", "c", "a", "b", "d", "e"],
         [b"z", b"same", b"a", b"new", b"same", b"same"],
         scheduled_ats=[T1, T1, T1, T1, T2, T1],
@@ -269,7 +264,7 @@ def test_offer_many_outcomes_per_element_in_input_order(conn):
     ]
     got = {
         r[0]: (bytes(r[1]), r[2], r[3])
-        for r in conn.execute("SELECT key, payload, payload_type, scheduled_at FROM dq_messages")
+        for r in module_conn.execute("SELECT key, payload, payload_type, scheduled_at FROM dq_messages")
     }
     assert got == {
         "a": (b"a", "bytes", T1),
@@ -280,72 +275,72 @@ def test_offer_many_outcomes_per_element_in_input_order(conn):
         "z": (b"z", "bytes", T1),
     }
     # The same batch again changes nothing.
-    before = table_rows(conn)
+    before = table_rows(module_conn)
     again = offer_many(
-        conn,
+        module_conn,
         ["z", "c", "a", "b", "d", "e"],
         [b"z", b"same", b"a", b"new", b"same", b"same"],
         scheduled_ats=[T1, T1, T1, T1, T2, T1],
         payload_types=[None, None, None, None, None, "text"],
     )
     assert [o for _, o in again] == ["ignored"] * 6
-    assert table_rows(conn) == before
+    assert table_rows(module_conn) == before
 
 
 @pytest.mark.parametrize("how", ["omitted", "explicit-null"])
-def test_offer_many_null_scheduled_ats_means_now_for_all(conn, how):
+def test_offer_many_null_scheduled_ats_means_now_for_all(module_conn, how):
     extra = "" if how == "omitted" else ", scheduled_ats => NULL"
-    rows = conn.execute(
+    rows = module_conn.execute(
         "SELECT o.key, o.outcome, now() FROM dq_offer_many('q', ARRAY['a', 'b', 'c'], "  # noqa: S608
         rf"ARRAY['\x01', '\x02', '\x03']::bytea[]{extra}) o"
     ).fetchall()
     assert [(r[0], r[1]) for r in rows] == [("a", "created"), ("b", "created"), ("c", "created")]
     now = rows[0][2]
-    stored = conn.execute(
+    stored = module_conn.execute(
         "SELECT scheduled_at, scheduled_at_initially, created_at, payload_type FROM dq_messages"
     ).fetchall()
     assert len(stored) == 3
     assert all(r == (now, now, now, "bytes") for r in stored)
 
 
-def test_offer_many_payload_types(conn):
-    assert offer_many(conn, ["a", "b", "c"], [b"1", b"2", b"3"], payload_types=["json", None, "x/y"]) == [
+def test_offer_many_payload_types(module_conn):
+    assert offer_many(module_conn, ["a", "b", "c"], [b"1", b"2", b"3"], payload_types=["json", None, "x/y"]) == [
         ("a", "created"),
         ("b", "created"),
         ("c", "created"),
     ]
-    got = dict(conn.execute("SELECT key, payload_type FROM dq_messages").fetchall())
+    got = dict(module_conn.execute("SELECT key, payload_type FROM dq_messages").fetchall())
     assert got == {"a": "json", "b": "bytes", "c": "x/y"}
 
 
-def test_offer_many_can_update_false(conn):
-    offer(conn, "a", b"old", scheduled_at=T1)
-    before = message(conn, Q, "a")
-    assert offer_many(conn, ["n", "a"], [b"new", b"new"], scheduled_ats=[T2, T2], can_update=False) == [
+def test_offer_many_can_update_false(module_conn):
+    offer(module_conn, "a", b"old", scheduled_at=T1)
+    before = message(module_conn, Q, "a")
+    assert offer_many(module_conn, ["n", "a"], [b"new", b"new"], scheduled_ats=[T2, T2], can_update=False) == [
         ("n", "created"),
         ("a", "ignored"),
     ]
-    assert message(conn, Q, "a") == before
-    n = message(conn, Q, "n")
+    assert message(module_conn, Q, "a") == before
+    n = message(module_conn, Q, "n")
     assert n is not None and bytes(n["payload"]) == b"new" and n["scheduled_at"] == T2
 
 
-def test_offer_many_update_resets_the_delivery_state(conn):
-    offer(conn, "a", b"old", scheduled_at=T1)
-    [delivery] = poll(conn)
+def test_offer_many_update_resets_the_delivery_state(module_conn):
+    offer(module_conn, "a", b"old", scheduled_at=T1)
+    [delivery] = poll(module_conn)
     assert delivery["delivery_count"] == 1
-    rows = conn.execute(
+    rows = module_conn.execute(
         "SELECT o.key, o.outcome, now() "
         "FROM dq_offer_many('q', ARRAY['a'], ARRAY['new'::bytea], ARRAY[%s::timestamptz]) o",
         (T2,),
     ).fetchall()
     assert [(r[0], r[1]) for r in rows] == [("a", "updated")]
-    row = message(conn, Q, "a")
+    row = message(module_conn, Q, "a")
     assert row is not None
     assert row["delivery_count"] == 0 and row["lock_token"] is None
     assert row["scheduled_at"] == row["scheduled_at_initially"] == T2
     assert row["created_at"] == rows[0][2]
-    assert conn.execute("SELECT dq_ack(%s::uuid)", (delivery["lock_token"],)).fetchone()[0] is False
+    assert module_conn.execute("SELECT dq_ack(%s::uuid)", (delivery["lock_token"],)).fetchone()[0] is False
 
 
 @pytest.mark.parametrize(
@@ -356,20 +351,20 @@ def test_offer_many_update_resets_the_delivery_state(conn):
         "dq_offer_many('q', '{}'::text[], '{}'::bytea[], can_update => false)",
     ],
 )
-def test_offer_many_empty_arrays_return_no_rows(conn, call):
-    offer(conn, "existing")
-    before = table_rows(conn)
-    assert conn.execute(f"SELECT * FROM {call}").fetchall() == []  # noqa: S608
-    assert table_rows(conn) == before
+def test_offer_many_empty_arrays_return_no_rows(module_conn, call):
+    offer(module_conn, "existing")
+    before = table_rows(module_conn)
+    assert module_conn.execute(f"SELECT * FROM {call}").fetchall() == []  # noqa: S608
+    assert table_rows(module_conn) == before
 
 
 # --------------------------------------------------------------------------- dq_get, dq_next_due, dq_cancel
 
 
-def test_get_returns_the_row_without_lock_token(conn):
-    offer(conn, "k", b"\x07", scheduled_at=T1, payload_type="t")
-    stored = message(conn, Q, "k")
-    with conn.cursor(row_factory=dict_row) as cur:
+def test_get_returns_the_row_without_lock_token(module_conn):
+    offer(module_conn, "k", b"\x07", scheduled_at=T1, payload_type="t")
+    stored = message(module_conn, Q, "k")
+    with module_conn.cursor(row_factory=dict_row) as cur:
         cur.execute("SELECT * FROM dq_get('q', 'k')")
         assert [d.name for d in cur.description] == GET_COLUMNS
         rows = cur.fetchall()
@@ -392,85 +387,85 @@ def test_get_returns_the_row_without_lock_token(conn):
             "headers": None,
         }
     ]
-    assert get(conn, "absent") == []
-    assert get(conn, "k", queue="other") == []
+    assert get(module_conn, "absent") == []
+    assert get(module_conn, "k", queue="other") == []
 
 
-def test_get_shows_locked_until_only_while_in_flight(conn):
-    offer(conn, "k", scheduled_at=T1)
-    assert get(conn, "k")[0]["locked_until"] is None
-    [delivery] = poll(conn, lock_timeout="1 hour")
-    [row] = get(conn, "k")
+def test_get_shows_locked_until_only_while_in_flight(module_conn):
+    offer(module_conn, "k", scheduled_at=T1)
+    assert get(module_conn, "k")[0]["locked_until"] is None
+    [delivery] = poll(module_conn, lock_timeout="1 hour")
+    [row] = get(module_conn, "k")
     assert row["locked_until"] == delivery["locked_until"]
     assert row["scheduled_at"] == delivery["locked_until"]
     assert row["delivery_count"] == 1
     # Given back (nack): no longer in flight.
-    assert conn.execute("SELECT dq_nack(%s::uuid, interval '1 hour')", (delivery["lock_token"],)).fetchone()[0]
-    [row] = get(conn, "k")
+    assert module_conn.execute("SELECT dq_nack(%s::uuid, interval '1 hour')", (delivery["lock_token"],)).fetchone()[0]
+    [row] = get(module_conn, "k")
     assert row["locked_until"] is None and row["delivery_count"] == 1
 
 
-def test_next_due_is_null_when_the_queue_is_empty(conn):
-    assert conn.execute("SELECT dq_next_due('q')").fetchone()[0] is None
-    offer(conn, "k", scheduled_at=T0, queue="other")
-    assert conn.execute("SELECT dq_next_due('q')").fetchone()[0] is None
+def test_next_due_is_null_when_the_queue_is_empty(module_conn):
+    assert module_conn.execute("SELECT dq_next_due('q')").fetchone()[0] is None
+    offer(module_conn, "k", scheduled_at=T0, queue="other")
+    assert module_conn.execute("SELECT dq_next_due('q')").fetchone()[0] is None
 
 
-def test_next_due_is_the_earliest_scheduled_at(conn):
-    offer(conn, "c", scheduled_at=T3)
-    offer(conn, "f", scheduled_at=FAR_FUTURE)
-    offer(conn, "a", scheduled_at=T1)
-    offer(conn, "b", scheduled_at=T2)
-    offer(conn, "x", scheduled_at=T0, queue="other")
-    assert conn.execute("SELECT dq_next_due('q')").fetchone()[0] == T1
+def test_next_due_is_the_earliest_scheduled_at(module_conn):
+    offer(module_conn, "c", scheduled_at=T3)
+    offer(module_conn, "f", scheduled_at=FAR_FUTURE)
+    offer(module_conn, "a", scheduled_at=T1)
+    offer(module_conn, "b", scheduled_at=T2)
+    offer(module_conn, "x", scheduled_at=T0, queue="other")
+    assert module_conn.execute("SELECT dq_next_due('q')").fetchone()[0] == T1
     # In flight: the earliest is now the first lock's expiry.
-    deliveries = poll(conn, max_count=10, lock_timeout="1 hour")
+    deliveries = poll(module_conn, max_count=10, lock_timeout="1 hour")
     assert len(deliveries) == 3
-    assert conn.execute("SELECT dq_next_due('q')").fetchone()[0] == min(d["locked_until"] for d in deliveries)
+    assert module_conn.execute("SELECT dq_next_due('q')").fetchone()[0] == min(d["locked_until"] for d in deliveries)
     for d in deliveries:
-        conn.execute("SELECT dq_ack(%s::uuid)", (d["lock_token"],))
-    assert conn.execute("SELECT dq_next_due('q')").fetchone()[0] == FAR_FUTURE
+        module_conn.execute("SELECT dq_ack(%s::uuid)", (d["lock_token"],))
+    assert module_conn.execute("SELECT dq_next_due('q')").fetchone()[0] == FAR_FUTURE
 
 
-def test_cancel_true_then_false(conn):
-    offer(conn, "k")
-    offer(conn, "k", queue="other")
-    assert conn.execute("SELECT dq_cancel('q', 'k')").fetchone()[0] is True
-    assert message(conn, Q, "k") is None
-    assert conn.execute("SELECT dq_cancel('q', 'k')").fetchone()[0] is False
-    assert message(conn, "other", "k") is not None
-    assert conn.execute("SELECT dq_cancel('q', 'never')").fetchone()[0] is False
+def test_cancel_true_then_false(module_conn):
+    offer(module_conn, "k")
+    offer(module_conn, "k", queue="other")
+    assert module_conn.execute("SELECT dq_cancel('q', 'k')").fetchone()[0] is True
+    assert message(module_conn, Q, "k") is None
+    assert module_conn.execute("SELECT dq_cancel('q', 'k')").fetchone()[0] is False
+    assert message(module_conn, "other", "k") is not None
+    assert module_conn.execute("SELECT dq_cancel('q', 'never')").fetchone()[0] is False
 
 
-def test_cancel_in_flight_message_makes_the_holders_ack_false(conn):
-    offer(conn, "k", scheduled_at=T1)
-    [delivery] = poll(conn)
-    assert conn.execute("SELECT dq_cancel('q', 'k')").fetchone()[0] is True
-    assert conn.execute("SELECT dq_ack(%s::uuid)", (delivery["lock_token"],)).fetchone()[0] is False
+def test_cancel_in_flight_message_makes_the_holders_ack_false(module_conn):
+    offer(module_conn, "k", scheduled_at=T1)
+    [delivery] = poll(module_conn)
+    assert module_conn.execute("SELECT dq_cancel('q', 'k')").fetchone()[0] is True
+    assert module_conn.execute("SELECT dq_ack(%s::uuid)", (delivery["lock_token"],)).fetchone()[0] is False
 
 
 # --------------------------------------------------------------------------- dq_poll_many
 
 
-def test_poll_result_columns(conn):
-    with conn.cursor() as cur:
+def test_poll_result_columns(module_conn):
+    with module_conn.cursor() as cur:
         cur.execute("SELECT * FROM dq_poll_many('q', 1, interval '1 minute')")
         assert [d.name for d in cur.description] == DELIVERY_COLUMNS
         assert cur.fetchall() == []
-    offer(conn, "k", scheduled_at=T1)
-    with conn.cursor() as cur:
+    offer(module_conn, "k", scheduled_at=T1)
+    with module_conn.cursor() as cur:
         cur.execute("SELECT * FROM dq_poll_many('q')")
         assert [d.name for d in cur.description] == DELIVERY_COLUMNS
         assert len(cur.fetchall()) == 1
 
 
-def test_poll_result_values(conn):
-    offer(conn, "k", b"\x42", scheduled_at=T1, payload_type="t")
-    stored = message(conn, Q, "k")
+def test_poll_result_values(module_conn):
+    offer(module_conn, "k", b"\x42", scheduled_at=T1, payload_type="t")
+    stored = message(module_conn, Q, "k")
     assert stored is not None
-    before = conn.execute("SELECT clock_timestamp()").fetchone()[0]
-    [d] = poll(conn, 5, "90 seconds")
-    after = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+    before = module_conn.execute("SELECT clock_timestamp()").fetchone()[0]
+    [d] = poll(module_conn, 5, "90 seconds")
+    after = module_conn.execute("SELECT clock_timestamp()").fetchone()[0]
     assert d["id"] == stored["id"]
     assert (d["queue"], d["key"], bytes(d["payload"]), d["payload_type"]) == ("q", "k", b"\x42", "t")
     assert d["scheduled_at"] == T1  # the due time of this delivery
@@ -480,41 +475,41 @@ def test_poll_result_values(conn):
     assert isinstance(d["lock_token"], uuid.UUID)
     # locked_until = poll time + lock_timeout, the poll time being between the two server readings.
     assert before + timedelta(seconds=90) <= d["locked_until"] <= after + timedelta(seconds=90)
-    now_stored = message(conn, Q, "k")
+    now_stored = message(module_conn, Q, "k")
     assert now_stored is not None
     assert now_stored["scheduled_at"] == d["locked_until"]
     assert now_stored["lock_token"] == d["lock_token"]
     assert now_stored["scheduled_at_initially"] == T1
 
 
-def test_poll_earliest_first_and_not_the_future(conn):
-    offer(conn, "c", b"c", scheduled_at=T3)
-    offer(conn, "f", b"f", scheduled_at=FAR_FUTURE)
-    offer(conn, "a", b"a", scheduled_at=T1)
-    offer(conn, "b", b"b", scheduled_at=T2)
-    offer(conn, "x", b"x", scheduled_at=T0, queue="other")
-    future_before = message(conn, Q, "f")
+def test_poll_earliest_first_and_not_the_future(module_conn):
+    offer(module_conn, "c", b"c", scheduled_at=T3)
+    offer(module_conn, "f", b"f", scheduled_at=FAR_FUTURE)
+    offer(module_conn, "a", b"a", scheduled_at=T1)
+    offer(module_conn, "b", b"b", scheduled_at=T2)
+    offer(module_conn, "x", b"x", scheduled_at=T0, queue="other")
+    future_before = message(module_conn, Q, "f")
 
-    first = poll(conn, 2)
+    first = poll(module_conn, 2)
     assert [(d["key"], d["scheduled_at"]) for d in first] == [("a", T1), ("b", T2)]
-    rest = poll(conn, 10)
+    rest = poll(module_conn, 10)
     assert [(d["key"], d["scheduled_at"]) for d in rest] == [("c", T3)]
-    assert poll(conn, 10) == []
-    assert message(conn, Q, "f") == future_before
+    assert poll(module_conn, 10) == []
+    assert message(module_conn, Q, "f") == future_before
     tokens = [d["lock_token"] for d in first + rest]
     assert len(set(tokens)) == 3, "each message of a batch gets its own lock token"
     # The other queue was not touched.
-    other = message(conn, "other", "x")
+    other = message(module_conn, "other", "x")
     assert other is not None and other["delivery_count"] == 0 and other["lock_token"] is None
 
 
-def test_poll_then_ack_deletes_exactly_the_acked_messages(conn):
+def test_poll_then_ack_deletes_exactly_the_acked_messages(module_conn):
     for k in "abc":
-        offer(conn, k, scheduled_at=T1)
-    deliveries = poll(conn, 3)
+        offer(module_conn, k, scheduled_at=T1)
+    deliveries = poll(module_conn, 3)
     tokens = [d["lock_token"] for d in deliveries]
-    assert conn.execute("SELECT dq_ack(%s::uuid)", (tokens[0],)).fetchone()[0] is True
-    assert conn.execute("SELECT dq_ack(%s::uuid)", (tokens[0],)).fetchone()[0] is False
-    assert conn.execute("SELECT dq_ack_many(%s::uuid[])", (tokens,)).fetchone()[0] == 2
-    assert conn.execute("SELECT dq_ack_many(%s::uuid[])", (tokens,)).fetchone()[0] == 0
-    assert conn.execute("SELECT count(*) FROM dq_messages").fetchone()[0] == 0
+    assert module_conn.execute("SELECT dq_ack(%s::uuid)", (tokens[0],)).fetchone()[0] is True
+    assert module_conn.execute("SELECT dq_ack(%s::uuid)", (tokens[0],)).fetchone()[0] is False
+    assert module_conn.execute("SELECT dq_ack_many(%s::uuid[])", (tokens,)).fetchone()[0] == 2
+    assert module_conn.execute("SELECT dq_ack_many(%s::uuid[])", (tokens,)).fetchone()[0] == 0
+    assert module_conn.execute("SELECT count(*) FROM dq_messages").fetchone()[0] == 0

@@ -8,8 +8,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlhelpers import check_context_names_only, module_dsn, table_rows  # noqa: F401  (fixture)
-from sqlhelpers import module_conn as conn  # noqa: F401  (fixture)
+from sqlhelpers import check_context_names_only, table_rows
 
 
 def case(case_id: str, sql: str, sqlstate: str, *contains: str) -> Any:
@@ -179,21 +178,21 @@ def snapshot(conn: psycopg.Connection[Any]) -> tuple[Any, Any]:
 
 
 @pytest.mark.parametrize(("sql", "sqlstate", "contains"), CASES)
-def test_bad_input(conn, sql, sqlstate, contains):
-    conn.execute("DELETE FROM dq_cron")
-    conn.execute("SELECT dq_cron_install('keep', 'q', '*/10 * * * *', 'x'::text)")
-    conn.execute(r"SELECT dq_install_tick('q', 'other', 'h0', ARRAY['2100-01-01Z']::timestamptz[],"
-                 r" ARRAY['\x00']::bytea[])")
-    before = snapshot(conn)
+def test_bad_input(module_conn, sql, sqlstate, contains):
+    module_conn.execute("DELETE FROM dq_cron")
+    module_conn.execute("SELECT dq_cron_install('keep', 'q', '*/10 * * * *', 'x'::text)")
+    module_conn.execute(r"SELECT dq_install_tick('q', 'other', 'h0', ARRAY['2100-01-01Z']::timestamptz[],"
+                        r" ARRAY['\x00']::bytea[])")
+    before = snapshot(module_conn)
     with pytest.raises(psycopg.Error) as info:
-        conn.execute(sql)
+        module_conn.execute(sql)
     err = info.value
     message = err.diag.message_primary or ""
     assert err.sqlstate == sqlstate, f"{err.sqlstate}: {message}"
     assert message.startswith(contains[0]), message
     for fragment in contains[1:]:
         assert fragment in message, f"{fragment!r} not in {message!r}"
-    assert snapshot(conn) == before
+    assert snapshot(module_conn) == before
     # The error is raised by the function called: its CONTEXT names no internal helper.
     check_context_names_only(err, contains[0].rstrip(":"))
 
@@ -203,18 +202,19 @@ def test_case_ids_are_unique():
     assert len(ids) == len(set(ids))
 
 
-def test_prune_run_details_without_pg_cron_is_a_notice_and_zero(conn):
+def test_prune_run_details_without_pg_cron_is_a_notice_and_zero(module_conn):
     notices: list[str] = []
-    conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
-    assert conn.execute("SELECT to_regclass('cron.job_run_details')").fetchone() == (None,)
-    assert conn.execute("SELECT dq_cron_prune_run_details()").fetchone() == (0,)
+    module_conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    assert module_conn.execute("SELECT to_regclass('cron.job_run_details')").fetchone() == (None,)
+    assert module_conn.execute("SELECT dq_cron_prune_run_details()").fetchone() == (0,)
     assert any("pg_cron is not installed" in n for n in notices), notices
 
 
-def test_an_empty_window_of_a_schedule_that_fires_is_no_error(conn):
+def test_an_empty_window_of_a_schedule_that_fires_is_no_error(module_conn):
     """Only a schedule that never fires is refused: a window without an occurrence is just empty."""
-    rows = conn.execute("SELECT * FROM dq_cron_occurrences('0 0 29 2 *', 'UTC', '2027-03-01', '2027-12-31')").fetchall()
+    rows = module_conn.execute(
+        "SELECT * FROM dq_cron_occurrences('0 0 29 2 *', 'UTC', '2027-03-01', '2027-12-31')").fetchall()
     assert rows == []
-    (first,) = conn.execute("SELECT * FROM dq_cron_occurrences('0 0 29 2 *', 'UTC', '2027-03-01', 'infinity', 1)"
-                            ).fetchone()
+    (first,) = module_conn.execute("SELECT * FROM dq_cron_occurrences('0 0 29 2 *', 'UTC', '2027-03-01', 'infinity', 1)"
+                                   ).fetchone()
     assert (first.year, first.month, first.day) == (2028, 2, 29)

@@ -32,7 +32,6 @@ import pytest
 from croniter import croniter
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from sqlhelpers import module_dsn  # noqa: F401  (fixture)
 
 ZONES = ["UTC", "Europe/Bucharest", "America/New_York", "Australia/Lord_Howe"]
 DST_ZONES = ZONES[1:]

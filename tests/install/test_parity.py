@@ -297,11 +297,6 @@ def test_statements_name_the_schema_quoted_once() -> None:
         client.DelayedQueue(psycopg_pool_closed(), "q", schema="")
 
 
-@pytest.fixture(params=["sync", "async"])
-def kind(request) -> str:
-    return str(request.param)
-
-
 @pytest.fixture
 def elsewhere(dsn: str) -> str:
     """The test database's DSN with a search_path that does not hold the install (public)."""

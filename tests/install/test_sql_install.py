@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import select
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ import psycopg
 import pytest
 from installhelpers import ROLE_OF, ROLES, privileges, run_psql_file
 from psycopg import sql
-from sqlhelpers import PROJECT, cloned_database, schema_dump
+from sqlhelpers import PROJECT, schema_dump
 
 SQL_FILES = sorted((PROJECT / "sql").glob("*.sql"))
 SCHEMA_STEPS = sorted(
@@ -39,12 +38,6 @@ MAY_EXECUTE = {
     "dq_admin": {"dq_admin"},
     "dq_producer+dq_consumer": {"dq_producer", "dq_consumer", "dq_admin"},
 }
-
-
-@pytest.fixture(scope="module")
-def module_dsn(admin_dsn: str, template_dsn: str) -> Iterator[str]:
-    with cloned_database(admin_dsn, template_dsn) as dsn:
-        yield dsn
 
 
 @pytest.mark.parametrize("path", SQL_FILES, ids=[p.name for p in SQL_FILES])

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
@@ -361,21 +360,6 @@ def schema_dump(dsn: str) -> str:
             continue
         kept.append(line)
     return "\n".join(kept) + "\n"
-
-
-@pytest.fixture(scope="module")
-def module_dsn(admin_dsn: str, template_dsn: str) -> Iterator[str]:
-    """One installed database shared by a module's single-session tests."""
-    with cloned_database(admin_dsn, template_dsn) as dsn:
-        yield dsn
-
-
-@pytest.fixture
-def module_conn(module_dsn: str) -> Iterator[psycopg.Connection[Any]]:
-    """Autocommit connection to ``module_dsn``; the queue tables are emptied before each test.
-    Import it as ``conn`` to replace conftest's per-test database in a module."""
-    with clean_connection(module_dsn) as c:
-        yield c
 
 
 def wait_for_lock_wait(conn: psycopg.Connection, text: str) -> None:
