@@ -406,28 +406,6 @@ def test_example_job(spark: SparkSession, dsn: str, tmp_path: Any) -> None:
 # --------------------------------------------------------------------------- roles: no table access needed
 
 
-@pytest.fixture
-def login(dsn: str, conn: psycopg.Connection[Any]) -> Iterator[Any]:
-    """``login(role)``: the DSN of a new LOGIN role that is a member of ``role`` and has nothing
-    else (roles are cluster-wide: uniquely named, dropped after the test)."""
-    made: list[str] = []
-
-    def make(role: str) -> str:
-        name = f"spark_{role}_{uuid.uuid4().hex[:8]}"
-        conn.execute(
-            psycopg.sql.SQL("CREATE ROLE {} LOGIN PASSWORD 'pw' IN ROLE {}").format(
-                psycopg.sql.Identifier(name), psycopg.sql.Identifier(role)
-            )
-        )
-        made.append(name)
-        return psycopg.conninfo.make_conninfo(dsn, user=name, password="pw")
-
-    yield make
-    for name in made:
-        conn.execute(psycopg.sql.SQL("DROP OWNED BY {}").format(psycopg.sql.Identifier(name)))
-        conn.execute(psycopg.sql.SQL("DROP ROLE {}").format(psycopg.sql.Identifier(name)))
-
-
 def denied(dsn: str, statement: str) -> bool:
     with psycopg.connect(dsn, autocommit=True) as c:
         try:
