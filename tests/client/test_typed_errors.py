@@ -1,6 +1,7 @@
-"""Surfaces a green run did not prove before: SQLSTATEs reaching Python as typed errors, a payload
-that cannot be decoded, ``notify => false`` stopping wake-ups, ``dq_redrive``'s ``max_count`` cap,
-and ``dq_cron_config_hash`` with a NULL argument."""
+"""Errors reaching Python typed: a server error becomes the pyqueue exception of its SQLSTATE (also a
+ValueError or a PermissionError), a call without the grant raises InsufficientPrivilege, and a
+payload that cannot be decoded raises PayloadDecodeError (UnknownPayloadType for an unknown
+payload_type) while the message stays acknowledgeable."""
 
 from __future__ import annotations
 
@@ -53,49 +54,3 @@ def test_a_payload_that_cannot_be_decoded_raises_payload_decode_error(conn: psyc
         assert "'avro'" in str(unknown_info.value) and isinstance(unknown_info.value, pyqueue.PayloadDecodeError)
         assert unknown.raw_payload == b"\x00"
         assert q.ack(bad.lock_token) and q.ack(unknown.lock_token)  # still acknowledgeable
-
-
-def _offer_wakes_a_waiter(dsn: str, conn: psycopg.Connection[Any], queue: str) -> bool:
-    """A session waits on ``queue`` (``dq_wait`` registers it, LISTEN on its channel); another
-    offers a message due now. Whether a notification reached the waiting session (within 3 s)."""
-    with psycopg.connect(dsn, autocommit=True) as waiter:
-        (channel,) = waiter.execute("SELECT dq_channel(%s)", (queue,)).fetchone()
-        waiter.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
-        (wake_in,) = waiter.execute("SELECT dq_wait(%s, '1 minute')", (queue,)).fetchone()
-        assert wake_in.total_seconds() > 30  # nothing due: it would sleep
-        assert conn.execute("SELECT dq_offer(%s, 'k', 'x')", (queue,)).fetchone() == ("created",)
-        return any(True for _ in waiter.notifies(timeout=3, stop_after=1))
-
-
-def test_notify_false_stops_the_wake_up_of_waiting_consumers(conn: psycopg.Connection[Any], dsn: str) -> None:
-    assert _offer_wakes_a_waiter(dsn, conn, "loud")  # the default: notifications on
-    conn.execute("SELECT * FROM dq_configure_queue('quiet', notify => false)")
-    assert not _offer_wakes_a_waiter(dsn, conn, "quiet")
-    conn.execute("SELECT * FROM dq_configure_queue('quiet', notify => true)")
-    conn.execute("SELECT dq_cancel('quiet', 'k')")
-    assert _offer_wakes_a_waiter(dsn, conn, "quiet")
-
-
-def test_redrive_moves_at_most_max_count_oldest_first(conn: psycopg.Connection[Any]) -> None:
-    conn.execute("SELECT * FROM dq_configure_queue('src', max_deliveries => 1, dead_letter_queue => 'dlq')")
-    for i in range(5):
-        conn.execute("SELECT dq_offer('src', %s, 'x')", (f"m{i}",))
-        (token,) = conn.execute("SELECT lock_token FROM dq_poll_many('src', 1, '1 minute')").fetchone()
-        conn.execute("SELECT dq_nack(%s)", (token,))  # dead at once: max_deliveries 1
-    dead = [r[0] for r in conn.execute("SELECT key FROM dq_dead_letters('dlq')")]
-    assert dead == [f"m{i}" for i in range(5)]
-    assert conn.execute("SELECT dq_redrive('dlq', 2)").fetchone() == (2,)
-    assert [r[0] for r in conn.execute("SELECT key FROM dq_dead_letters('dlq')")] == dead[2:]
-    assert sorted(r[0] for r in conn.execute("SELECT key FROM dq_messages WHERE queue = 'src'")) == dead[:2]
-    assert conn.execute("SELECT dq_redrive('dlq', 100000)").fetchone() == (3,)
-    assert conn.execute("SELECT count(*) FROM dq_dead_letters('dlq')").fetchone() == (0,)
-
-
-@pytest.mark.parametrize("null_at", range(5))
-def test_cron_config_hash_is_null_when_an_argument_is_null(conn: psycopg.Connection[Any], null_at: int) -> None:
-    args: list[Any] = ["q", "@daily", "UTC", b"x", "bytes"]
-    (full,) = conn.execute("SELECT dq_cron_config_hash(%s, %s, %s, %s, %s)", args).fetchone()
-    assert full is not None and len(full) == 16
-    args[null_at] = None
-    assert conn.execute("SELECT dq_cron_config_hash(%s::text, %s::text, %s::text, %s::bytea, %s::text)",
-                        args).fetchone() == (None,)

@@ -1,8 +1,10 @@
 """One definition, one configuration hash: a JSON payload installed from SQL (jsonb, stored as
 ``{"a": 1, "b": [1, 2]}``) and from Python (compact bytes ``{"b":[1,2],"a":1}``) is the same
-schedule, so installing it from the other side changes nothing."""
+schedule, so installing it from the other side changes nothing. A NULL argument makes no hash."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import psycopg
 import pytest
@@ -31,3 +33,13 @@ def test_payload_type_json_with_a_payload_that_is_not_json_is_refused(conn: psyc
         conn.execute("SELECT dq_cron_install('bad', 'mail', '@daily', convert_to('{not json', 'UTF8'), 'UTC', 'json')")
     assert info.value.diag.message_primary.startswith("dq_cron_install: payload is not valid JSON")
     assert conn.execute("SELECT count(*) FROM dq_cron").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("null_at", range(5))
+def test_cron_config_hash_is_null_when_an_argument_is_null(conn: psycopg.Connection[Any], null_at: int) -> None:
+    args: list[Any] = ["q", "@daily", "UTC", b"x", "bytes"]
+    (full,) = conn.execute("SELECT dq_cron_config_hash(%s, %s, %s, %s, %s)", args).fetchone()
+    assert full is not None and len(full) == 16
+    args[null_at] = None
+    assert conn.execute("SELECT dq_cron_config_hash(%s::text, %s::text, %s::text, %s::bytea, %s::text)",
+                        args).fetchone() == (None,)

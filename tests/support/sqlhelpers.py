@@ -103,6 +103,31 @@ def message(conn: psycopg.Connection[Any], queue: str, key: str) -> dict[str, An
         return cur.fetchone()
 
 
+def row_of(conn: psycopg.Connection[Any], query: str, params: Any = None) -> tuple[Any, ...]:
+    """The first row ``query`` returns (there must be one)."""
+    row = conn.execute(query, params).fetchone()  # type: ignore[arg-type]
+    assert row is not None
+    return tuple(row)
+
+
+def value_of(conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
+    """The first column of the first row ``query`` returns (there must be one)."""
+    return row_of(conn, query, params)[0]
+
+
+def message_count(conn: psycopg.Connection[Any], queue: str, key: str | None = None) -> int:
+    """How many messages ``queue`` holds (with ``key`` only, when given)."""
+    return int(value_of(conn, "SELECT count(*) FROM dq_messages WHERE queue = %s AND (%s::text IS NULL OR key = %s)",
+                        (queue, key, key)))
+
+
+def poll_token(conn: psycopg.Connection[Any], queue: str, lock_timeout: str = "1 hour") -> Any:
+    """Poll one message of ``queue`` (there must be one due) with ``lock_timeout``; its lock token."""
+    rows = conn.execute("SELECT lock_token FROM dq_poll_many(%s, 1, %s::interval)", (queue, lock_timeout)).fetchall()
+    assert len(rows) == 1, rows
+    return rows[0][0]
+
+
 def wait_until_server_time(conn: psycopg.Connection[Any], moment: datetime, *, limit: float = 10.0) -> None:
     """Sleep until the *server's* clock_timestamp() has passed ``moment`` (a value read from the server).
 
