@@ -121,7 +121,7 @@ def login(dsn: str, conn: psycopg.Connection) -> Iterator[Callable[[str], str]]:
 @pytest.fixture
 def clock(dsn: str) -> Iterator[TestClock]:
     """The queue's clock of this test's database, which the test moves (``clock.advance(seconds)``)
-    instead of sleeping; see tests/clock.py."""
+    instead of sleeping; see tests/support/clock.py."""
     c = TestClock(dsn)
     yield c
     c.close()
@@ -146,7 +146,7 @@ def kind(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(params=["sync", "async"])
 def q(request: pytest.FixtureRequest, dsn: str) -> Iterator[DelayedQueue]:
     """The queue "emails" of this test's database, once through :class:`pyqueue.DelayedQueue` and
-    once through :class:`pyqueue.aio.AsyncDelayedQueue` (its blocking view, tests/blocking.py), so
+    once through :class:`pyqueue.aio.AsyncDelayedQueue` (its blocking view, tests/support/blocking.py), so
     one test checks both clients."""
     if request.param == "sync":
         with DelayedQueue(dsn, "emails") as queue:

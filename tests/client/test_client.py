@@ -1,7 +1,7 @@
 """The Python binding against a real server: outcomes, payload types, waiting, outbox,
 exactly-once, typed errors. Every test taking ``q`` runs twice: against the sync
 :class:`DelayedQueue` and against :class:`pyqueue.aio.AsyncDelayedQueue` (through the blocking
-view of ``tests/blocking.py``, on an event loop in its own thread)."""
+view of ``tests/support/blocking.py``, on an event loop in its own thread)."""
 
 from __future__ import annotations
 

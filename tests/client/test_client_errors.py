@@ -1,7 +1,7 @@
 """Client-side mistakes raise :class:`pyqueue.InvalidArgument` naming the parameter and what was
 expected, before any SQL is sent: every call below runs on a queue whose pool was never opened, so
 any I/O would fail with ``PoolClosed`` instead. Each case runs against :class:`pyqueue.DelayedQueue`
-and :class:`pyqueue.aio.AsyncDelayedQueue` (through the blocking view of ``tests/blocking.py``);
+and :class:`pyqueue.aio.AsyncDelayedQueue` (through the blocking view of ``tests/support/blocking.py``);
 the checks are the shared ones of :mod:`pyqueue._ops`. Durations read as people write them."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ same key twice) or cannot turn into text at all (a set, a key of another type, a
 itself) raises :class:`pyqueue.InvalidArgument` (22023) naming the parameter and where in it the
 fault is, and nothing is written. Each case runs on a real server against
 :class:`pyqueue.DelayedQueue` and :class:`pyqueue.aio.AsyncDelayedQueue` (through the blocking view
-of ``tests/blocking.py``), one call at a time: ``offer``, ``offer_many`` and ``cron.install``."""
+of ``tests/support/blocking.py``), one call at a time: ``offer``, ``offer_many`` and ``cron.install``."""
 
 from __future__ import annotations
 

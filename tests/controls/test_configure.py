@@ -1,9 +1,9 @@
-"""One rule for a queue's settings (issue 25, point 6), in SQL and in Python: a setting not named
+"""One rule for a queue's settings, in SQL and in Python: a setting not named
 keeps its value; clearing one is explicit (``clear => ARRAY['max_in_flight', ...]`` in SQL,
 ``clear=[...]`` in Python; ``0`` still clears ``max_in_flight`` and ``rate_limit``). Each setting
 is checked both ways: set every setting, then each one alone, the others kept; clear each one,
 the others kept. Bad uses of ``clear`` raise 22004/22023 naming the parameter and change nothing.
-The command line's ``pyqueue queue configure`` is tested in tests/test_cli.py; two concurrent
+The command line's ``pyqueue queue configure`` is tested in tests/operations/test_cli.py; two concurrent
 calls in tests/isolation/configure_configure.spec."""
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 (max_in_flight), the rate limit, pause/resume, expiry and headers.
 
 Single-session rules run on one shared database (emptied before each test); the races run real
-processes (tests/controlworkers.py), each with its own connection, started together on a Barrier.
-Times are the queue's: tests move its clock (tests/clock.py) instead of waiting for the server's.
+processes (tests/support/controlworkers.py), each with its own connection, started together on a Barrier.
+Times are the queue's: tests move its clock (tests/support/clock.py) instead of waiting for the server's.
 """
 
 from __future__ import annotations

@@ -408,7 +408,7 @@ def test_worker_on_a_blocked_queue_sleeps_and_lifting_the_block_wakes_it(kind: s
     (one dq_poll_or_wait, then a sleep of its full idle_check); what lifts the block (resume(),
     the other delivery's ack, clearing the rate limit) wakes it at once: both messages are handled
     within a second or two, against an idle_check of 30 s. Counted on the server as the idle
-    budget test of tests/test_worker.py counts: track_functions on the worker's own sessions,
+    budget test of tests/worker/test_worker.py counts: track_functions on the worker's own sessions,
     reported when they end."""
     before, latency = run_worker_on_blocked_queue(kind, state, dsn, conn)
     assert before == []

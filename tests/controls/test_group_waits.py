@@ -50,7 +50,7 @@ def db_now(conn: psycopg.Connection[Any]) -> Any:
 
 def test_producers_do_not_wait_for_a_transactional_consumer_of_the_group(
         q: DelayedQueue, producer: DelayedQueue, conn: psycopg.Connection[Any]) -> None:
-    """The issue's repro: the consumer's transaction holds group G's head 'first'; another client
+    """The consumer's transaction holds group G's head 'first'; another client
     offers to G (one message earlier than 'first', one later), cancels a message of G and offers a
     batch to G, all before the consumer commits. Each call returns without waiting; afterwards G
     delivers its messages one at a time, in order: 'first' kept its place (it was delivered), then
@@ -79,10 +79,10 @@ def test_producers_do_not_wait_for_a_transactional_consumer_of_the_group(
 
 
 def test_two_transactional_consumers_offering_into_each_others_groups(dsn: str, conn: psycopg.Connection[Any]) -> None:
-    """The deadlock of the issue: consumer A holds group GA's head in its transaction, consumer B
-    holds GB's; A offers into GB and B into GA before either commits. Neither offer waits (so there
-    is no cycle to deadlock on); after both commit each group delivers the offered message after its
-    acknowledged head, one at a time."""
+    """The deadlock that waiting would cause: consumer A holds group GA's head in its transaction,
+    consumer B holds GB's; A offers into GB and B into GA before either commits. Neither offer waits
+    (so there is no cycle to deadlock on); after both commit each group delivers the offered message
+    after its acknowledged head, one at a time."""
     conn.execute("SELECT dq_offer('emails', 'a1', 'x'::text, now() - interval '2 minutes', message_group => 'GA'),"
                  "       dq_offer('emails', 'b1', 'x'::text, now() - interval '1 minute', message_group => 'GB')")
     with RemoteSession(no_wait_dsn(dsn), autocommit=False) as a, RemoteSession(no_wait_dsn(dsn), autocommit=False) as b:

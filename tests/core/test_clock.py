@@ -1,6 +1,6 @@
 """The queue's clock: every function reads the time through ``dq__now()`` / ``dq__clock()`` of the
 private schema. In an install they are the server's clock and no application role can shift them; in
-a test database the owner replaces them (tests/clock.py) and moving that clock moves every function:
+a test database the owner replaces them (tests/support/clock.py) and moving that clock moves every function:
 lock expiry, due times, nack delays, waits and schedules, without sleeping."""
 
 from __future__ import annotations

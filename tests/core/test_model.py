@@ -1,11 +1,11 @@
 """Model test: random sequences of calls of the whole message API, on a real server, compared with a
-model of the documented semantics (tests/queuemodel.py) after every step.
+model of the documented semantics (tests/support/queuemodel.py) after every step.
 
 Covered: dq_offer and dq_offer_many (created / updated / ignored, can_update true and false, other
 scheduled_at, priority, message_group, expires_at, headers, payload_type), dq_poll_many (varied
 max_count and lock_timeout), dq_ack, dq_ack_many, dq_nack (with and without a delay and an error),
 dq_extend (longer or shorter than the lock), dq_cancel, dq_pause_queue / dq_resume_queue, dq_redrive,
-lock expiry and due times by moving the test clock (tests/clock.py), never by sleeping. Three queues:
+lock expiry and due times by moving the test clock (tests/support/clock.py), never by sleeping. Three queues:
 ``q1`` (max_deliveries 2) and ``q2`` (max_deliveries 1, max_in_flight 3) dead-letter into ``dead``,
 which is offered to and polled as well; the same keys are used in all three. Every token a poll
 returns is kept and used again, so double acks, acks after a nack, after a redelivery, a replacement
@@ -16,7 +16,7 @@ dead-letter columns), the FIFO group heads, and what dq_get, dq_list_messages an
 return, with the model.
 
 CI runs the fixed seeds of SEEDS and one random seed (``DQ_MODEL_SEED`` chooses it); a failure names
-the seed, the step and the last steps, and ``DQ_MODEL_SEED=<seed> pytest tests/test_model.py -k random``
+the seed, the step and the last steps, and ``DQ_MODEL_SEED=<seed> pytest tests/core/test_model.py -k random``
 replays it.
 """
 
@@ -413,7 +413,7 @@ class Run:
                 raise AssertionError(
                     f"model test: seed {seed} failed at step {n} ({step.__name__}): {exc!r}\nlast steps:\n{recent}\n"
                     f"the model at the failure (m={self.model.m}):\n{self.model.describe()}\n"
-                    f"replay: DQ_MODEL_SEED={seed} pytest tests/test_model.py -k random") from exc
+                    f"replay: DQ_MODEL_SEED={seed} pytest tests/core/test_model.py -k random") from exc
         return self.seen
 
 

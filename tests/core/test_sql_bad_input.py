@@ -13,7 +13,7 @@ flight, one in the future) and checks:
 
 The statements may use ``%(token)s``: the lock token of the message in flight.
 
-Timestamps (issue 12, item 1): every timestamp stored must lie in [0001-01-02, 9999-12-30] UTC;
+Timestamps: every timestamp stored must lie in [0001-01-02, 9999-12-30] UTC;
 out of range is 22008 naming the parameter and the bound. Intervals are judged by their effect
 ``now() + x``: ``interval '-1 year +364 days'`` compares as positive (a year counts 360 days in
 interval comparison) but lands a day or two in the past on every date.
@@ -45,7 +45,7 @@ def many(keys: str, payloads: str, *rest: str) -> str:
 OK3 = r"ARRAY['\x01', '\x02', '\x03']::bytea[]"
 KEYS3 = "ARRAY['new1', 'due1', 'new3']"  # due1 exists: with these payloads it would be updated
 
-# Out-of-range instants (issue 12, item 1): a dq_offer/dq_install_tick with one of these is 22008.
+# Out-of-range instants: a dq_offer/dq_install_tick with one of these is 22008.
 BAD_TIMES = {
     "infinity": "infinity",
     "minus-infinity": "-infinity",
@@ -256,7 +256,7 @@ CASES = [
     case("wait-queue-empty", "SELECT dq_wait('')", "22023", "dq_wait:", "queue", "empty"),
     case("wait-max_wait-null", "SELECT dq_wait('q', NULL)", "22004", "dq_wait:", "max_wait", "NULL"),
     case("wait-max_wait-0", "SELECT dq_wait('q', interval '0')", "22023", "dq_wait:", "max_wait", "positive"),
-    # ---- issue 12, item 1: timestamps within [0001-01-02, 9999-12-30], intervals by their effect
+    # ---- timestamps within [0001-01-02, 9999-12-30], intervals by their effect
     *offer_time_cases(),
     *[
         case(
@@ -291,12 +291,12 @@ CASES = [
     case("poll-lock_timeout-negative-effect-year",
          f"SELECT * FROM dq_poll_many('q', 1, {PAST_EFFECT})",  # noqa: S608 - constant test SQL
          "22023", "dq_poll_many:", "lock_timeout"),
-    # ---- issue 12, item 8: max_wait is at most 1 hour
+    # ---- max_wait is at most 1 hour
     case("wait-max_wait-2-hours", "SELECT dq_wait('q', interval '2 hours')",
          "22023", "dq_wait:", "max_wait", "limit is 1 hour"),
     case("wait-max_wait-1000-years", "SELECT dq_wait('q', interval '1000 years')",
          "22023", "dq_wait:", "max_wait", "limit is 1 hour"),
-    # ---- issue 12, item 9: payloads of at most max_payload_bytes (default 1 MiB), counted in bytes
+    # ---- payloads of at most max_payload_bytes (default 1 MiB), counted in bytes
     case("offer-payload-1mib-plus-1-bytea", f"SELECT dq_offer('q', 'k', {OVER_1MIB})",
          "54000", "dq_offer:", "payload", "1048577", "1048576"),
     case("offer-payload-1mib-plus-1-text", "SELECT dq_offer('q', 'k', repeat('x', 1048577))",
@@ -390,7 +390,7 @@ CASES = [
 
 @pytest.fixture
 def token(module_conn: psycopg.Connection[Any]) -> str:
-    """Seed queue 'q': due1, due2 (due), inflight (polled, its token returned), future1."""
+    """Fill queue 'q': due1, due2 (due), inflight (polled, its token returned), future1."""
     module_conn.execute(
         r"""SELECT dq_offer('q', k, '\x00'::bytea, t)
               FROM (VALUES ('inflight', timestamptz '2020-01-01'), ('due1', '2020-01-02'),

@@ -307,7 +307,7 @@ def test_at_least_the_next_occurrence_is_installed(conn):
 def test_pending_occurrences_per_schedule_are_capped_at_10000(conn, clock, lookahead):
     # every second for a day = 86,400 occurrences (366 days: 31.6 million): a schedule has at most
     # 10,000 pending; the install offers the first 10,000 and each tick only tops the window up to
-    # 10,000 after its now() (issue 12, item 6), instead of adding 10,000 more per tick.
+    # 10,000 after its now(), instead of adding 10,000 more per tick.
     install(conn, "s", "every 1 second", lookahead=lookahead)
     msgs = messages(conn, "q")
     assert len(msgs) == 10000

@@ -1,5 +1,5 @@
 """Bad input for every cron function: one row per case with the expected SQLSTATE (the model is
-tests/test_sql_bad_input.py), and nothing changed: every row of dq_messages and dq_cron is equal
+tests/core/test_sql_bad_input.py), and nothing changed: every row of dq_messages and dq_cron is equal
 before and after (a schedule 'keep' with installed occurrences is there to be damaged)."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ CASES = [
          "22004", "dq_install_tick:", "scheduled_ats[2]"),
     case("it-payload-element-null", f"SELECT dq_install_tick('q', 'keep', 'h', {T2}, ARRAY['\\x01', NULL]::bytea[])",
          "22004", "dq_install_tick:", "payloads[2]"),
-    # issue 12, item 1: every instant within [0001-01-02, 9999-12-30] UTC, else 22008
+    # every instant within [0001-01-02, 9999-12-30] UTC, else 22008
     case("it-infinite", "SELECT dq_install_tick('q', 'keep', 'h', ARRAY['2100-01-01Z', 'infinity']::timestamptz[],"
                         f" {P2})",
          "22008", "dq_install_tick:", "scheduled_ats[2]", "9999-12-30"),
@@ -158,7 +158,7 @@ CASES = [
          "dq_cron_prune_run_details:", "keep", "negative"),
     case("co-after-null", "SELECT * FROM dq_cron_occurrences('@daily', 'UTC', NULL)", "22004",
          "dq_cron_occurrences:", "after"),
-    # issue 12, item 1: after within range; until may be 'infinity' but not '-infinity' nor out of range
+    # after within range; until may be 'infinity' but not '-infinity' nor out of range
     case("co-after-minus-infinity", "SELECT * FROM dq_cron_occurrences('@daily', 'UTC', '-infinity')", "22008",
          "dq_cron_occurrences:", "after", "9999-12-30"),
     case("co-after-infinity", "SELECT * FROM dq_cron_occurrences('@daily', 'UTC', 'infinity')", "22008",

@@ -104,7 +104,7 @@ def test_unconfigured_queue_redelivers_forever(conn) -> None:
         assert count == expected
         conn.execute("SELECT dq_nack(%s, '0', 'again')", (token,))
     conn.execute("SELECT dq_configure_queue('free', 10, 'free.dead')")
-    conn.execute("SELECT dq_configure_queue('free')")  # names nothing: changes nothing (issue 25)
+    conn.execute("SELECT dq_configure_queue('free')")  # names nothing: changes nothing
     assert conn.execute("SELECT max_deliveries FROM dq_queues WHERE queue = 'free'").fetchone()[0] == 10
     # back to no limit: cleared by name
     conn.execute("SELECT dq_configure_queue('free', clear => ARRAY['max_deliveries', 'dead_letter_queue'])")

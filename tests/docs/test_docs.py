@@ -225,8 +225,8 @@ def test_every_runtime_dependency_is_imported_by_the_package() -> None:
 
 
 #: When a message becomes a dead letter, stated in the same words wherever the docs say it (the
-#: behaviour itself: tests/test_dead_letters.py, and docs/python.md's worker example, run by
-#: tests/test_docs_examples.py).
+#: behaviour itself: tests/dead_letters/test_dead_letters.py, and docs/python.md's worker example, run by
+#: tests/docs/test_docs_examples.py).
 DEAD_LETTER_RULE = (
     "A message gets at most `max_deliveries` deliveries: the `dq_nack` of the last one moves it to the "
     "dead-letter queue at once (its delay is not waited), and if the lock of the last one expires instead, the next "

@@ -1,5 +1,5 @@
 """Every Python example of docs/python.md runs as written, in a real interpreter, against a fresh
-database, and prints what the comment above it says (``<!-- test: … -->``, see tests/docblocks.py).
+database, and prints what the comment above it says (``<!-- test: … -->``, see tests/support/docblocks.py).
 Blocks marked ``worker`` run a worker until SIGTERM: the test waits for their expected output,
 sends the signal, and the worker must then stop cleanly (exit status 0)."""
 

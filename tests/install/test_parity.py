@@ -305,7 +305,7 @@ def elsewhere(dsn: str) -> str:
 
 @pytest.fixture
 def queue_in(kind: str):
-    """Open a queue of either kind (the async one through tests/blocking.py)."""
+    """Open a queue of either kind (the async one through tests/support/blocking.py)."""
     runners: list[EventLoopThread] = []
 
     def make(dsn: str, name: str, **kwargs: Any) -> Any:

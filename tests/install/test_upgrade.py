@@ -380,8 +380,8 @@ def s_configure(api: OldApi, q: str) -> None:
     assert (letter["queue"], letter["payload"], letter["locked_until"]) == (dead, b"x", None)
     assert api.owner("SELECT key, last_error FROM dq_messages WHERE queue = %s", dead) == [("d", "boom")]
     (config,) = api.rows(CONFIGURE, queue=q)
-    # The old release documented this call (naming no setting) as removing the limit; since issue
-    # 25 a setting not named keeps its value (docs/api.md, dq_configure_queue; clearing names the
+    # The old release documented this call (naming no setting) as removing the limit; now a
+    # setting not named keeps its value (docs/api.md, dq_configure_queue; clearing names the
     # setting), so once this tree's sql/ is applied (the final run) the limit stays.
     kept = (1, dead) if api.as_granted_role else (None, None)
     assert (config["max_deliveries"], config["dead_letter_queue"]) == kept
@@ -492,7 +492,7 @@ def test_upgrade_from_previous_release_keeps_messages_and_functions(
         conn.execute("SELECT dq_offer('jobs', 'inflight', 'x', now() - interval '2 seconds')")
         (key, token) = conn.execute("SELECT key, lock_token FROM dq_poll_many('jobs', 1, '1 minute')").fetchone()
         assert key == "inflight"
-        # Times the old release accepted and no client can read (issue 12): the upgrade clamps them.
+        # Times the old release accepted and no client can read: the upgrade clamps them.
         conn.execute("SELECT dq_offer('times', 'minus', 'x', '-infinity')")
         conn.execute("SELECT dq_offer('times', 'plus', 'x', 'infinity')")
         before = conn.execute(

@@ -98,7 +98,7 @@ def queue_row(conn: psycopg.Connection, queue: str = "jobs") -> dict[str, Any]:
 
 
 def test_queue_configure_keeps_what_it_does_not_name_and_clears_explicitly(dsn: str, conn) -> None:
-    """The rule of dq_configure_queue (issue 25): an option left out keeps its value, ``--clear
+    """The rule of dq_configure_queue: an option left out keeps its value, ``--clear
     SETTING`` (repeatable, with - or _) resets one to its default; a bad --clear changes nothing."""
     out = cli(dsn, "queue", "configure", "jobs", "--max-deliveries", "3", "--dead-letter-queue", "jobs.dlq",
               "--archive", "--retention", "2h", "--no-notify", "--max-payload-bytes", "4096", "--max-in-flight", "4",

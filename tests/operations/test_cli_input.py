@@ -1,11 +1,11 @@
-"""The command line facing bad input and hostile data (issue 25, points 9 and 10).
+"""The command line facing bad input and hostile data.
 
 Bad arguments end in one line on stderr and exit status 2, never a traceback: every numeric or
 duration option of every command, found by walking the argparse parser itself (so an option
 added later is covered without editing this test), is fed ``nan``, ``inf``, ``-inf``, ``1e400``,
 a negative and two huge values; ``pyqueue worker`` refuses a handler it cannot import. The matrix
 calls :func:`pyqueue.cli.main`, the function the ``pyqueue`` command runs (a subprocess per case
-would cost minutes); the repros of the issue run the real command as a subprocess.
+would cost minutes); the cases first reported run the real command as a subprocess.
 
 Producer-controlled text (queue names, keys, error texts, payloads, schedule names) never reaches
 the terminal raw: control characters (ESC, BEL, CR, C1 controls such as CSI U+009B) and the

@@ -1,4 +1,4 @@
-"""Operations (issue 5): archive, retention, stats, purge, releasing locks, least-privilege roles."""
+"""Operations: archive, retention, stats, purge, releasing locks, least-privilege roles."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ both, as the owner of a test database, with readings that add an offset kept in 
 private schema, so that a test moves time forward (lock expiry, due times, schedules) instead of
 sleeping. The offset is read at every statement, by every session of the database (workers in other
 processes included). Application roles can neither use that schema nor replace the functions:
-``tests/test_clock.py`` proves it.
+``tests/core/test_clock.py`` proves it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Worker bodies for tests/test_controls.py (module level, so that ``spawn`` children import them).
+"""Worker bodies for tests/controls/test_controls.py (module level, so that ``spawn`` children import them).
 
 Each opens its own connection, waits on the Barrier, then races the others; what it saw is
 returned to the test, which asserts on the whole.

@@ -1,8 +1,8 @@
 """A model of the queue's documented semantics (docs/api.md, docs/state_machine.md), driven step by
-step beside a real database by tests/test_model.py, which compares the two after every step.
+step beside a real database by tests/core/test_model.py, which compares the two after every step.
 
 Time. The model's clock is a whole number of units ``m`` (``UNIT``, one hour) since ``base``; the test
-moves the queue's clock (tests/clock.py) by whole units and never sleeps. A time the caller gives
+moves the queue's clock (tests/support/clock.py) by whole units and never sleeps. A time the caller gives
 (an offered ``scheduled_at`` or ``expires_at``) is ``base + g * UNIT - delta`` with a small ``delta``;
 a time the database reads from its clock (a lock expiry, a nack's due time, ``created_at``,
 ``dead_at``) is ``base + g * UNIT + creep``, where the creep is the real time elapsed since ``base``
@@ -163,7 +163,7 @@ class Model:
 
         With ``taken`` (what the database's poll did to a row: took it as a candidate or not), messages
         due at the very same instant and priority as the last one the batch can take are chosen as
-        the database chose them, not by id (a known defect: see tests/test_model.py)."""
+        the database chose them, not by id (a known defect: see tests/core/test_model.py)."""
         cfg = self.configs.get(queue, QueueConfig())
         if cfg.paused:
             return [], [], []
