@@ -51,7 +51,7 @@ once, a fault kind not injected, or a failed recovery. The server is stopped and
 directory removed at the end, also on errors and Ctrl-C/SIGTERM; the processes' logs are kept
 (path printed) when the run failed. With ``--hand-over PATH`` the run writes the server's DSN (and
 the folder of the producers' records) to PATH before removing it and waits until PATH is removed,
-so that a caller (tests/test_chaos.py) can count from the database itself.
+so that a caller (tests/bench/test_chaos.py) can count from the database itself.
 
 bench.soak reuses this harness (processes, faults, accounting) for a long run with periodic faults.
 """
