@@ -52,7 +52,7 @@ unexplained duplicate, ledger row not exactly once, a fault kind not injected, o
 recovery. The server is stopped and its data directory removed at the end, also on errors and
 Ctrl-C/SIGTERM; the processes' logs are kept (path printed) when the run failed. With
 ``--hand-over PATH`` the run writes the server's DSN (and the folder of the producers' records) to
-PATH before removing it and waits until PATH is removed, so that a caller (tests/test_chaos.py) can
+PATH before removing it and waits until PATH is removed, so that a caller (tests/bench/test_chaos.py) can
 count from the database itself.
 
 bench.soak reuses this harness (processes, faults, accounting) for a long run with periodic faults.

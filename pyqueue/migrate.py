@@ -25,7 +25,7 @@ The two files of ``migrations/`` that are not numbered steps (``9999_sql.py`` an
    callable until the schema is complete; then one transaction replaces them all. For the same
    reason a step never changes the shape of a composite type that functions return (an old
    function fails with 42804 on it): ``sql/000_common.sql`` adds such attributes, in that one
-   transaction (``tests/test_upgrade.py`` calls every old function after every step).
+   transaction (``tests/install/test_upgrade.py`` calls every old function after every step).
 
 4. **Rollback.** Rolling a step back returns the schema to before that step; the functions stay
    those of the current ``sql/`` (an older release's functions come with that release's

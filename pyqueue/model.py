@@ -256,7 +256,7 @@ def delivery_from_row(
     """A ``dq_delivery`` row whose columns are named ``columns`` as ``cls`` (a :class:`LockedMessage`)
     bound to ``client``: the same object as ``cls(**fields, _client=client)``, built without the
     frozen dataclass ``__init__`` (which costs one ``object.__setattr__`` per field): this is the
-    worker's hot path. tests/test_model.py checks that both agree and that every field is set."""
+    worker's hot path. tests/core/test_model.py checks that both agree and that every field is set."""
     obj = object.__new__(cls)
     d = obj.__dict__
     d.update(zip(columns, row, strict=True))

@@ -46,7 +46,7 @@
 -- Qualifying every internal reference instead would need the schema's name written into every body
 -- (the files are installed into any schema as they are, and stay runnable by psql). Overloads with
 -- other argument types are candidates wherever they are; every call passes the helper's own argument
--- types, so the exact match wins (tests/test_planted.py plants twins and overloads of every helper
+-- types, so the exact match wins (tests/install/test_planted.py plants twins and overloads of every helper
 -- as a role that may create in the install schema and runs the whole API as each role).
 -- pg_catalog is not named: it is then searched first (PostgreSQL manual, 5.9.5 "The Schema Search Path"), and naming it first would make
 -- it the schema in which CREATE puts unqualified objects. pg_temp is named last, so temporary objects

@@ -26,7 +26,7 @@ SET search_path FROM CURRENT
 -- with it (measured by bench/latency.py: 38-160 ms per poll). Disabling sequential scans for these
 -- statements leaves the planner only the index plans, which are right at every size. A disabled
 -- plan node adds a huge cost, which could reach jit_above_cost and compile a tiny statement for
--- hundreds of milliseconds (seen in tests/test_plans.py): JIT is off for this function.
+-- hundreds of milliseconds (seen in tests/core/test_plans.py): JIT is off for this function.
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 SET jit = off

@@ -10,7 +10,7 @@
 -- Concurrency: a concurrent poll or offer that changed the row makes our statement re-check
 -- `lock_token = $1` on the new row version (EvalPlanQual), which then fails.
 -- Plans: PL/pgSQL may cache a generic plan made while the table was empty (sequential scan) and
--- keep it after the table grew (tests/test_plans.py); sequential scans are off in these functions,
+-- keep it after the table grew (tests/core/test_plans.py); sequential scans are off in these functions,
 -- so the lock-token index is used at every size, and JIT with them (see sql/110_poll.sql).
 -- Leaving: an acknowledged row is handed to dq__gone (archive, FIFO group, concurrency limit) in the
 -- same transaction as its delete.

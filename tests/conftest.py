@@ -1,5 +1,17 @@
-"""Fixtures: a real PostgreSQL server with pg_cron (never a mock), one template database built
-by the real installer, and a fresh copy of it per test that needs one (see pyqueue.testing)."""
+"""Fixtures shared by every test folder: a real PostgreSQL server with pg_cron (never a mock), one
+template database built by the real installer, and a fresh copy of it per test that needs one (see
+pyqueue.testing).
+
+* ``dsn``, ``conn``, ``clock``, ``login``: this test's own database, a connection to it, its queue
+  clock, login roles made for it.
+* ``module_dsn``, ``module_conn``, ``module_clock``: one database shared by the tests of a module,
+  for single-session SQL tests where a copy per test costs more than the test; ``module_conn``
+  empties the queue tables before each test.
+* ``new_database``: empty databases (no installer run), for the installer's own tests.
+* ``q`` and ``kind``: the test runs twice, with the sync and with the asyncio client.
+
+The modules the tests share (helpers, worker handlers, the blocking view of the asyncio API) are
+in tests/support, on the import path (pyproject.toml's ``pythonpath``)."""
 
 from __future__ import annotations
 
@@ -13,6 +25,7 @@ from blocking import Blocking, EventLoopThread
 from clock import TestClock
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from sqlhelpers import clean_connection, cloned_database
 
 from pyqueue import DelayedQueue, testing
 from pyqueue.aio import AsyncDelayedQueue
@@ -46,9 +59,42 @@ def dsn(admin_dsn: str, template_dsn: str) -> Iterator[str]:
 
 
 @pytest.fixture
+def new_database(admin_dsn: str) -> Iterator[Callable[[], str]]:
+    """Factory of empty databases (no installer run), dropped after the test."""
+    names: list[str] = []
+
+    def make() -> str:
+        name = f"dq_mig_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        names.append(name)
+        return testing.with_dbname(admin_dsn, name)
+
+    yield make
+    for name in names:
+        testing.drop_database(admin_dsn, name)
+
+
+@pytest.fixture
 def conn(dsn: str) -> Iterator[psycopg.Connection]:
     """An autocommit connection to this test's database."""
     with psycopg.connect(dsn, autocommit=True) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def module_dsn(admin_dsn: str, template_dsn: str) -> Iterator[str]:
+    """One installed database shared by the tests of a module (single-session SQL tests, where a
+    fresh copy per test would cost more than the test)."""
+    with cloned_database(admin_dsn, template_dsn) as dsn:
+        yield dsn
+
+
+@pytest.fixture
+def module_conn(module_dsn: str) -> Iterator[psycopg.Connection]:
+    """An autocommit connection to the module's shared database (``module_dsn``), its queue tables
+    emptied before the test."""
+    with clean_connection(module_dsn) as c:
         yield c
 
 
@@ -75,16 +121,32 @@ def login(dsn: str, conn: psycopg.Connection) -> Iterator[Callable[[str], str]]:
 @pytest.fixture
 def clock(dsn: str) -> Iterator[TestClock]:
     """The queue's clock of this test's database, which the test moves (``clock.advance(seconds)``)
-    instead of sleeping; see tests/clock.py."""
+    instead of sleeping; see tests/support/clock.py."""
     c = TestClock(dsn)
     yield c
     c.close()
 
 
+@pytest.fixture
+def module_clock(module_dsn: str) -> Iterator[TestClock]:
+    """The queue's clock of the module's shared database (``module_dsn``), restored after the test."""
+    c = TestClock(module_dsn)
+    yield c
+    c.uninstall()
+    c.close()
+
+
+@pytest.fixture(params=["sync", "async"])
+def kind(request: pytest.FixtureRequest) -> str:
+    """Which client a test opens: ``"sync"`` (:class:`pyqueue.DelayedQueue`) or ``"async"``
+    (:class:`pyqueue.aio.AsyncDelayedQueue`); the test runs once with each."""
+    return str(request.param)
+
+
 @pytest.fixture(params=["sync", "async"])
 def q(request: pytest.FixtureRequest, dsn: str) -> Iterator[DelayedQueue]:
     """The queue "emails" of this test's database, once through :class:`pyqueue.DelayedQueue` and
-    once through :class:`pyqueue.aio.AsyncDelayedQueue` (its blocking view, tests/blocking.py), so
+    once through :class:`pyqueue.aio.AsyncDelayedQueue` (its blocking view, tests/support/blocking.py), so
     one test checks both clients."""
     if request.param == "sync":
         with DelayedQueue(dsn, "emails") as queue:

@@ -3,7 +3,7 @@
 
 The same API as :mod:`pyqueue.sync.client` on psycopg's async connections (``psycopg.AsyncConnection``,
 ``psycopg_pool.AsyncConnectionPool``), for asyncio applications (FastAPI and the like): the same
-names, parameters, defaults, results and typed errors (``tests/test_parity.py`` checks it), every
+names, parameters, defaults, results and typed errors (``tests/install/test_parity.py`` checks it), every
 method that does I/O a coroutine. The statements, argument checks and decisions are those of
 :mod:`pyqueue.core.statements` and :mod:`pyqueue.core.routines`; only the I/O (:mod:`pyqueue.drivers.aio`) differs.
 The docstrings of :mod:`pyqueue.sync.client` describe each method in full.
