@@ -15,7 +15,7 @@ sync and asyncio, built sans-I/O. The tree, from the bottom:
 - programs: :mod:`pyqueue.cli`, :mod:`pyqueue.migrate` (the installer), :mod:`pyqueue.testing`
   (test servers) and :mod:`pyqueue.spark` (the PySpark data source).
 
-``tests/test_structure.py`` keeps that order: no import cycle, no layer importing one above it.
+``tests/install/test_structure.py`` keeps that order: no import cycle, no layer importing one above it.
 """
 
 from .core.middleware import HandlerCall, Middleware, OfferCall

@@ -17,7 +17,7 @@ from rich.console import Console
 from bench import summarize
 from bench.lib import report
 
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = Path(__file__).resolve().parents[2]
 RESULTS = PROJECT / "bench" / "results"
 SUMMARIES = sorted(RESULTS.glob("*.json"))
 
