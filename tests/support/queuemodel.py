@@ -158,7 +158,7 @@ class Model:
     # -- polls ---------------------------------------------------------------------------------
     def poll_plan(self, queue: str, max_count: int, taken: Callable[[Row], bool] | None = None
                   ) -> tuple[list[Row], list[Row], list[Row]]:
-        """What a poll does (docs/api.md, "Delivery controls"): the candidates it takes, in delivery
+        """What a poll does (docs/concepts.md, "Delivery controls"): the candidates it takes, in delivery
         order, split into (expired, dead-lettered, delivered).
 
         With ``taken`` (what the database's poll did to a row: took it as a candidate or not), messages
@@ -235,7 +235,7 @@ class Model:
 
     # -- groups --------------------------------------------------------------------------------
     def settle(self) -> None:
-        """The head rule (docs/api.md, "FIFO message groups"), for every group; needs the ids."""
+        """The head rule (docs/concepts.md, "FIFO message groups"), for every group; needs the ids."""
         heads: dict[tuple[str, str], Row] = {}
         members: dict[tuple[str, str], list[Row]] = {}
         for r in self.rows:
