@@ -211,7 +211,7 @@ class AsyncDelayedQueue:
         return await self._driver.run(self._statements.extend(lock_token, timeout), conn)
 
     async def dead_letter_queue_of(self, message: AsyncMessage) -> str | None:
-        """As :meth:`pyqueue.DelayedQueue._dead_letter_queue_of`."""
+        """As :meth:`pyqueue.DelayedQueue.dead_letter_queue_of`."""
         async with self._driver.connection(None) as c, c.transaction():
             return await self._driver.step(routines.dead_letter_queue_of(self._statements, message), c)
 

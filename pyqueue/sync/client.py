@@ -301,8 +301,13 @@ class DelayedQueue:
         return self._driver.run(self._statements.extend(lock_token, timeout), conn)
 
     def dead_letter_queue_of(self, message: Message) -> str | None:
-        """After a nack: the dead-letter queue ``message`` was moved to, or None (see
-        :func:`pyqueue.core.routines.dead_letter_queue_of`); the worker's log says which."""
+        """After ``message`` was nacked: the dead-letter queue it was moved to (the nack reached the
+        queue's ``max_deliveries``), or None while it stays in this queue to be delivered again (or
+        when it left otherwise, cancelled meanwhile). Workers use it to say in their log where a
+        failed message went. One ``dq_get``, and a read of the dead letters only when it left.
+
+        :returns: the dead-letter queue's name (str) or None.
+        """
         with self._driver.connection(None) as c, c.transaction():
             return self._driver.step(routines.dead_letter_queue_of(self._statements, message), c)
 
