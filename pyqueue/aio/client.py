@@ -74,6 +74,8 @@ class AsyncDelayedQueue:
     :param serializers: payload encoders/decoders by payload_type.
     :param pool_size: max connections of the owned pool.
     :param schema: the schema of the install; None: names resolved by the connection's search_path.
+    :param middleware: :class:`pyqueue.aio.AsyncMiddleware` objects around each offer and batch
+        (and, by default, the handler calls of this queue's workers), the first outermost.
     :raises InvalidArgument: a bad queue or schema name, a connection string libpq cannot parse.
 
     Given a connection string, ``async with`` or the first call connects once before opening the

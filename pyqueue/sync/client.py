@@ -73,7 +73,11 @@ class DelayedQueue:
     :param schema: the schema of the install (``pyqueue migrate --schema``): every statement names
         ``"schema".dq_…``. None (the default) leaves the names unqualified, resolved by the
         connection's ``search_path`` (set it in the conninfo, e.g. ``options=-csearch_path=myq``).
-    :raises InvalidArgument: a bad queue or schema name, a connection string libpq cannot parse.
+    :param middleware: :class:`pyqueue.Middleware` objects around each offer and offer batch (and,
+        by default, around the handler calls of this queue's workers), the first outermost
+        (:mod:`pyqueue.core.middleware`). Default: none.
+    :raises InvalidArgument: a bad queue or schema name, a connection string libpq cannot parse,
+        middleware that is not a list of :class:`pyqueue.Middleware`.
 
     Given a connection string, ``with``, :meth:`open` or the first call connects once before
     opening the pool, and raises :class:`pyqueue.ConnectionFailed` at once when that connection is

@@ -106,7 +106,11 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
     :param cron_tick: also drive the database's recurring schedules: call ``dq_cron_tick()`` this
         often (timedelta or seconds, > 0) while this worker holds the tick lock (docs/cron.md);
         None: off.
-    :raises InvalidArgument: a setting out of range.
+    :param middleware: :class:`pyqueue.Middleware` objects around each handler call, the first
+        outermost (:mod:`pyqueue.core.middleware`); None (the default): the queue's
+        ``middleware``; ``[]``: none.
+    :raises InvalidArgument: a setting out of range, middleware that is not a list of
+        :class:`pyqueue.Middleware`.
 
     When the queue's first connection is refused for good (:attr:`pyqueue.ConnectionFailed.permanent`:
     a wrong password, role or database), :meth:`run` raises it at once. When the database is
