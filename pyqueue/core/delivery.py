@@ -413,8 +413,9 @@ class WorkerCore(Generic[Q, H]):
     #: The driver's logger (``pyqueue.worker`` or ``pyqueue.aio``).
     _log: logging.Logger
     #: The class of the middleware the driver takes (:class:`~pyqueue.core.middleware.Middleware`
-    #: for threads, :class:`~pyqueue.core.middleware.AsyncMiddleware` for asyncio).
-    _middleware_kind: type
+    #: for threads, :class:`~pyqueue.core.middleware.AsyncMiddleware` for asyncio; the core alone,
+    #: which calls no handler, takes any).
+    _middleware_kind: type = object
 
     def __init__(
         self,
