@@ -1,61 +1,8 @@
-"""Fault injection with exact accounting: ``make chaos``.
-
-    python -m bench.chaos [--duration 60] [--mode exactly-once|at-least-once|both] [--rate 1000]
-                          [--out PATH] [--seed N] [--port N]
-
-It starts a PRIVATE PostgreSQL server of its own (a new data directory under a temporary folder,
-or ``--pgdata``, on a free loopback port or ``--port``, with ``scripts/localpg.sh``; never the test
-or demo server, because it restarts it), installs the queue, and for ``--duration`` seconds runs
-producer and consumer processes while it injects faults at random moments of the middle of the
-run. The producers offer ``--rate`` messages per second per mode (default 1,000): most in outbox
-transactions of ``--batch`` keys (``offer_many``), ``--single-share`` of them (default a fifth)
-one ``offer`` per call. The faults:
-
-* SIGKILL of a consumer process (the harness starts a new one in its slot after 0.5 s);
-* ``pg_terminate_backend`` of the consumers' connections (all of them, or one consumer's);
-* ``pg_ctl restart -m immediate`` of the server (crash recovery on start);
-* a transaction held open in REPEATABLE READ for 20 s (a pinned xmin); restarts are placed
-  outside it so that it is held for its whole time.
-
-Then it waits for the queues to drain, stops the consumers (SIGTERM) and accounts for every key
-the producers offered. The modes (``both`` runs them side by side on two queues, under the
-same faults):
-
-* exactly-once (queue ``chaos-eo``): consumers are a ``pyqueue worker`` and a ``pyqueue worker
-  --async`` whose handler writes a ledger row and acknowledges (``message.ack(conn=…)``) in one
-  transaction, and a loop on ``DelayedQueue.transaction``. Every acknowledged key must have
-  exactly one ledger row, and no other key any.
-* at-least-once (queue ``chaos-alo``): two ``pyqueue worker`` and one ``--async``; the handler
-  only logs the delivery. Every extra delivery of a key must be explained by a fault that hit the
-  worker holding the previous delivery between that delivery and the next: its process was
-  killed, its connections were terminated, the server restarted, or (a connection the fault left
-  broken in a pool, used later) the worker logged a database error in that interval after such
-  a fault. Anything else is an unexplained duplicate.
-
-In both modes every handler run is logged in autocommit (``chaos_deliveries``: key,
-delivery_count, worker pid, lock token, locked_until, time). Producers record each attempt with
-``ok`` (committed) or ``unknown`` (the call raised: a restart may have cut it before or after the
-commit); unknown ones are resolved afterwards from the database: the outbox producer's own
-``chaos_offered`` row (written in the offer's transaction), or for plain autocommit offers the
-key found in the queue, the archive or the delivery log. No key is counted lost or offered blindly.
-
-Lost: a committed key neither acknowledged (the queues archive, so each acknowledgement is a
-``dq_archive`` row) nor still live nor a dead letter. Recovery: the queues drained by themselves
-after the last fault, no consumer process exited on its own, and every consumer running after the
-last fault handled messages after it. Throughput is given before, during and after the faults, as
-offered and delivered (acknowledged) messages per second.
-
-The result is printed as tables and written as JSON: the full report to
-``bench/results/raw/chaos-<UTC time>.json`` and its summary to ``bench/results/chaos.json`` (with
-``--out x.json``, to x.json and x.summary.json instead); the exit status is non-zero on any loss,
-unexplained duplicate, ledger row not exactly once, a fault kind not injected, or a failed
-recovery. The server is stopped and its data directory removed at the end, also on errors and
-Ctrl-C/SIGTERM; the processes' logs are kept (path printed) when the run failed. With
-``--hand-over PATH`` the run writes the server's DSN (and the folder of the producers' records) to
-PATH before removing it and waits until PATH is removed, so that a caller (tests/bench/test_chaos.py) can
-count from the database itself.
-
-bench.soak reuses this harness (processes, faults, accounting) for a long run with periodic faults.
+"""The harness of a chaos run (bench.chaos, and bench.soak, which extends it): a private server
+(bench.lib.server), producer and consumer processes, faults injected into them at the planned
+moments (bench.chaos_plan), killed consumers started again, the queues drained, every process
+stopped, then the accounting (bench.chaos_accounting) assembled into the run's report. The
+command-line options bench.chaos and bench.soak share are here too.
 """
 
 from __future__ import annotations
@@ -67,195 +14,35 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import traceback
-from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from collections import Counter
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from glob import glob
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 from psycopg.conninfo import make_conninfo
 
+from bench.chaos_accounting import account_mode
 from bench.chaos_clients import DSN_ENV, SCHEMA
+from bench.chaos_plan import MODES, Fault, Settings, Timeline, plan_faults
 from bench.lib.database import source_info
-from bench.lib.report import OUT_HELP, PROJECT, console, machine_info, publish, without
+from bench.lib.report import OUT_HELP, PROJECT, console, machine_info
+from bench.lib.server import PrivateServer
 from bench.lib.sides import value
 from bench.lib.workers import die_with_parent, interrupt_on_sigterm
 
-if TYPE_CHECKING:
-    from rich.table import Table
-
-MODES = {"exactly-once": "eo", "at-least-once": "alo"}
-PIN_S = 20.0  # the REPEATABLE READ transaction's length
 RESTART_DELAY_S = 0.5  # a killed consumer is started again this long after the kill
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 SINGLE_RATE_PER_PROCESS = 50.0  # single offers per second one producer process is asked for, at most
-EPS_S = 0.05  # slack when comparing times of the database clock, the logs and this harness (one host)
 LOG_TIME = "%Y-%m-%d %H:%M:%S,%f"  # asctime of the workers' log lines
-
-
-@dataclass(frozen=True)
-class Settings:
-    duration: float = 60.0
-    modes: tuple[str, ...] = ("exactly-once", "at-least-once")
-    seed: int = 0
-    rate: float = 1000.0  # messages offered per second per mode: outbox batches and single offers
-    single_share: float = 0.2  # the part of the rate offered one message per call
-    batch: int = 50  # keys per outbox transaction (offer_many) and per consume-tx transaction
-    lock_timeout: float = 5.0
-    idle_check: float = 1.0
-    concurrency: int = 16
-    work_ms: float = 2.0
-    pin_s: float = PIN_S
-    drain_timeout: float = 60.0
-    pgdata: str | None = None
-    port: int | None = None  # of the private server; None: a free one
-    keep_logs: bool = False
-    hand_over: str | None = None  # before the server is removed: write its DSN here, wait until removed
-
-
-@dataclass
-class Timeline:
-    """Seconds from t0 (producers started), planned."""
-
-    before_end: float
-    window_end: float
-    end: float
-
-    @classmethod
-    def plan(cls, s: Settings) -> Timeline:
-        window = max(s.pin_s + 3, 0.5 * s.duration)
-        rest = s.duration - window
-        if rest < 4:
-            raise SystemExit(f"bench.chaos: --duration {s.duration:g} is too short: the faults need {window:.0f} s "
-                             f"(a {s.pin_s:.0f} s pinned xmin and a restart) and 4 s more")
-        return cls(before_end=rest * 0.4, window_end=rest * 0.4 + window, end=s.duration)
-
-
-@dataclass
-class Fault:
-    kind: str  # kill | terminate | restart | pin
-    at: float  # planned, seconds from t0
-    target: str = ""  # kill: slot name; terminate: "all" or a slot name
-    t: float = 0.0  # epoch when it happened
-    t_end: float = 0.0  # restart: server ready again; pin: transaction ended
-    victims: list[int] = field(default_factory=list)  # OS pids of the consumer processes hit
-    detail: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None
-
-
-def plan_faults(s: Settings, tl: Timeline, slots: list[str], rng: random.Random) -> list[Fault]:
-    w0, w1 = tl.before_end, tl.window_end
-    window = w1 - w0
-    pin_at = rng.uniform(w0, w1 - s.pin_s)
-    faults = [Fault("pin", pin_at)]
-    # Restarts outside the pinned transaction (it would end with the server), at least 5 s apart.
-    n_restart = max(1, round(window / 20))
-    free = [(w0, pin_at - 1.0), (pin_at + s.pin_s + 0.5, w1 - 1.0)]
-    free = [(a, b) for a, b in free if b > a]
-    restarts: list[float] = []
-    for _ in range(200):
-        if len(restarts) == n_restart or not free:
-            break
-        a, b = rng.choices(free, weights=[b - a for a, b in free])[0]
-        t = rng.uniform(a, b)
-        if all(abs(t - r) >= 5 for r in restarts):
-            restarts.append(t)
-    faults += [Fault("restart", t) for t in restarts]
-    n_kill = max(2, round(window / 7))
-    n_term = max(2, round(window / 7))
-    faults += [Fault("kill", rng.uniform(w0, w1), rng.choice(slots)) for _ in range(n_kill)]
-    faults += [Fault("terminate", rng.uniform(w0, w1), rng.choice(["all", rng.choice(slots)])) for _ in range(n_term)]
-    return sorted(faults, key=lambda f: f.at)
-
-
-# --------------------------------------------------------------------------- the private server
-
-
-def _pg_bindir() -> Path:
-    found = sorted(glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(p.split("/")[4]), reverse=True)
-    if found:
-        return Path(found[0]).parent
-    which = shutil.which("pg_ctl")
-    if which:
-        return Path(which).parent
-    raise SystemExit("bench.chaos: no PostgreSQL server binaries; run scripts/install-os-deps.sh")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class PrivateServer:
-    """A PostgreSQL server of this run only: ``scripts/localpg.sh`` with its own data directory
-    and port (as the postgres user when run as root); :meth:`destroy` stops it and removes the
-    data directory."""
-
-    def __init__(self, pgdata: str | None, workdir: Path, port: int | None = None) -> None:
-        self.port = port if port is not None else _free_port()
-        if pgdata is not None and Path(pgdata).exists() and any(Path(pgdata).iterdir()):
-            raise SystemExit(f"bench.chaos: --pgdata {pgdata} is not empty; give a new or empty directory")
-        self.workdir = workdir
-        self.parent = Path(pgdata).parent if pgdata else workdir
-        self.intended = Path(pgdata) if pgdata else workdir / "pgdata"
-        self.bindir = _pg_bindir()
-        self.env = dict(os.environ, DQ_PGDATA=str(self.intended), DQ_PGPORT=str(self.port), DQ_PGDB="chaos")
-        self.datadir: Path | None = None
-        self.dsn = ""
-
-    def _as_pg(self, *cmd: str) -> list[str]:
-        return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else list(cmd)
-
-    def _localpg(self, action: str) -> str:
-        out = subprocess.run([str(PROJECT / "scripts" / "localpg.sh"), action], env=self.env, capture_output=True,
-                             text=True, timeout=180)
-        if out.returncode != 0:
-            raise RuntimeError(f"scripts/localpg.sh {action} failed ({out.returncode}): {out.stderr.strip()}")
-        return out.stdout.strip()
-
-    def up(self) -> str:
-        if os.geteuid() == 0 and self.parent == self.workdir:  # the postgres user must reach the data directory
-            os.chmod(self.parent, 0o711)
-        self.datadir = Path(self._localpg("datadir"))
-        self.dsn = self._localpg("up").splitlines()[-1]
-        return self.dsn
-
-    def restart_immediate(self) -> None:
-        assert self.datadir is not None
-        subprocess.run(self._as_pg(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", "immediate", "-w",
-                                   "-t", "60", "-l", str(self.datadir / "server.log"), "-o", f"-p {self.port}",
-                                   "restart"), check=True, capture_output=True, timeout=90)
-
-    def log_tail(self, n: int = 40) -> str:
-        try:
-            out = subprocess.run(self._as_pg("tail", "-n", str(n), str(self.datadir) + "/server.log"),
-                                 capture_output=True, text=True, timeout=10)
-            return out.stdout
-        except (OSError, subprocess.SubprocessError):
-            return ""
-
-    def destroy(self) -> None:
-        if self.datadir is None:
-            return
-        try:
-            self._localpg("destroy")
-        except (RuntimeError, subprocess.SubprocessError) as exc:
-            console().log(f"[red]stopping the private server failed ({exc}); stopping it immediately[/]")
-            subprocess.run(self._as_pg(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", "immediate",
-                                       "stop"), capture_output=True, timeout=60)
-            shutil.rmtree(self.datadir, ignore_errors=True)
-        self.datadir = None
 
 
 # --------------------------------------------------------------------------- processes
@@ -316,6 +103,8 @@ class Proc:
 
 
 class Chaos:
+    program = "bench.chaos"  # the program running this harness: its log lines, its work folder's name
+
     def __init__(self, s: Settings, workdir: Path) -> None:
         self.s = s
         self.workdir = workdir
@@ -514,7 +303,7 @@ class Chaos:
     # -- the run ---------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         s = self.s
-        console().log(f"[bold]{type(self).__module__}[/]: modes {', '.join(s.modes)}, {s.duration:g} s, seed {s.seed}; "
+        console().log(f"[bold]{self.program}[/]: modes {', '.join(s.modes)}, {s.duration:g} s, seed {s.seed}; "
                       f"starting a private server on port {self.server.port}")
         self.dsn = self.server.up()
         self.install()
@@ -610,14 +399,20 @@ class Chaos:
         injected = [f for f in faults if f.error is None or f.kind == "pin"]
         first_fault = min((f.t for f in injected), default=t0 + tl.before_end)
         last_fault_end = max((max(f.t, f.t_end) for f in injected), default=t0 + tl.window_end)
-        procs_by_pid = {p.pid: p for p in self.all_procs}
+        names_by_pid = {p.pid: p.name for p in self.all_procs}
         errors_by_pid = {p.pid: p.db_errors() for p in self.all_procs}
         failures: list[str] = []
         modes: dict[str, Any] = {}
         with self._admin() as conn:
             for mode in self.s.modes:
-                modes[mode] = self.account_mode(conn, mode, faults, procs_by_pid, errors_by_pid,
-                                                (t0, first_fault, last_fault_end, t_prod_end), failures)
+                with self.lock:
+                    survivors = {p.name: p.pid for p in self.consumers.values()
+                                 if p.mode == mode and p.started < last_fault_end}
+                modes[mode] = account_mode(
+                    conn, mode, queue=self.queue(mode), logs=self.logs, faults=faults, names_by_pid=names_by_pid,
+                    errors_by_pid=errors_by_pid, phases=(t0, first_fault, last_fault_end, t_prod_end),
+                    drained_at=self.drained_at.get(mode), drain_timeout=self.s.drain_timeout, survivors=survivors,
+                    crashed=any(p.mode == mode for p in self.crashed), failures=failures)
             server_version = value(conn, "SELECT version()")
             source = source_info(conn)
         counts = {k: sum(1 for f in injected if f.kind == k) for k in ("kill", "terminate", "restart", "pin")}
@@ -650,269 +445,8 @@ class Chaos:
             "passed": not failures,
         }
 
-    def account_mode(self, conn: psycopg.Connection[Any], mode: str, faults: list[Fault],
-                     procs_by_pid: dict[int, Proc], errors_by_pid: dict[int, list[float]],
-                     phases: tuple[float, float, float, float], failures: list[str]) -> dict[str, Any]:
-        q = self.queue(mode)
-        short = MODES[mode]
-        # What the producers attempted, and what they were told.
-        attempts: dict[str, tuple[str, str, float]] = {}  # key -> (producer kind, status, time)
-        statuses: Counter[str] = Counter()
-        for path in sorted(self.logs.glob(f"{short}-*.jsonl")):
-            kind = "outbox" if path.name.startswith(f"{short}-outbox") else "plain"
-            for line in path.read_text().splitlines():
-                rec = json.loads(line)
-                for k in rec["keys"]:
-                    attempts[k] = (kind, rec["status"], rec["t_done"])
-                statuses[f"{kind} {rec['status']}"] += len(rec["keys"])
-                if rec["status"] == "ok" and rec["outcomes"] != ["created"]:
-                    failures.append(f"{mode}: offer of {rec['keys'][0]}… was {rec['outcomes']}, not created")
 
-        def keyset(query: str, *params: Any) -> Counter[str]:
-            return Counter(r[0] for r in conn.execute(query, params).fetchall())
-
-        offered_rows = keyset("SELECT key FROM chaos_offered WHERE queue = %s", q)
-        live = keyset("SELECT key FROM dq_messages WHERE queue = %s", q)
-        dead = keyset("SELECT key FROM dq_messages WHERE queue = %s AND dead_from = %s", q + ".dead", q)
-        acked = keyset("SELECT key FROM dq_archive WHERE queue = %s AND outcome = 'acked'", q)
-        archived_dead = keyset("SELECT key FROM dq_archive WHERE queue = %s AND outcome <> 'acked'", q)
-        ledger = keyset("SELECT key FROM chaos_ledger WHERE queue = %s", q)
-        deliveries = [
-            Delivery(*row) for row in conn.execute(
-                "SELECT key, delivery_count, pid, extract(epoch FROM locked_until)::float8, "
-                "extract(epoch FROM at)::float8 FROM chaos_deliveries WHERE queue = %s ORDER BY key, at", (q,))
-        ]
-        delivered = Counter(d.key for d in deliveries)
-        # Resolve the unknown outcomes from the database.
-        committed: set[str] = set()
-        unknown = {"committed": 0, "not committed": 0}
-        told_but_missing: list[str] = []
-        for k, (kind, status, _) in attempts.items():
-            if kind == "outbox":
-                found = k in offered_rows
-            else:
-                found = k in live or k in dead or k in acked or k in delivered or k in archived_dead
-            if status == "ok":
-                committed.add(k)
-                if kind == "outbox" and not found:
-                    told_but_missing.append(k)
-            elif found:
-                committed.add(k)
-                unknown["committed"] += 1
-            else:
-                unknown["not committed"] += 1
-        phantom = sorted((set(live) | set(dead) | set(acked) | set(offered_rows)) - set(attempts))
-        lost = sorted(k for k in committed if not acked[k] and not live[k] and not dead[k])
-        acked_twice = sorted(k for k, n in acked.items() if n > 1)
-        drained = self.drained_at.get(mode)
-        r: dict[str, Any] = {
-            "queue": q,
-            "attempted": len(attempts),
-            "producer_statuses": dict(statuses),
-            "unknown_resolved": unknown,
-            "offered": len(committed),
-            "acknowledged": sum(1 for k in committed if acked[k]),
-            "live_at_end": sum(live.values()),
-            "dead_letters": sum(dead.values()),
-            "lost": len(lost),
-            "lost_keys": lost[:50],
-            "told_committed_but_not_in_database": told_but_missing[:50],
-            "phantom_keys": phantom[:50],
-            "acknowledged_twice": acked_twice[:50],
-            "deliveries": len(deliveries),
-            "drained_s": None if drained is None else round(drained - phases[3], 2),
-        }
-        for name, bad in (("lost", lost), ("told committed but not in the database", told_but_missing),
-                          ("phantom (in the database, never offered)", phantom), ("acknowledged twice", acked_twice)):
-            if bad:
-                failures.append(f"{mode}: {len(bad)} keys {name}: {bad[:5]}")
-        # Extra deliveries, each matched to a fault.
-        by_key: dict[str, list[Delivery]] = defaultdict(list)
-        for d in deliveries:
-            by_key[d.key].append(d)
-        causes: Counter[str] = Counter()
-        unexplained: list[dict[str, Any]] = []
-        lags: list[float] = []
-        for k, ds in by_key.items():
-            for prev, nxt in zip(ds, ds[1:], strict=False):
-                cause, lag = explain(prev, nxt, faults, errors_by_pid)
-                if cause is None:
-                    unexplained.append({"key": k, "previous": asdict(prev), "next": asdict(nxt),
-                                        "previous_process": procs_by_pid[prev.pid].name
-                                        if prev.pid in procs_by_pid else None,
-                                        "before_lock_expired": nxt.at < prev.locked_until - EPS_S})
-                    causes["unexplained"] += 1
-                else:
-                    causes[cause] += 1
-                    if lag is not None:
-                        lags.append(lag)
-        extra = sum(causes.values())
-        r["extra_deliveries"] = extra
-        r["extra_delivery_causes"] = dict(causes)
-        r["stale_connection_lag_s"] = {"max": round(max(lags), 2), "n": len(lags)} if lags else None
-        r["unexplained_examples"] = unexplained[:10]
-        r["acked_without_delivery_logged"] = sum(1 for k in committed if acked[k] and not delivered[k])
-        if mode == "exactly-once":
-            twice = sorted(k for k, n in ledger.items() if n > 1)
-            missing = sorted(k for k in committed if acked[k] and not ledger[k])
-            orphan = sorted(k for k in ledger if not acked[k])
-            r["ledger_rows"] = sum(ledger.values())
-            r["duplicates"] = sum(n - 1 for n in ledger.values() if n > 1)
-            r["ledger_twice"], r["ledger_missing"], r["ledger_without_ack"] = twice[:50], missing[:50], orphan[:50]
-            r["ledger_exactly_once"] = not (twice or missing or orphan)
-            for name, bad in (("with a ledger row more than once", twice), ("acknowledged without a ledger row",
-                              missing), ("with a ledger row but not acknowledged", orphan)):
-                if bad:
-                    failures.append(f"{mode}: {len(bad)} keys {name}: {bad[:5]}")
-            if causes["unexplained"]:
-                console().log(f"[yellow]{mode}: {causes['unexplained']} handler re-runs not matched to a fault "
-                              "(rolled back, no duplicate effect)[/]")
-        else:
-            r["duplicates"] = extra
-            r["unexplained_duplicates"] = causes["unexplained"]
-            if causes["unexplained"]:
-                failures.append(f"{mode}: {causes['unexplained']} duplicates not explained by a fault, e.g. "
-                                f"{unexplained[:2]}")
-        if r["acked_without_delivery_logged"]:
-            failures.append(f"{mode}: {r['acked_without_delivery_logged']} keys acknowledged without a handler run")
-        # Throughput and recovery.
-        t0, first_fault, last_fault_end, t_prod_end = phases
-        ack_times = [float(r_[0]) for r_ in conn.execute(
-            "SELECT extract(epoch FROM acked_at)::float8 FROM dq_archive WHERE queue = %s AND outcome = 'acked'",
-            (q,)).fetchall()]
-        offer_times = [t for k, (_, _, t) in attempts.items() if k in committed]
-
-        def rate(times: list[float], a: float, b: float) -> float:
-            return sum(1 for t in times if a <= t < b) / (b - a) if b > a else 0.0
-
-        # Offered: committed offers by the time the producer's call returned; delivered: acknowledged
-        # (archived as acked) messages by the time of the acknowledgement.
-        r["throughput"] = {
-            phase: {"seconds": round(b - a, 1), "offered_per_s": round(rate(offer_times, a, b), 1),
-                    "delivered_per_s": round(rate(ack_times, a, b), 1)}
-            for phase, a, b in (("before", t0, first_fault), ("during", first_fault, last_fault_end),
-                                ("after", last_fault_end, t_prod_end), ("whole run", t0, t_prod_end))
-        }
-        r["acked_per_second"] = [sum(1 for t in ack_times if t0 + i <= t < t0 + i + 1)
-                                 for i in range(int(max(ack_times, default=t0) - t0) + 1)]
-        # Recovery: how long after each server restart and each cut of all connections the queue
-        # acknowledged again; and the handler runs after the last fault of every consumer that lived
-        # through it (a consumer started after the last fault has nothing to recover from).
-        def first_ack(after: float) -> float | None:
-            later = [t for t in ack_times if t > after]
-            return round(min(later) - after, 2) if later else None
-
-        r["first_ack_after_fault_s"] = [
-            {"kind": f.kind, "at_s": round(f.t - t0, 2), "first_ack_s": first_ack(max(f.t, f.t_end))}
-            for f in faults
-            if f.error is None and (f.kind == "restart" or (f.kind == "terminate" and f.target == "all"))]
-        progress = {}
-        with self.lock:
-            alive = [p for p in self.consumers.values() if p.mode == mode and p.started < last_fault_end]
-        for p in alive:
-            progress[p.name] = sum(1 for d in deliveries if d.pid == p.pid and d.at > last_fault_end)
-        r["deliveries_after_last_fault_by_consumer"] = progress
-        stuck = [name for name, n in progress.items() if n == 0]
-        r["recovered"] = self.drained_at.get(mode) is not None and not stuck and not any(
-            p.mode == mode for p in self.crashed)
-        if self.drained_at.get(mode) is None:
-            failures.append(f"{mode}: {r['live_at_end']} messages still in the queue {self.s.drain_timeout:.0f} s "
-                            "after the producers stopped")
-        if stuck:
-            failures.append(f"{mode}: consumers {stuck} handled nothing after the last fault")
-        return r
-
-
-@dataclass(frozen=True)
-class Delivery:
-    key: str
-    delivery_count: int
-    pid: int
-    locked_until: float
-    at: float
-
-
-def explain(prev: Delivery, nxt: Delivery, faults: list[Fault],
-            errors_by_pid: dict[int, list[float]]) -> tuple[str | None, float | None]:
-    """Why the key was handled again after ``prev``: a fault that hit prev's worker between the two
-    handler runs. Returns (cause, lag of a stale connection) or (None, None)."""
-    lo, hi, pid = prev.at - EPS_S, nxt.at + EPS_S, prev.pid
-    faults = [f for f in faults if f.error is None]
-    for f in faults:
-        if f.kind == "kill" and pid in f.victims and lo <= f.t <= hi:
-            return "worker killed", None
-    for f in faults:
-        if f.kind == "terminate" and pid in f.victims and lo <= f.t <= hi:
-            return "connection terminated", None
-    for f in faults:
-        if f.kind == "restart" and f.t <= hi and (f.t_end or f.t) >= lo:
-            return "server restart", None
-    # A connection broken by an earlier fault and used (and failing) between the two runs.
-    hits = [f.t for f in faults if (f.kind == "terminate" and pid in f.victims) or f.kind == "restart"]
-    for err in errors_by_pid.get(pid, []):
-        if lo <= err <= hi:
-            earlier = [t for t in hits if t <= err + EPS_S]
-            if earlier:
-                return "connection broken by an earlier fault", err - max(earlier)
-    return None, None
-
-
-# --------------------------------------------------------------------------- report
-
-
-def tables(report: dict[str, Any]) -> list[Table]:
-    from rich.table import Table
-
-    faults = Table(title="Faults injected")
-    for col in ("kind", "count", "at (s from start)", "detail"):
-        faults.add_column(col, justify="left" if col in ("kind", "detail") else "right")
-    for kind in ("kill", "terminate", "restart", "pin"):
-        fs = [f for f in report["faults"] if f["kind"] == kind]
-        if kind == "kill":
-            detail = ", ".join(f"{f['target']}" + (f" ({f['error']})" if f["error"] else "") for f in fs)
-        elif kind == "terminate":
-            detail = ", ".join(f"{f['target']}: {f['detail'].get('backends', 0)} backends" for f in fs)
-        elif kind == "restart":
-            detail = ", ".join(f"{f['detail'].get('seconds', '?')} s down" + (f" ({f['error']})" if f["error"] else "")
-                               for f in fs)
-        else:
-            detail = ", ".join(f"held {f['detail'].get('seconds', '?')} s, xmin {f['detail'].get('backend_xmin')}"
-                               + (f" ({f['error']})" if f["error"] else "") for f in fs)
-        faults.add_row(kind, str(report["faults_injected"][kind]), ", ".join(f"{f['t_s']:.1f}" for f in fs), detail)
-    modes = report["modes"]
-    acc = Table(title=f"Accounting ({report['settings']['duration']:g} s run, seed {report['settings']['seed']})")
-    acc.add_column("")
-    for mode in modes:
-        acc.add_column(mode, justify="right")
-
-    def row(label: str, fn: Any) -> None:
-        acc.add_row(label, *(str(fn(m)) for m in modes.values()))
-
-    row("attempted offers", lambda m: f"{m['attempted']:,}")
-    row("unknown outcome: committed / not", lambda m: f"{m['unknown_resolved']['committed']} / "
-                                                       f"{m['unknown_resolved']['not committed']}")
-    row("offered (committed)", lambda m: f"{m['offered']:,}")
-    row("acknowledged", lambda m: f"{m['acknowledged']:,}")
-    row("still in the queue", lambda m: m["live_at_end"])
-    row("dead letters", lambda m: m["dead_letters"])
-    row("lost", lambda m: m["lost"])
-    row("handler runs", lambda m: f"{m['deliveries']:,}")
-    row("duplicates", lambda m: m["duplicates"])
-    row("extra handler runs by cause", lambda m: ", ".join(f"{k} {v}" for k, v in
-                                                           sorted(m["extra_delivery_causes"].items())) or "-")
-    row("ledger exactly once", lambda m: {True: "yes", False: "NO"}.get(m.get("ledger_exactly_once"), "-"))
-    for phase in ("before", "during", "after", "whole run"):
-        label = "offered/s, delivered/s " + (f"{phase} faults" if phase != "whole run" else "over the whole run")
-        row(label, lambda m, ph=phase: f"{m['throughput'][ph]['offered_per_s']:,.0f}, "
-                                       f"{m['throughput'][ph]['delivered_per_s']:,.0f}")
-    row("first ack after restart / cut of all", lambda m: ", ".join(
-        "-" if x["first_ack_s"] is None else f"{x['first_ack_s']:.2f} s" for x in m["first_ack_after_fault_s"]) or "-")
-    row("drained after producers stopped", lambda m: "NO" if m["drained_s"] is None else f"{m['drained_s']:.1f} s")
-    row("recovered by themselves", lambda m: "yes" if m["recovered"] else "NO")
-    acc.caption = ("extra handler runs: in exactly-once mode rolled back, no duplicate effect; duplicates there are "
-                   "ledger rows beyond one per key. " + ("[green]PASS[/]" if report["passed"] else
-                                                         "[red]FAIL: " + "; ".join(report["failures"]) + "[/]"))
-    return [faults, acc]
+# --------------------------------------------------------------------------- a run, and its options
 
 
 def hand_over(path: Path, dsn: str, logs: Path, timeout_s: float = 600.0) -> None:
@@ -929,7 +463,7 @@ def hand_over(path: Path, dsn: str, logs: Path, timeout_s: float = 600.0) -> Non
 def execute(harness: type[Chaos], s: Settings) -> dict[str, Any]:
     """Run ``harness`` on its private server and return its report; the processes are stopped and
     the server removed on the way out, also on errors and Ctrl-C/SIGTERM."""
-    name = harness.__module__
+    name = harness.program
     workdir = Path(tempfile.mkdtemp(prefix=f"dq-{name.rsplit('.', 1)[-1]}-"))
     chaos = harness(s, workdir)
     report: dict[str, Any] | None = None
@@ -955,19 +489,6 @@ def execute(harness: type[Chaos], s: Settings) -> dict[str, Any]:
                 report["logs"] = str(workdir / "logs")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    return report
-
-
-def summary(report: dict[str, Any]) -> dict[str, Any]:
-    """What the tables show, with the settings, machine, server and commit measured: without the
-    list of processes and each mode's acknowledgements per second."""
-    return {**without(report, "processes"),
-            "modes": {name: without(m, "acked_per_second") for name, m in report["modes"].items()}}
-
-
-def run(s: Settings, out: Path | None) -> dict[str, Any]:
-    report = execute(Chaos, s)
-    publish("chaos", report, summary(report), tables(report), out)
     return report
 
 
@@ -1011,22 +532,3 @@ def settings_from(args: argparse.Namespace) -> Settings:
                     rate=args.rate, single_share=args.single_share, batch=args.batch, concurrency=args.concurrency,
                     work_ms=args.work_ms, lock_timeout=args.lock_timeout, drain_timeout=args.drain_timeout,
                     pgdata=args.pgdata, port=args.port, keep_logs=args.keep_logs, hand_over=args.hand_over)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__.split("\n")[0])
-    add_arguments(parser, 60.0)
-    args = parser.parse_args(argv)
-    s = settings_from(args)
-    Timeline.plan(s)
-    try:
-        report = run(s, args.out)
-    except KeyboardInterrupt:
-        return 130
-    return 0 if report["passed"] else 1
-
-
-if __name__ == "__main__":
-    from bench.chaos import main as _main
-
-    raise SystemExit(_main())
