@@ -1,55 +1,5 @@
-"""Delivery-controls benchmark: what priorities, FIFO groups and rate limits cost, and how exact they are.
-
-    python -m bench.controls --dsn postgresql://postgres@127.0.0.1:55432/dq [--quick] [--rows N] [--out PATH]
-        [--parts regression,backlog,rate,levels] [--levels 1,100,20000,65536] [--level-samples N]
-
-Four parts, on the server of ``--dsn``, in two databases dropped and recreated at every run:
-``<prefix>`` (default ``dq_bench_controls``: this checkout's schema and bench.core's baseline
-table) and ``<prefix>_old`` (the release before the controls).
-
-1. **Regression.** A queue that uses none of the controls: batched offers (``dq_offer_many`` of
-   100 and 1,000) and poll + ack (batches of 1 and 100) with bench.core's workloads and harness,
-   on three sides: this checkout's functions (``new``), the functions of the release before the
-   controls (``old``: the ``pyqueue``, ``migrations/`` and ``sql/`` of ``--old-ref``, by default
-   the parent of the commit that added ``migrations/0011_delivery_controls.sql``, extracted with
-   ``git archive`` and installed into a database of its own by its own ``pyqueue.migrate``), and
-   bench.core's plain-SQL baseline. Each cell runs ``--repeat`` times (default 3), the sides in
-   rotating order; the median counts, the spread is reported. Target: new / old >= 95 %.
-2. **Due backlogs.** ``--rows`` (default 1,000,000) due messages, loaded with ``dq_offer_many``
-   in batches of 10,000 (one backlog at a time: each load empties every queue table first):
-   ``plain`` (no priority, no group), ``priorities`` (5 levels, -2..2, round robin), ``groups``
-   (rows / 10 FIFO groups of 10 messages; message g belongs to group g mod groups, so a group's
-   messages are spread over the whole backlog and the first rows / 10 due are all heads), and the
-   plain-SQL baseline (bench.core's BASELINE fill: plain INSERT). Per repetition and backlog, in
-   rotating order: load it afresh; time ``dq_poll_many(q, 100)`` and the ``dq_ack`` of what it
-   returned, per call, from one session (p50 / p95 over all repetitions); in the first repetition,
-   the plans of one poll and its ack (auto_explain with nested statements, ANALYZE and BUFFERS);
-   then the drain rate of 4 client processes polling 100 and acknowledging (bench.core's
-   run_clients: barrier, warm-up, a fixed measured time). Targets: poll p50 < 5 ms; drain of
-   ``priorities`` and ``groups`` >= 50 % of ``plain``.
-3. **Rate-limit precision.** ``dq_configure_queue(q, rate_limit => 1000, rate_period => '1
-   second')`` on a due backlog larger than what can be delivered, 8 greedy client processes
-   (poll 100, ack, again at once) for a warm-up of 2 s and 30 s measured. Every delivery's
-   ``claimed_at`` (from ``dq_poll_many``) is collected; the rate is the deliveries claimed in the
-   measured 30 s divided by 30 s, and the maximum count in any window [t, t + 1 s) is found over
-   the sorted timestamps (every delivery of the run, the warm-up included). Targets: rate within
-   5 % of 1000/s; no window above 1000.
-
-4. **Priority levels.** For 1, 100, 20,000 and 65,536 levels (``--levels``) of messages due in a
-   day, one message at each priority (centred on 0; 65,536 fills the whole smallint range), in
-   three layouts: ``ungrouped`` (loaded with ``dq_offer_many``), ``grouped`` (each message heads a
-   FIFO group of its own; written directly into ``dq_messages`` and ``dq_groups``, as the offer
-   would leave them) and ``baseline`` (the same rows in bench.core's plain table, polled by one
-   plain SQL statement over the due rows ordered by priority, then due time: the cost of reading
-   the index once). Per cell, from one session: ``--level-samples`` empty polls
-   (``dq_poll_many(q, 1)``), then the same with one due message at the lowest priority (each
-   poll in a transaction that is rolled back, so the message stays due), p50 / p95; the shared
-   buffers one such poll touches (``EXPLAIN (ANALYZE, BUFFERS)``, nested statements included);
-   and, for the queue's functions, ``dq_wait(q, 1 s)`` on the empty queue (an idle consumer's
-   other call). Target: an empty poll under 5 ms at every level count.
-
-The machine may be shared: each figure comes with the CPU other processes took meanwhile
-(bench.core's CpuSnapshot) and the spread of the repetitions.
+"""The four parts of bench.controls (its docstring describes them): each measures and returns its
+section of the report. Part 1 installs the release before the controls with :func:`install_old`.
 """
 
 from __future__ import annotations
@@ -65,137 +15,35 @@ import tarfile
 import tempfile
 import time
 import traceback
-from dataclasses import asdict, dataclass, fields, replace
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from bench import core
+from bench.controls_config import (
+    BACKLOG,
+    BASELINE_BACKLOG,
+    CONTROLS_MIGRATION,
+    EVERY_TABLE,
+    NEW,
+    OLD,
+    POLL_BATCH,
+    Config,
+    rotated,
+    spread,
+)
 from bench.lib.clients import BARRIER_TIMEOUT_S, RunResult, join_or_terminate, run_clients
 from bench.lib.cpu import CpuSnapshot
-from bench.lib.database import (
-    create_database,
-    function_stats,
-    prepare_table,
-    provenance,
-    recreate_database,
-    server_info,
-    stats_since,
-    tracked,
-)
-from bench.lib.report import PROJECT, arguments, console, machine_info, percentile, publish, rich_table, status, without
-from bench.lib.sides import (
-    BASELINE,
-    DQ,
-    FILL_BATCH,
-    PAYLOAD,
-    QUEUE,
-    Side,
-    Workload,
-    connect,
-    poll_ack_step,
-    value,
-)
+from bench.lib.database import function_stats, prepare_table, recreate_database, stats_since, tracked
+from bench.lib.report import PROJECT, console, percentile
+from bench.lib.sides import BASELINE, DQ, PAYLOAD, QUEUE, Side, Workload, connect, poll_ack_step, value
 from bench.lib.workers import STATS_SETTLE_S
-
-if TYPE_CHECKING:
-    from rich.table import Table
-
-CONTROLS_MIGRATION = "migrations/0011_delivery_controls.sql"
-POLL_BATCH = 100  # dq_poll_many(q, 100) in parts 2 and 3
-
-# This checkout's functions; the controls' tables are emptied with the messages.
-NEW = replace(DQ, name="new", truncate=(*DQ.truncate, "dq_groups", "dq_rate_tokens"))
-# The release before the controls, in a database of its own (same statements).
-OLD = replace(DQ, name="old")
-
-# The backlogs of part 2: bench.core's fill with priorities (g mod levels, centred on 0) and
-# groups (g mod groups); levels 1 / groups 0 pass NULL arrays (every message at the defaults).
-BACKLOG_FILL = """
-    SELECT count(*)
-      FROM (SELECT array_agg(%(prefix)s || lpad(g::text, 9, '0') ORDER BY g) AS k,
-                   array_agg(%(payload)s::bytea ORDER BY g) AS p,
-                   array_agg(%(t0)s::timestamptz + g * interval '1 millisecond' ORDER BY g) AS s,
-                   array_agg(g %% %(levels)s::int - %(levels)s::int / 2 ORDER BY g) AS pr,
-                   array_agg('group-' || lpad((g %% greatest(%(groups)s::int, 1))::text, 7, '0') ORDER BY g) AS mg
-              FROM generate_series(%(lo)s::int, %(hi)s::int) AS g) AS a,
-           LATERAL dq_offer_many(queue => %(queue)s::text, keys => a.k, payloads => a.p, scheduled_ats => a.s,
-                                 priorities => CASE WHEN %(levels)s::int > 1 THEN a.pr END,
-                                 message_groups => CASE WHEN %(groups)s::int > 0 THEN a.mg END)"""
-# Each backlog is loaded alone: its load empties the tables of every side.
-EVERY_TABLE = (*NEW.truncate, *BASELINE.truncate)
-BACKLOG = replace(NEW, fill=BACKLOG_FILL, truncate=EVERY_TABLE)
-BASELINE_BACKLOG = replace(BASELINE, truncate=EVERY_TABLE)
 
 # Part 3: each delivery's claim time, in microseconds since the epoch (exact: numeric).
 POLL_CLAIMED = (
     "SELECT lock_token, (extract(epoch FROM claimed_at) * 1000000)::bigint FROM dq_poll_many(%s::text, %s::int)"
 )
-
-
-# --------------------------------------------------------------------------- configuration
-
-
-@dataclass(frozen=True)
-class Config:
-    mode: str
-    rows: int  # messages per backlog of part 2
-    clients: tuple[int, ...]  # client processes per regression cell
-    repeat: int  # repetitions of every regression cell, poll sample and drain
-    warmup_s: float  # regression cells (bench.core's harness)
-    duration_s: float
-    poll_samples: int  # timed dq_poll_many(q, 100) calls per backlog and repetition
-    drain_workers: int
-    drain_warmup_s: float
-    drain_s: float
-    priority_levels: int = 5
-    group_size: int = 10
-    rate_workers: int = 8
-    rate_limit: int = 1000
-    rate_period_s: float = 1.0
-    rate_warmup_s: float = 2.0
-    rate_s: float = 30.0
-    target_regression: float = 0.95
-    target_poll_p50_ms: float = 5.0
-    target_drain: float = 0.5
-    target_rate_error: float = 0.05
-    level_counts: tuple[int, ...] = (1, 100, 20_000, 65_536)
-    level_samples: int = 30  # timed polls per cell of part 4
-    target_empty_poll_ms: float = 5.0
-
-    @property
-    def groups(self) -> int:
-        return max(self.rows // self.group_size, 1)
-
-    @property
-    def rate_backlog(self) -> int:
-        """Due messages for part 3: half as many again as the limit lets through in the run."""
-        return int(self.rate_limit * (self.rate_warmup_s + self.rate_s + 2) / self.rate_period_s * 1.5)
-
-    def regression_workloads(self) -> list[Workload]:
-        """bench.core's batched offers and polls, with their batches and backlogs."""
-        base = core.FULL if self.mode == "full" else core.QUICK
-        names = ("offer_many x100", "offer_many x1000", "poll+ack x1", "poll+ack x100")
-        return [replace(w, target=self.target_regression) for w in base.workloads() if w.name in names]
-
-
-FULL = Config("full", rows=1_000_000, clients=(1, 4), repeat=3, warmup_s=1.0, duration_s=3.0, poll_samples=100,
-              drain_workers=4, drain_warmup_s=1.0, drain_s=5.0)
-QUICK = Config("quick", rows=100_000, clients=(1, 4), repeat=3, warmup_s=0.5, duration_s=1.5, poll_samples=30,
-               drain_workers=4, drain_warmup_s=0.3, drain_s=1.0, level_samples=10)
-
-
-def spread(values: list[float]) -> dict[str, Any]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "values": values}
-
-
-def rotated(items: tuple[Any, ...], rep: int) -> tuple[Any, ...]:
-    """`items` starting at index rep (mod len): every item goes first once in len(items) repetitions."""
-    k = rep % len(items)
-    return items[k:] + items[:k]
 
 
 # --------------------------------------------------------------------------- the old functions
@@ -666,208 +514,3 @@ def levels_part(admin: psycopg.Connection[Any], dsn: str, cfg: Config) -> dict[s
                           + (f", dq_wait p50 {cell['wait']['p50_ms']:.2f} ms" if "wait" in cell else ""))
             cells.append(cell)
     return {"samples": cfg.level_samples, "cells": cells}
-
-
-# --------------------------------------------------------------------------- report
-
-
-def _n(v: float) -> str:
-    return f"{v / 1000:.1f}k" if v >= 10_000 else f"{v:,.0f}"
-
-
-def _range(s: dict[str, Any]) -> str:
-    """median (min–max)"""
-    return f"{_n(s['median'])} ({_n(s['min'])}–{_n(s['max'])})"
-
-
-def regression_table(cells: list[dict[str, Any]], cfg: Config) -> Table:
-    rows = []
-    for c in cells:
-        r, per_run = c["rows_per_s"], c["new_vs_old_per_run"]
-        rows.append((c["workload"], str(c["clients"]), _range(r["new"]), _range(r["old"]), _range(r["baseline"]),
-                     f"{c['new_vs_old']:.0%} ({per_run['min']:.0%}–{per_run['max']:.0%})",
-                     status(c["pass"]) + (" (drained)" if c["exhausted"] else ""),
-                     f"{c['server_us_per_row']['new']['median']:.1f} | {c['server_us_per_row']['old']['median']:.1f}",
-                     f"{c['new_vs_baseline']:.0%}", f"{c['other_cpu_max']:.0%}"))
-    return rich_table(
-        f"1. No controls used: this checkout (new) vs the release before (old), rows/s, median (min–max) of"
-        f" {cfg.repeat} runs",
-        ("workload", "clients", "new", "old", "baseline", "new/old (per run)", f"≥ {cfg.target_regression:.0%}",
-         "server µs/row new | old", "new/base", "other CPU"),
-        rows, left={"workload"},
-        caption="new/old: ratio of the medians (per run: its range within one repetition). (drained): a run"
-        " emptied the backlog before its end. other CPU: the most CPU (share of all cores) processes"
-        " outside the benchmark took during any run",
-    )
-
-
-def backlog_table(part: dict[str, Any], cfg: Config) -> Table:
-    rows = []
-    for b in part["backlogs"]:
-        vs_plain = f"{b['drain_vs_plain']:.0%}" if b["drain_vs_plain"] is not None else "-"
-        rows.append((b["backlog"], f"{b['load_s']['median']:.0f}", f"{b['poll_p50_ms']:.2f}",
-                     f"{b['poll_p95_ms']:.2f}", f"{b['ack_p50_ms']:.2f}", f"{b['poll_sizes_mean']:.0f}",
-                     status(b["pass_poll"]) if "pass_poll" in b else "",
-                     _range(b["drain_rows_per_s"]) + (" (drained)" if b["drain_exhausted"] else ""), vs_plain,
-                     status(b["pass_drain"]) if "pass_drain" in b else "",
-                     f"{b['drain_server_us_per_row']['median']:.0f}",
-                     f"{max(b['poll_other_cpu_max'], b['drain_other_cpu_max']):.0%}"))
-    return rich_table(
-        f"2. Due backlogs of {part['rows']:,} messages: dq_poll_many(q, {POLL_BATCH}) from one session, and"
-        f" {part['drain_workload']}",
-        ("backlog", "load s", "poll p50 ms", "poll p95", "ack p50", "rows/poll", f"< {cfg.target_poll_p50_ms:g} ms",
-         "drain rows/s", "vs plain", f"≥ {cfg.target_drain:.0%}", "server µs/row", "other CPU"),
-        rows, left={"backlog"},
-        caption=f"priorities: {cfg.priority_levels} levels; groups: {cfg.groups:,} FIFO groups of"
-        f" {cfg.group_size}. Loaded with dq_offer_many in batches of {FILL_BATCH:,} (baseline: plain"
-        " INSERT), afresh before each repetition. rows/poll: mean size of the timed polls. poll"
-        f" and ack: {cfg.repeat} x {cfg.poll_samples} calls; drain: median (min–max) of {cfg.repeat}"
-        f" runs of {cfg.drain_s:g} s after {cfg.drain_warmup_s:g} s of warm-up",
-    )
-
-
-def rate_table(r: dict[str, Any]) -> Table:
-    return rich_table(
-        f"3. Rate limit {r['rate_limit']:,} per {r['rate_period_s']:g} s, {r['workers']} greedy workers,"
-        f" {r['measured_s']:g} s measured",
-        ("deliveries/s", "error", "≤ 5 %", "per period (min–max)", "max in any window", "≤ limit", "polls/s",
-         "empty polls", "other CPU"),
-        [(f"{r['rate_per_s']:,.1f}", f"{r['error']:+.2%}", status(r["pass_rate"]), _range(r["per_period"]),
-          f"{r['max_in_any_period']:,}", status(r["pass_window"]), f"{r['polls_per_s']:,.0f}",
-          f"{r['empty_polls'] / max(r['polls'], 1):.0%}", f"{r['other_cpu']:.0%}")],
-        caption=f"claimed_at of every delivery; windows [t, t + period) over all {r['deliveries']:,} deliveries"
-        f" (warm-up of {r['warmup_s']:g} s included); the rate over the measured part only",
-    )
-
-
-def levels_table(part: dict[str, Any], cfg: Config) -> Table:
-    rows = []
-    for c in part["cells"]:
-        empty, due = c["empty"], c["one_due"]
-        rows.append((f"{c['levels']:,}", c["layout"], f"{empty['p50_ms']:.2f}", f"{empty['p95_ms']:.2f}",
-                     f"{empty['buffers']:,}", status(c["pass"]), f"{due['p50_ms']:.2f}", f"{due['p95_ms']:.2f}",
-                     f"{due['buffers']:,}", f"{c['wait']['p50_ms']:.2f}" if "wait" in c else "-",
-                     f"{c['other_cpu']:.0%}"))
-    return rich_table(
-        "4. Priority levels of future messages (one per level): dq_poll_many(q, 1) from one session, ms",
-        ("levels", "layout", "empty p50", "p95", "buffers", f"< {cfg.target_empty_poll_ms:g} ms", "1 due p50",
-         "p95", "buffers", "dq_wait p50", "other CPU"),
-        rows, left={"layout"},
-        caption=f"{part['samples']} polls per cell, each in a rolled-back transaction. 1 due: one more message,"
-        " due, at the lowest priority. buffers: shared buffers of one poll, nested statements included."
-        " baseline: one plain SQL statement over the due rows, by priority then due time. dq_wait:"
-        " on the empty queue",
-    )
-
-
-def tables(report: dict[str, Any], cfg: Config | None = None) -> list[Table]:
-    """The tables of the parts the report holds (`cfg`: by default the report's configuration)."""
-    if cfg is None:
-        cfg = Config(**{f.name: report["config"][f.name] for f in fields(Config) if f.name in report["config"]})
-    out = []
-    if "regression" in report:
-        out.append(regression_table(report["regression"], cfg))
-    if "backlog" in report:
-        out.append(backlog_table(report["backlog"], cfg))
-    if "rate" in report:
-        out.append(rate_table(report["rate"]))
-    if "levels" in report:
-        out.append(levels_table(report["levels"], cfg))
-    return out
-
-
-def summary(report: dict[str, Any]) -> dict[str, Any]:
-    """What the tables show, with the configuration, machine, server and commits measured, and the
-    server time per dq_* function of poll + ack: without the runs of each regression cell and drain
-    and the plans of the polls (auto_explain)."""
-    out = dict(report)
-    if "regression" in report:
-        out["regression"] = [without(c, "runs") for c in report["regression"]]
-    if "backlog" in report:
-        out["backlog"] = {**report["backlog"],
-                          "backlogs": [without(b, "plan", "drain_runs") for b in report["backlog"]["backlogs"]]}
-    return out
-
-
-# --------------------------------------------------------------------------- main
-
-PARTS = ("regression", "backlog", "rate", "levels")
-
-
-def run(admin_dsn: str, cfg: Config, out: Path | None, prefix: str, old_ref: str | None,
-        parts: tuple[str, ...]) -> dict[str, Any]:
-    started = time.perf_counter()
-    timestamp = datetime.now(UTC)
-    machine = machine_info()
-    report: dict[str, Any] = {"timestamp": timestamp.isoformat(timespec="seconds"), "mode": cfg.mode,
-                              "machine": machine, "config": {**asdict(cfg), "poll_batch": POLL_BATCH,
-                                                             "groups": cfg.groups, "rate_backlog": cfg.rate_backlog,
-                                                             "parts": list(parts)}}
-    console().log(f"[bold]bench.controls[/] ({cfg.mode}, {cfg.rows:,} rows): creating database {prefix}")
-    dsn = create_database(admin_dsn, prefix)
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        report["server"], report["source"] = server_info(admin), provenance(admin)
-        if "regression" in parts:
-            ref = old_ref or default_old_ref()
-            old_dsn, commit = install_old(admin_dsn, f"{prefix}_old", ref)
-            console().log(f"old: {ref} = {commit} installed into {prefix}_old")
-            with psycopg.connect(old_dsn, autocommit=True) as old:
-                report["old_source"] = {"ref": ref, "commit": commit, **provenance(old)}
-                report["regression"] = regression_part(cfg, {"new": (admin, dsn), "baseline": (admin, dsn),
-                                                             "old": (old, old_dsn)})
-        if "backlog" in parts:
-            report["backlog"] = backlog_part(admin, dsn, cfg)
-        if "rate" in parts:
-            report["rate"] = rate_part(admin, dsn, cfg)
-        if "levels" in parts:
-            report["levels"] = levels_part(admin, dsn, cfg)
-    report["wall_time_s"] = round(time.perf_counter() - started, 1)
-    report["load_average_after"] = os.getloadavg()
-    publish("controls", report, summary(report), tables(report, cfg), out, quick=cfg.mode == "quick", at=timestamp)
-    return report
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = arguments("bench.controls", __doc__,
-                       quick="backlogs of 100,000 and shorter runs (default: 1,000,000, as the targets state)")
-    parser.add_argument("--rows", type=int, default=None, help="messages per backlog of part 2")
-    parser.add_argument("--repeat", type=int, default=None, help="repetitions of every cell (default 3)")
-    parser.add_argument("--clients", default=None, help="client counts of part 1, comma-separated (default 1,4)")
-    parser.add_argument("--rate-seconds", type=float, default=None, help="measured seconds of part 3 (default 30)")
-    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
-    parser.add_argument("--levels", default=None,
-                        help="priority level counts of part 4, comma-separated (default 1,100,20000,65536)")
-    parser.add_argument("--level-samples", type=int, default=None,
-                        help="timed polls per cell of part 4 (default 30, 10 with --quick)")
-    parser.add_argument("--old-ref", default=None,
-                        help=f"git revision of the old functions (default: the parent of the commit adding"
-                             f" {CONTROLS_MIGRATION})")
-    parser.add_argument("--db-prefix", default="dq_bench_controls", help="database names (dropped and recreated)")
-    args = parser.parse_args(argv)
-    cfg = QUICK if args.quick else FULL
-    overrides: dict[str, Any] = {}
-    if args.rows is not None:
-        overrides["rows"] = args.rows
-    if args.repeat is not None:
-        overrides["repeat"] = args.repeat
-    if args.clients is not None:
-        overrides["clients"] = tuple(int(c) for c in args.clients.split(","))
-    if args.rate_seconds is not None:
-        overrides["rate_s"] = args.rate_seconds
-    if args.levels is not None:
-        overrides["level_counts"] = tuple(int(n) for n in args.levels.split(","))
-        if not all(1 <= n <= 65_536 for n in overrides["level_counts"]):
-            parser.error("--levels: each count is 1 to 65536 (the priorities of a smallint)")
-    if args.level_samples is not None:
-        overrides["level_samples"] = args.level_samples
-    parts = tuple(p for p in args.parts.split(",") if p)
-    if unknown := set(parts) - set(PARTS):
-        parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
-    run(args.dsn, replace(cfg, **overrides), args.out, args.db_prefix, args.old_ref, parts)
-
-
-if __name__ == "__main__":
-    # Run through the imported module, so spawned processes find every function as bench.controls.*.
-    from bench.controls import main as _main
-
-    _main()
