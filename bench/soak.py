@@ -78,17 +78,9 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from bench import chaos
-from bench.chaos import (
-    PIN_S,
-    Chaos,
-    Fault,
-    Settings,
-    Timeline,
-    add_arguments,
-    execute,
-    settings_from,
-    tables,
-)
+from bench.chaos import tables
+from bench.chaos_harness import Chaos, add_arguments, execute, settings_from
+from bench.chaos_plan import PIN_S, Fault, Settings, Timeline
 from bench.lib.report import OUT_HELP, console, publish, without
 
 if TYPE_CHECKING:
@@ -139,6 +131,7 @@ def thirds(samples: list[tuple[float, float]]) -> tuple[float, float] | None:
 
 
 class Soak(Chaos):
+    program = "bench.soak"
     s: SoakSettings
 
     def __init__(self, s: SoakSettings, workdir: Path) -> None:

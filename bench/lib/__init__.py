@@ -11,6 +11,8 @@ modules, never another benchmark's internals.
 * :mod:`bench.lib.clients`: client processes in lockstep (barrier, warm-up, a fixed measured time).
 * :mod:`bench.lib.workers`: ``pyqueue worker`` processes, and a backlog drained by them or by
   baseline clients.
+* :mod:`bench.lib.server`: a PostgreSQL server of a run's own, which the run may restart (bench.chaos,
+  bench.soak).
 * :mod:`bench.lib.report`: console, PASS/MISS, percentiles, machine information, rich tables, the
   shared command-line options, and the results (full report and summary).
 """

@@ -104,7 +104,7 @@ class WriteOptions:
     can_update: bool
     batch_size: int
     method: str  # one of WRITE_METHODS
-    # Testing only (tests/spark/test_spark.py): the first attempt of this partition raises after this
+    # Testing only (tests/spark/test_spark_write.py): the first attempt of this partition raises after this
     # many of its batches were committed, to exercise Spark's task retry ("partition:batches").
     fail_first_attempt: tuple[int, int] | None = None
 

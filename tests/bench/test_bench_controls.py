@@ -7,32 +7,33 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg import sql
 
-from bench import controls
+from bench import controls_config, controls_parts
 
 PROJECT = Path(__file__).resolve().parents[2]
 
 
 def test_max_in_window_counts_half_open_windows() -> None:
-    assert controls.max_in_window([], 1_000_000) == (0, 0)
-    assert controls.max_in_window([0, 500_000, 999_999, 1_000_000], 1_000_000) == (3, 0)
-    assert controls.max_in_window([0, 1_000_000, 1_200_000, 1_999_999, 2_000_000], 1_000_000) == (3, 1_000_000)
+    assert controls_parts.max_in_window([], 1_000_000) == (0, 0)
+    assert controls_parts.max_in_window([0, 500_000, 999_999, 1_000_000], 1_000_000) == (3, 0)
+    assert controls_parts.max_in_window([0, 1_000_000, 1_200_000, 1_999_999, 2_000_000], 1_000_000) == (3, 1_000_000)
 
 
 def test_rate_analysis_counts_the_measured_part_and_every_window() -> None:
-    cfg = controls.replace(controls.QUICK, rate_limit=10, rate_period_s=1.0, rate_warmup_s=1.0, rate_s=2.0)
+    cfg = replace(controls_config.QUICK, rate_limit=10, rate_period_s=1.0, rate_warmup_s=1.0, rate_s=2.0)
     # A burst of 10 at the start of every second, for 4 seconds: 10 per second, never 11 in a window.
     claimed = [s * 1_000_000 + i for s in range(4) for i in range(10)]
-    r = controls.rate_analysis(claimed, cfg)
+    r = controls_parts.rate_analysis(claimed, cfg)
     assert (r["deliveries"], r["measured_deliveries"], r["rate_per_s"]) == (40, 20, 10.0)
     assert r["per_period"]["values"] == [10.0, 10.0]
     assert (r["max_in_any_period"], r["pass_window"], r["pass_rate"]) == (10, True, True)
-    r = controls.rate_analysis([*claimed, 1_999_999], cfg)  # one more just before the third burst
+    r = controls_parts.rate_analysis([*claimed, 1_999_999], cfg)  # one more just before the third burst
     assert (r["max_in_any_period"], r["pass_window"]) == (11, False)
 
 
@@ -40,7 +41,7 @@ def test_condense_plans_keeps_long_plans_and_counts_short_ones() -> None:
     lines = ["duration: 0.500 ms  plan:\nQuery Text: SELECT 1\nResult",
              "duration: 0.010 ms  plan:\nQuery Text: SELECT  2\nResult",
              "duration: 0.020 ms  plan:\nQuery Text: SELECT 2\nResult"]
-    out = controls.condense_plans(lines)
+    out = controls_parts.condense_plans(lines)
     assert out["plans"] == lines[:1]
     assert out["shorter"] == [{"query": "Query Text: SELECT 2", "calls": 2, "total_ms": pytest.approx(0.03)}]
 
@@ -77,7 +78,7 @@ def test_tiny_run_reports_every_part(admin_dsn: str, tmp_path: Path) -> None:
     assert backlogs["groups"]["groups"] == 3000 and backlogs["priorities"]["levels"] == 5
     for name, b in backlogs.items():
         assert b["rows"] == 30000 and b["poll_p50_ms"] > 0 and b["drain_rows_per_s"]["median"] > 0, name
-        assert 0 < b["poll_sizes_mean"] <= controls.POLL_BATCH, name
+        assert 0 < b["poll_sizes_mean"] <= controls_config.POLL_BATCH, name
         assert any("Query Text" in plan for plan in b["plan"]["plans"]), name
     assert backlogs["plain"]["drain_vs_plain"] == 1.0
 

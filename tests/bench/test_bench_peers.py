@@ -1,5 +1,5 @@
-"""bench.peers' report (docs/performance.md, the terminal tables, the verdicts) from a small
-synthetic result: no server, no peer library, no timing."""
+"""bench.peers' report (bench.peers_report: docs/performance.md, the terminal tables, the verdicts)
+from a small synthetic result: no server, no peer library, no timing."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench import peers
+from bench import peers, peers_report
 
 
 def _enqueue(library: str, single: float, batched: float) -> dict[str, Any]:
@@ -51,8 +51,8 @@ def synthetic_result() -> dict[str, Any]:
         "latency": [{"contender": c.key, "workers": 4, "now": _lateness(10.0), "delayed": _lateness(5.0)}
                     for c in peers.contenders(cfg)],
     }
-    result["targets"] = peers.targets(result)
-    result["faster_ours"] = peers.faster_ours(result)
+    result["targets"] = peers_report.targets(result)
+    result["faster_ours"] = peers_report.faster_ours(result)
     return result
 
 
@@ -72,7 +72,7 @@ def test_targets_against_the_baseline_and_of_the_sync_worker() -> None:
     assert [(x["workers"], x["ours"], round(x["ratio"], 3), x["target"], x["pass"]) for x in t["baseline"]] == [
         (1, "dq-async", 0.556, 0.70, False), (4, "dq-async", 0.583, 0.90, False)]
     assert [(x["workers"], round(x["ratio"], 3), x["pass"]) for x in t["sync"]] == [(1, 0.4, False), (4, 0.429, False)]
-    rows = peers.target_rows(synthetic_result())
+    rows = peers_report.target_rows(synthetic_result())
     assert ["processing, 1 worker: ours ≥ 70% of the baseline",
             "pgdelayq (--async worker) 5,000 / baseline 9,000 = 56%", "MISS"] in rows
     assert ["processing, 4 workers: sync ≥ 80% of async", "3,000 / 7,000 = 43%", "MISS"] in rows
@@ -80,7 +80,7 @@ def test_targets_against_the_baseline_and_of_the_sync_worker() -> None:
 
 def test_markdown_report_has_a_table_per_workload_and_keeps_the_notes() -> None:
     result = synthetic_result()
-    first = peers.markdown_report(result, "peers.json")
+    first = peers_report.markdown_report(result, "peers.json")
     for heading in ("## Enqueue", "## Processing a backlog", "## Latency", "## Targets", "## Environment"):
         assert heading in first
     assert "| pgqueuer (batch 100) | 2,000 | 4,000 |" in first
@@ -94,7 +94,7 @@ def test_markdown_report_has_a_table_per_workload_and_keeps_the_notes() -> None:
         widths = {ln.replace("\\|", "").count("|") for ln in lines}
         assert len(widths) <= 1, block
     edited = first.replace("(No notes yet.)", "Where the time goes: measured by hand.")
-    second = peers.markdown_report(result, "peers.json", previous=edited)
+    second = peers_report.markdown_report(result, "peers.json", previous=edited)
     assert "Where the time goes: measured by hand." in second
     assert "(No notes yet.)" not in second
 
@@ -103,7 +103,7 @@ def test_terminal_tables_render() -> None:
     from rich.console import Console
 
     console = Console(width=200, record=True)
-    for table in peers.rich_tables(synthetic_result()):
+    for table in peers_report.rich_tables(synthetic_result()):
         console.print(table)
     text = console.export_text()
     assert "pgdelayq (--async worker)" in text and "MISS" in text and "PASS" in text
@@ -111,7 +111,7 @@ def test_terminal_tables_render() -> None:
 
 def test_chart_is_written(tmp_path: Path) -> None:
     path = tmp_path / "performance.png"
-    peers.chart(synthetic_result(), path)
+    peers_report.chart(synthetic_result(), path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -120,6 +120,6 @@ def test_summary_keeps_what_the_report_shows() -> None:
     for cell in result["throughput"]:
         cell.update(functions={"dq_poll_many": {"calls": 50, "total_ms": 80.0}}, worker_warnings=["WARNING x"],
                     exit_codes=[0], per_worker_delivered=[5000])
-    short = peers.summary(result)
+    short = peers_report.summary(result)
     assert not any({"functions", "worker_warnings", "exit_codes"} & set(c) for c in short["throughput"])
-    assert peers.markdown_report(short, "peers.json") == peers.markdown_report(result, "peers.json")
+    assert peers_report.markdown_report(short, "peers.json") == peers_report.markdown_report(result, "peers.json")

@@ -59,11 +59,11 @@ def test_a_recorded_result_is_a_small_summary_its_tables_render_from(path: Path,
 
 def test_performance_md_is_what_the_recorded_peers_summary_gives() -> None:
     """docs/performance.md says every figure in it comes from bench/results/peers.json."""
-    from bench import peers
+    from bench import peers_report
 
     md = (PROJECT / "docs" / "performance.md").read_text()
     assert "every figure below comes from `bench/results/peers.json`" in md
-    assert peers.markdown_report(json.loads((RESULTS / "peers.json").read_text()), "peers.json", md) == md
+    assert peers_report.markdown_report(json.loads((RESULTS / "peers.json").read_text()), "peers.json", md) == md
 
 
 def test_results_go_to_raw_and_summary_or_beside_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

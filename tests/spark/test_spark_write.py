@@ -1,9 +1,11 @@
-"""The ``delayedqueue`` PySpark data source (pyqueue.spark, docs/spark.md) against the test server.
+"""Writing with the ``delayedqueue`` PySpark data source (pyqueue.spark, docs/spark.md) against
+the test server: batches and their outcomes, retried tasks, duplicate keys, payload kinds, bad rows
+and options, the producer role, an install in another schema, the example job and the interpreter
+of Spark's Python workers.
 
-One local Spark session for the module (``local[2,2]``: two cores, a failed task is tried once
-more, which the retry test needs). Write outcomes and the read queries are observed through
-Spark's own Python worker logs (``spark.tvf.python_worker_logs()``), where the data source logs
-its commit summary and every query it runs.
+Write outcomes are observed through Spark's own Python worker logs
+(``spark.tvf.python_worker_logs()``), where the data source logs its commit summary; the Spark
+session is tests/spark/conftest.py's.
 """
 
 from __future__ import annotations
@@ -13,8 +15,7 @@ import os
 import shutil
 import sys
 import uuid
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 import psycopg
@@ -24,74 +25,21 @@ pyspark = pytest.importorskip("pyspark")
 
 from pyspark.sql import DataFrame, Row, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
+from sparkhelpers import (  # noqa: E402
+    T0,
+    denied,
+    logs,
+    messages,
+    numbered,
+    queue_name,
+    read_logs,
+    summary,
+    writer,
+)
 
-import pyqueue.spark  # noqa: E402
 from pyqueue.migrate import migrate  # noqa: E402
 
 pytestmark = pytest.mark.spark
-
-T0 = datetime(2030, 1, 1, tzinfo=UTC)  # message times far ahead of the server clock
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.fail("Spark needs a Java 17+ runtime (Debian: apt-get install openjdk-17-jre-headless)")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    session = (
-        SparkSession.builder.master("local[2,2]")
-        .appName("pyqueue-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.pyspark.worker.logging.enabled", "true")
-        .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=error")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    pyqueue.spark.register(session)
-    yield session
-    session.stop()
-
-
-def messages(conn: psycopg.Connection[Any], queue: str) -> dict[str, tuple[bytes, str, datetime]]:
-    rows = conn.execute(
-        "SELECT key, payload, payload_type, scheduled_at FROM dq_messages WHERE queue = %s", (queue,)
-    ).fetchall()
-    return {r[0]: (bytes(r[1]), r[2], r[3]) for r in rows}
-
-
-def logs(spark: SparkSession, marker: str) -> list[str]:
-    """Messages of logger pyqueue.spark in Python worker logs that contain ``marker``."""
-    rows = (
-        spark.tvf.python_worker_logs()
-        .where((F.col("logger") == "pyqueue.spark") & F.col("msg").contains(marker))
-        .select("msg")
-        .collect()
-    )
-    return [r.msg for r in rows]
-
-
-def summary(spark: SparkSession, queue: str) -> dict[str, int]:
-    """Counts of the commit summaries logged for ``queue`` (the write jobs so far)."""
-    found = [m for m in logs(spark, f"queue '{queue}':") if " rows from " in m]
-    assert found, f"no commit summary logged for {queue}"
-    total: dict[str, int] = {}
-    for msg in found:
-        body = msg.split(" batches: ", 1)[1].split(";", 1)[0]
-        for part in body.split(", "):
-            name, n = part.rsplit(" ", 1)
-            total[name] = total.get(name, 0) + int(n)
-    return total
-
-
-def writer(df: DataFrame, dsn: str, queue: str, **options: str) -> Any:
-    w = df.write.format("delayedqueue").option("dsn", dsn).option("queue", queue).mode("append")
-    for name, value in options.items():
-        w = w.option(name, value)
-    return w
 
 
 def test_write_then_read_back(spark: SparkSession, dsn: str, conn: psycopg.Connection[Any]) -> None:
@@ -128,19 +76,6 @@ def test_write_then_read_back(spark: SparkSession, dsn: str, conn: psycopg.Conne
         T0 + timedelta(seconds=1234),
         0,
         False,
-    )
-
-
-def queue_name() -> str:
-    return f"q-{uuid.uuid4().hex[:8]}"
-
-
-def numbered(spark: SparkSession, n: int, partitions: int) -> DataFrame:
-    """n rows k00000.. with a binary payload and times one second apart from T0."""
-    return spark.range(n, numPartitions=partitions).select(
-        F.format_string("k%05d", "id").alias("key"),
-        F.encode(F.format_string("p%d", "id"), "UTF-8").alias("payload"),
-        (F.lit(T0) + F.make_interval(secs=F.col("id"))).alias("scheduled_at"),
     )
 
 
@@ -248,6 +183,7 @@ def test_schema_errors_write_nothing(
     assert messages(conn, queue) == {}
 
 
+
 @pytest.mark.parametrize("method", ["copy", "arrays"])
 @pytest.mark.parametrize(
     ("bad_row", "message"),
@@ -305,85 +241,6 @@ def test_bad_options(spark: SparkSession, dsn: str) -> None:
         df.write.format("delayedqueue").option("dsn", dsn).option("queue", "q").mode("overwrite").save()
 
 
-def read_logs(spark: SparkSession, marker: str) -> list[str]:
-    return [m for m in logs(spark, "rows fetched by") if marker in m]
-
-
-def test_read_messages_with_pushdown(spark: SparkSession, dsn: str, conn: psycopg.Connection[Any]) -> None:
-    queue, other = queue_name(), queue_name()
-    writer(numbered(spark, 200, 2), dsn, queue).save()
-    writer(numbered(spark, 50, 1), dsn, other).save()
-    df = (
-        spark.read.format("delayedqueue")
-        .option("dsn", dsn)
-        .option("numPartitions", "2")
-        .load()
-        .where(
-            (F.col("queue") == queue)
-            & (F.col("scheduled_at") >= F.lit(T0 + timedelta(seconds=50)))
-            & (F.col("scheduled_at") < F.lit(T0 + timedelta(seconds=80)))
-        )
-    )
-    keys = sorted(r.key for r in df.select("key").collect())
-    assert keys == [f"k{i:05d}" for i in range(50, 80)]
-    # Both partitions called the export function with the filters; together they fetched exactly the 30 rows.
-    found = read_logs(spark, f'["queue", "=", "{queue}"]')
-    assert len(found) == 2, found
-    for msg in found:
-        assert 'SELECT "dq_export_messages"(%s, %s, %s::jsonb)' in msg
-        assert '["scheduled_at", ">=", "2030-01-01T00:00:50+00:00"]' in msg
-        assert '["scheduled_at", "<", "2030-01-01T00:01:20+00:00"]' in msg
-        assert msg.endswith("; columns " + ", ".join(pyqueue.spark.MESSAGES_SCHEMA.names))
-        assert "locked" in msg and "lock_token" not in msg
-    assert sum(int(m.split(" rows fetched")[0].rsplit(" ", 1)[1]) for m in found) == 30
-
-
-def test_read_archive_with_pushdown(spark: SparkSession, dsn: str, conn: psycopg.Connection[Any]) -> None:
-    queue = queue_name()
-    conn.execute(
-        """INSERT INTO dq_archive (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially,
-                                   created_at, delivery_count, outcome, acked_at, last_error)
-           SELECT g, %(q)s, 'a' || g, '\\x00'::bytea, 'bytes', %(t0)s, %(t0)s, %(t0)s, 1,
-                  CASE WHEN g %% 10 = 0 THEN 'dead' ELSE 'acked' END,
-                  %(t0)s + g * interval '1 minute', CASE WHEN g %% 10 = 0 THEN 'boom' END
-             FROM generate_series(1, 100) AS g""",
-        {"q": queue, "t0": T0},
-    )
-    df = (
-        spark.read.format("delayedqueue")
-        .option("dsn", dsn)
-        .option("table", "archive")
-        .option("queue", queue)
-        .load()
-        .where(F.col("acked_at") > F.lit(T0 + timedelta(minutes=40)))
-        .where(F.col("outcome").isin("dead", "cancelled"))
-    )
-    rows = df.select("id", "last_error", "outcome").collect()
-    assert sorted(r.id for r in rows) == [50, 60, 70, 80, 90, 100]
-    assert {r.last_error for r in rows} == {"boom"}
-    found = read_logs(spark, f'["queue", "=", "{queue}"]')
-    assert found and all('["acked_at", ">", ' in m and '["outcome", "IN", [' in m for m in found)
-    assert all('SELECT "dq_export_archive"(%s, %s, %s::jsonb)' in m for m in found)
-    assert sum(int(m.split(" rows fetched")[0].rsplit(" ", 1)[1]) for m in found) == 6
-    assert "archive_id" in found[0]
-
-
-def test_read_chosen_columns(spark: SparkSession, dsn: str) -> None:
-    queue = queue_name()
-    writer(numbered(spark, 10, 1), dsn, queue).save()
-    df = (
-        spark.read.format("delayedqueue")
-        .schema("key string, scheduled_at timestamp")
-        .option("dsn", dsn)
-        .option("queue", queue)
-        .load()
-    )
-    assert df.count() == 10
-    assert df.columns == ["key", "scheduled_at"]
-    with pytest.raises(Exception, match="column 'lock_token' is not a column of dq_messages"):
-        spark.read.format("delayedqueue").schema("lock_token string").option("dsn", dsn).load().collect()
-
-
 def test_example_job(spark: SparkSession, dsn: str, tmp_path: Any) -> None:
     """examples/spark_reminders.py end to end: 300 users, one in three did not pay."""
     import importlib.util
@@ -407,15 +264,6 @@ def test_example_job(spark: SparkSession, dsn: str, tmp_path: Any) -> None:
 # --------------------------------------------------------------------------- roles: no table access needed
 
 
-def denied(dsn: str, statement: str) -> bool:
-    with psycopg.connect(dsn, autocommit=True) as c:
-        try:
-            c.execute(statement)
-        except psycopg.errors.InsufficientPrivilege:
-            return True
-    return False
-
-
 @pytest.mark.parametrize("method", ["copy", "arrays"])
 def test_dq_producer_writes(spark: SparkSession, conn: psycopg.Connection[Any], login: Any, method: str) -> None:
     producer = login("dq_producer")
@@ -429,60 +277,6 @@ def test_dq_producer_writes(spark: SparkSession, conn: psycopg.Connection[Any], 
     # a producer may not read the queue back
     with pytest.raises(Exception, match="permission denied for function dq_export_messages_bounds"):
         spark.read.format("delayedqueue").option("dsn", producer).option("queue", queue).load().collect()
-
-
-def test_dq_consumer_reads_messages_but_not_the_archive(
-    spark: SparkSession, dsn: str, conn: psycopg.Connection[Any], login: Any
-) -> None:
-    consumer = login("dq_consumer")
-    assert denied(consumer, "SELECT 1 FROM dq_messages LIMIT 1")
-    queue = queue_name()
-    writer(numbered(spark, 200, 2), dsn, queue).save()
-    conn.execute("SELECT dq_poll_many(%s, 3, '1 hour')", (queue,))  # nothing is due: locks nothing
-    conn.execute("SELECT dq_offer(%s, 'due', 'x'::bytea, now() - interval '1 second')", (queue,))
-    conn.execute("SELECT dq_poll_many(%s, 1, '1 hour')", (queue,))  # locks 'due'
-    df = (
-        spark.read.format("delayedqueue")
-        .option("dsn", consumer)
-        .option("queue", queue)
-        .option("numPartitions", "3")
-        .load()
-        .where(
-            F.col("key").isin("k00007", "k00150", "due") | (F.col("scheduled_at") >= F.lit(T0 + timedelta(seconds=198)))
-        )
-    )
-    rows = {r.key: r for r in df.collect()}
-    assert sorted(rows) == ["due", "k00007", "k00150", "k00198", "k00199"]
-    assert (bytes(rows["k00150"].payload), rows["k00150"].locked, rows["due"].locked) == (b"p150", False, True)
-    everything = spark.read.format("delayedqueue").option("dsn", consumer).option("queue", queue).load()
-    assert everything.count() == 201
-    with pytest.raises(Exception, match="permission denied for function dq_export_archive_bounds"):
-        spark.read.format("delayedqueue").option("dsn", consumer).option("table", "archive").load().collect()
-
-
-def test_dq_admin_reads_the_archive(spark: SparkSession, conn: psycopg.Connection[Any], login: Any) -> None:
-    admin = login("dq_admin")
-    assert denied(admin, "SELECT 1 FROM dq_archive LIMIT 1")
-    queue = queue_name()
-    conn.execute("SELECT dq_configure_queue(%s, archive => true)", (queue,))
-    for i in range(5):
-        conn.execute("SELECT dq_offer(%s, %s, 'x'::bytea, now() - interval '1 second')", (queue, f"a{i}"))
-    tokens = [r[0] for r in conn.execute("SELECT lock_token FROM dq_poll_many(%s, 5, '1 hour')", (queue,))]
-    conn.execute("SELECT dq_ack_many(%s::uuid[])", (tokens[:4],))
-    conn.execute("SELECT dq_cancel(%s, %s)", (queue, "a4"))
-    df = (
-        spark.read.format("delayedqueue")
-        .option("dsn", admin)
-        .option("table", "archive")
-        .option("queue", queue)
-        .option("numPartitions", "2")
-        .load()
-    )
-    outcomes = {r.key: r.outcome for r in df.collect()}
-    assert outcomes == {"a0": "acked", "a1": "acked", "a2": "acked", "a3": "acked", "a4": "cancelled"}
-    assert df.where(F.col("outcome") == "cancelled").select("key").collect() == [Row(key="a4")]
-    # dq_admin is a member of dq_consumer: it reads the live messages too
-    assert spark.read.format("delayedqueue").option("dsn", admin).option("queue", queue).load().count() == 0
 
 
 # --------------------------------------------------------------------------- an install in another schema
@@ -540,107 +334,6 @@ def test_schema_option_errors(spark: SparkSession, dsn: str) -> None:
         writer(df, dsn, "q", schema="nowhere").save()
     with pytest.raises(Exception, match='schema "nowhere" does not exist'):
         spark.read.format("delayedqueue").option("dsn", dsn).option("schema", "nowhere").load().collect()
-
-
-# --------------------------------------------------------------------------- the export functions in SQL
-
-
-def export(conn: psycopg.Connection[Any], function: str, *args: Any) -> list[tuple[Any, ...]]:
-    """Every row of the cursor that ``function(id_from, id_to, filters)`` opens, in one transaction."""
-    with conn.transaction():
-        opened = conn.execute(
-            psycopg.sql.SQL("SELECT {}(%s, %s, %s::jsonb)").format(psycopg.sql.Identifier(function)), args
-        ).fetchone()
-        assert opened is not None
-        return conn.execute(psycopg.sql.SQL("FETCH ALL FROM {}").format(psycopg.sql.Identifier(opened[0]))).fetchall()
-
-
-EXPORT_FILTERS = [
-    # (filters, the same condition on dq_messages)
-    ([], "true"),
-    ([["queue", "=", "e1"]], "queue = 'e1'"),
-    ([["key", "IN", ["k3", "k9", "nope"]], ["queue", "=", "e1"]], "key IN ('k3', 'k9', 'nope') AND queue = 'e1'"),
-    ([["key", ">=", "k5"], ["key", "<", "k7"]], "key >= 'k5' AND key < 'k7'"),
-    ([["scheduled_at", "<=", "2030-01-01T00:00:07+00:00"]], "scheduled_at <= '2030-01-01 00:00:07+00'"),
-    ([["id", ">", 4]], "id > 4"),
-    ([["delivery_count", "=", 1]], "delivery_count = 1"),
-    ([["locked", "=", True]], "lock_token IS NOT NULL"),
-    ([["dead_from", "IS NOT NULL"]], "dead_from IS NOT NULL"),
-    ([["last_error", "IS NULL"], ["queue", "IN", ["e2"]]], "last_error IS NULL AND queue = 'e2'"),
-]
-
-
-@pytest.mark.parametrize(("filters", "where"), EXPORT_FILTERS, ids=[w for _, w in EXPORT_FILTERS])
-def test_export_messages_filters_equal_the_where_clause(
-    conn: psycopg.Connection[Any], filters: list[Any], where: str
-) -> None:
-    for queue in ("e1", "e2"):
-        for i in range(12):
-            conn.execute("SELECT dq_offer(%s, %s, 'x'::bytea, %s)", (queue, f"k{i}", T0 + timedelta(seconds=i)))
-    conn.execute("UPDATE dq_messages SET scheduled_at = now() - interval '1 second' WHERE key IN ('k2', 'k4')")
-    conn.execute("SELECT dq_poll_many('e1', 2, '1 hour')")
-    expected = conn.execute(f"SELECT id FROM dq_messages WHERE {where} ORDER BY id").fetchall()  # noqa: S608
-    got = sorted((r[0],) for r in export(conn, "dq_export_messages", None, None, json.dumps(filters)))
-    assert got == expected
-    ids = [r[0] for r in expected]
-    bounds = conn.execute("SELECT * FROM dq_export_messages_bounds(%s::jsonb)", (json.dumps(filters),)).fetchone()
-    assert bounds == ((min(ids), max(ids)) if ids else (None, None))
-    if len(ids) > 2:  # an id range keeps id_from and leaves out id_to
-        ranged = export(conn, "dq_export_messages", ids[1], ids[-1], json.dumps(filters))
-        assert sorted(r[0] for r in ranged) == ids[1:-1]
-
-
-@pytest.mark.parametrize(
-    ("filters", "sqlstate", "message"),
-    [
-        (None, "22004", "dq_export_messages: filters must not be NULL"),
-        ({"queue": "q"}, "22023", 'filters is {"queue": "q"}, it must be a JSON array'),
-        ([["lock_token", "=", "x"]], "22023", 'filter \\["lock_token", "=", "x"\\] names no column'),
-        ([["key", "LIKE", "k%"]], "22023", 'filter \\["key", "LIKE", "k%"\\] is not'),
-        ([["key", "IN", "k1"]], "22023", "is not"),
-        ([["key", "="]], "22023", "is not"),
-        ([["key", "IS NULL", None]], "22023", "is not"),
-        (["key"], "22023", "must be \\[column, operator, value\\]"),
-        ([["id", "=", "x"]], "22P02", "invalid input syntax for type bigint"),
-        ([["scheduled_at", "<", "soon"]], "22007", "invalid input syntax for type timestamp with time zone"),
-    ],
-)
-def test_export_rejects_bad_filters(conn: psycopg.Connection[Any], filters: Any, sqlstate: str, message: str) -> None:
-    with pytest.raises(psycopg.Error, match=message) as info:
-        export(conn, "dq_export_messages", None, None, None if filters is None else json.dumps(filters))
-    assert info.value.sqlstate == sqlstate
-
-
-def test_export_reads_ranges_of_the_primary_key_with_the_filters(conn: psycopg.Connection[Any]) -> None:
-    """The function's query is planned with the id range and the filters, as a WHERE on the table would be."""
-    from test_plans import nested_plans
-
-    conn.execute(
-        "INSERT INTO dq_messages (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially) "
-        "SELECT 'q' || (g %% 4), 'k' || g, 'x', 'bytes', %s + g * interval '1 second', %s "
-        "FROM generate_series(1, 20000) g",
-        (T0, T0),
-    )
-    conn.execute("VACUUM ANALYZE dq_messages")
-    filters = """'[["queue", "=", "q1"], ["scheduled_at", "<", "2030-01-01T01:00:00+00:00"]]'"""
-    read_all = f"""DO $$
-        DECLARE
-            c refcursor := dq_export_messages(5000, 10000, {filters});
-            r record;
-        BEGIN
-            LOOP
-                FETCH c INTO r;
-                EXIT WHEN NOT FOUND;
-            END LOOP;
-        END $$"""
-    plans = nested_plans(conn, read_all)
-    assert "Index Scan using dq_messages_pkey on dq_messages" in plans, plans
-    assert "Index Cond: ((id >= '5000'::bigint) AND (id < '10000'::bigint))" in plans, plans
-    assert "Filter: ((queue = 'q1'::text) AND (scheduled_at <" in plans, plans
-    plans = nested_plans(conn, f"SELECT * FROM dq_export_messages_bounds({filters})")  # noqa: S608
-    assert "Index Scan using dq_messages_pkey on dq_messages" in plans, plans
-    assert "Index Scan Backward using dq_messages_pkey on dq_messages" in plans, plans
-    assert "Seq Scan" not in plans, plans
 
 
 # --------------------------------------------------------------------------- the workers' interpreter
