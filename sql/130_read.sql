@@ -2,9 +2,29 @@
 -- Pin the search_path to the install schema (sql/000_common.sql).
 SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
+-- Payload bytes as text for people: the bytes decoded as UTF-8 when they are valid UTF-8 (JSON and
+-- text payloads), else '\x' and their hex digits (what psql shows for bytea). The decode is tried
+-- in a block with an exception handler (a subtransaction per call: for reading a few rows only).
+CREATE OR REPLACE FUNCTION dq__payload_text(payload bytea)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN pg_catalog.convert_from(payload, 'UTF8');
+EXCEPTION WHEN character_not_in_repertoire OR untranslatable_character THEN
+    RETURN '\x' || pg_catalog.encode(payload, 'hex');
+END;
+$$;
+COMMENT ON FUNCTION dq__payload_text(bytea) IS
+  'Internal: a payload as text: decoded as UTF-8 when valid, else \x and hex digits.';
+REVOKE ALL ON FUNCTION dq__payload_text(bytea) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
+
 -- dq_cancel deletes every message of the queue with this key: the ordinary message and any dead
 -- letters that share the key. A deleted future occurrence of a named schedule is offered again by
--- the next dq_cron_tick (dq__cron_note_deleted, sql/200_cron.sql): cancelling an occurrence does not
+-- the next dq_cron_tick (dq__cron_note_deleted, sql/230_cron_schedules.sql): cancelling an occurrence does not
 -- skip it; pause the schedule for that.
 -- Concurrency: a plain DELETE by (queue, key); if a poller holds the row lock it waits for
 -- that transaction, then deletes whatever version is current (a cancelled message in flight

@@ -1,4 +1,4 @@
--- Per-queue configuration and dead letters.
+-- Dead letters: moving a message to its queue's dead-letter queue, dq_redrive and dq_dead_letters.
 --
 -- A queue configured with max_deliveries N and a dead-letter queue D: a message delivered N times
 -- that comes due again (its handler failed and dq_nack gave it back, or its lock expired again
@@ -145,25 +145,6 @@ COMMENT ON FUNCTION dq_redrive(text, integer) IS
 REVOKE ALL ON FUNCTION dq_redrive(text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_redrive(text, integer) TO dq_admin;
 
-SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
--- Payload bytes as text for people: the bytes decoded as UTF-8 when they are valid UTF-8 (JSON and
--- text payloads), else '\x' and their hex digits (what psql shows for bytea). The decode is tried
--- in a block with an exception handler (a subtransaction per call: for reading a few rows only).
-CREATE OR REPLACE FUNCTION dq__payload_text(payload bytea)
-RETURNS text
-LANGUAGE plpgsql IMMUTABLE STRICT
-SET search_path FROM CURRENT
-AS $$
-BEGIN
-    RETURN pg_catalog.convert_from(payload, 'UTF8');
-EXCEPTION WHEN character_not_in_repertoire OR untranslatable_character THEN
-    RETURN '\x' || pg_catalog.encode(payload, 'hex');
-END;
-$$;
-COMMENT ON FUNCTION dq__payload_text(bytea) IS
-  'Internal: a payload as text: decoded as UTF-8 when valid, else \x and hex digits.';
-REVOKE ALL ON FUNCTION dq__payload_text(bytea) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-SELECT dq__search_path(internal => false);
 
 -- The dead letters of a dead-letter queue, for operators (dq_admin may not read dq_messages):
 -- oldest death first. A plain read: no lock is taken, nothing changes.
