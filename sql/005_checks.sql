@@ -4,11 +4,14 @@
 SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
 SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
+-- dq__time_after_error of earlier versions of this file took the limit's text as well.
+DROP FUNCTION IF EXISTS dq__time_after_error(text, text, interval, timestamptz, boolean, interval, text);
+
 -- A bad argument is raised by the public function the user called, never by a helper, so the error's
 -- CONTEXT names only that function. The helpers below describe the error instead: they return it as
 -- jsonb {"sqlstate": ..., "message": ...} (NULL when the value is valid), and the caller raises it:
 --
---     v_error := dq__name_error('dq_offer', 'queue', dq_offer.queue, 100);
+--     v_error := dq__name_error('dq_offer', 'queue', dq_offer.queue, dq__limit_queue_chars());
 --     IF v_error IS NOT NULL THEN
 --         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
 --     END IF;
@@ -89,6 +92,20 @@ COMMENT ON FUNCTION dq__time_error(text, text, timestamptz) IS
   'Internal: NULL for a time in 0001-01-02 .. 9999-12-30 UTC; else the 22004 (NULL) or 22008 datetime_field_overflow error naming the parameter.';
 REVOKE ALL ON FUNCTION dq__time_error(text, text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
+-- A limit of time as messages say it: '1 hour', '1 day', '366 days' (whatever the IntervalStyle).
+CREATE OR REPLACE FUNCTION dq__interval_text(value interval)
+RETURNS text
+LANGUAGE sql STABLE  -- interval's text depends on IntervalStyle
+AS $$
+    SELECT CASE WHEN value = make_interval(days => extract(day FROM value)::integer) AND extract(day FROM value) > 0
+                THEN extract(day FROM value)::integer || CASE WHEN extract(day FROM value) = 1 THEN ' day' ELSE ' days' END
+                WHEN value = make_interval(hours => extract(hour FROM value)::integer) AND extract(hour FROM value) > 0
+                THEN extract(hour FROM value)::integer || CASE WHEN extract(hour FROM value) = 1 THEN ' hour' ELSE ' hours' END
+                ELSE value::text END
+$$;
+COMMENT ON FUNCTION dq__interval_text(interval) IS 'Internal: a whole number of days or hours as words (''1 hour'', ''366 days''), else the interval''s text.';
+REVOKE ALL ON FUNCTION dq__interval_text(interval) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
 -- An interval applied to a time: base + value, checked by its effect rather than by comparing the
 -- interval with zero: an interval with months is not a fixed length ('1 mon -29 days' compares as
 -- positive but lands in the past on 31 January; PostgreSQL manual, 9.9 "Date/Time Functions and
@@ -97,8 +114,7 @@ REVOKE ALL ON FUNCTION dq__time_error(text, text, timestamptz) FROM PUBLIC, dq_p
 -- max_value, 22008 when it would leave the stored range. Each field of the interval is bounded
 -- first, so the addition itself cannot overflow.
 CREATE OR REPLACE FUNCTION dq__time_after_error(fn text, param text, value interval, base timestamptz,
-                                                allow_zero boolean, max_value interval DEFAULT NULL,
-                                                max_text text DEFAULT NULL)
+                                                allow_zero boolean, max_value interval DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -124,7 +140,7 @@ BEGIN
             CASE WHEN allow_zero THEN 'at or after' ELSE 'after' END));
     END IF;
     IF max_value IS NOT NULL AND v_at > base + max_value THEN
-        RETURN dq__error('22023', format('%s: %s is %s, the limit is %s', fn, param, value, coalesce(max_text, max_value::text)));
+        RETURN dq__error('22023', format('%s: %s is %s, the limit is %s', fn, param, value, dq__interval_text(max_value)));
     END IF;
     IF v_at > dq__max_time() THEN
         RETURN dq__error('22008', format('%s: %s is %s, now + %s would be after 9999-12-30 UTC', fn, param, value, param));
@@ -132,7 +148,7 @@ BEGIN
     RETURN NULL;
 END;
 $$;
-COMMENT ON FUNCTION dq__time_after_error(text, text, interval, timestamptz, boolean, interval, text) IS
+COMMENT ON FUNCTION dq__time_after_error(text, text, interval, timestamptz, boolean, interval) IS
   'Internal: NULL when base + value is valid; else the error: 22004 NULL, 22023 before base (or at it unless allow_zero) or past max_value, 22008 past 9999-12-30 UTC.';
-REVOKE ALL ON FUNCTION dq__time_after_error(text, text, interval, timestamptz, boolean, interval, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+REVOKE ALL ON FUNCTION dq__time_after_error(text, text, interval, timestamptz, boolean, interval) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);

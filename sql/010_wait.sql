@@ -37,8 +37,8 @@ DECLARE
     v_busy        integer;
     v_token       timestamptz;
 BEGIN
-    v_error := coalesce(dq__name_error('dq_wait', 'queue', dq_wait.queue, 100),
-                        dq__time_after_error('dq_wait', 'max_wait', max_wait, v_now, false, interval '1 hour', '1 hour'));
+    v_error := coalesce(dq__name_error('dq_wait', 'queue', dq_wait.queue, dq__limit_queue_chars()),
+                        dq__time_after_error('dq_wait', 'max_wait', max_wait, v_now, false, dq__limit_wait_max()));
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;

@@ -14,8 +14,9 @@ LANGUAGE sql STABLE
 AS $$
     SELECT CASE WHEN jsonb_typeof(value) <> 'object'
                 THEN dq__error('22023', format('%s: %s is a JSON %s, it must be a JSON object', fn, param, jsonb_typeof(value)))
-                WHEN octet_length(value::text) > 8192
-                THEN dq__error('54000', format('%s: %s is %s bytes, the limit is 8192', fn, param, octet_length(value::text))) END
+                WHEN octet_length(value::text) > dq__limit_headers_bytes()
+                THEN dq__error('54000', format('%s: %s is %s bytes, the limit is %s', fn, param, octet_length(value::text),
+                                               dq__limit_headers_bytes())) END
 $$;
 COMMENT ON FUNCTION dq__headers_error(text, text, jsonb) IS
   'Internal: NULL for NULL or a JSON object of at most 8192 bytes; else the 22023 (not a JSON object) or 54000 (over 8192 bytes) error naming the parameter.';
@@ -37,10 +38,11 @@ DECLARE
     v_param text := CASE WHEN suffix = '' THEN 'expires_at' ELSE 'expires_ats' || suffix END;
 BEGIN
     RETURN coalesce(
-        dq__range_error(fn, CASE WHEN suffix = '' THEN 'priority' ELSE 'priorities' || suffix END, priority, -32768, 32767),
+        dq__range_error(fn, CASE WHEN suffix = '' THEN 'priority' ELSE 'priorities' || suffix END, priority,
+                        dq__limit_priority_min(), dq__limit_priority_max()),
         CASE WHEN message_group IS NOT NULL
              THEN dq__name_error(fn, CASE WHEN suffix = '' THEN 'message_group' ELSE 'message_groups' || suffix END,
-                                 message_group, 200) END,
+                                 message_group, dq__limit_group_chars()) END,
         CASE WHEN expires_at IS NOT NULL THEN dq__time_error(fn, v_param, expires_at) END,
         CASE WHEN expires_at <= scheduled_at
              THEN dq__error('22023', format('%s: %s is %s, it must be after scheduled_at (%s)', fn, v_param, expires_at,
@@ -92,7 +94,7 @@ DECLARE
     v_bad_ctl    bigint;
     r            record;
 BEGIN
-    v_error := dq__name_error(fn, 'queue', dq__offer_many_error.queue, 100);
+    v_error := dq__name_error(fn, 'queue', dq__offer_many_error.queue, dq__limit_queue_chars());
     IF v_error IS NOT NULL THEN
         RETURN v_error;
     END IF;
@@ -114,8 +116,8 @@ BEGIN
        OR array_ndims(dq__offer_many_error.expires_ats) > 1 OR array_ndims(dq__offer_many_error.headers) > 1 THEN
         RETURN dq__error('22023', format('%s: arrays must be one-dimensional', fn));
     END IF;
-    IF v_n > 100000 THEN
-        RETURN dq__error('54000', format('%s: keys has %s elements, the limit is 100000', fn, v_n));
+    IF v_n > dq__limit_offer_many_max_items() THEN
+        RETURN dq__error('54000', format('%s: keys has %s elements, the limit is %s', fn, v_n, dq__limit_offer_many_max_items()));
     END IF;
     IF coalesce(cardinality(dq__offer_many_error.payloads), 0) <> v_n THEN
         RETURN dq__error('22023', format('%s: payloads has %s elements, keys has %s', fn,
@@ -138,13 +140,13 @@ BEGIN
                OR dq__offer_many_error.expires_ats IS NOT NULL OR dq__offer_many_error.headers IS NOT NULL;
 
     -- One pass over the input for every element check.
-    SELECT min(u.i) FILTER (WHERE u.k IS NULL OR u.k = '' OR char_length(u.k) > 200),
+    SELECT min(u.i) FILTER (WHERE u.k IS NULL OR u.k = '' OR char_length(u.k) > dq__limit_key_chars()),
            min(u.i) FILTER (WHERE u.p IS NULL),
            min(u.i) FILTER (WHERE dq__offer_many_error.scheduled_ats IS NOT NULL AND u.s IS NULL),
-           min(u.i) FILTER (WHERE u.t = '' OR char_length(u.t) > 100),
+           min(u.i) FILTER (WHERE u.t = '' OR char_length(u.t) > dq__limit_payload_type_chars()),
            count(DISTINCT u.k),
            min(u.i) FILTER (WHERE NOT (u.s BETWEEN dq__min_time() AND dq__max_time())),
-           min(u.i) FILTER (WHERE octet_length(u.p) > dq__payload_limit_floor())
+           min(u.i) FILTER (WHERE octet_length(u.p) > dq__limit_payload_bytes_min())
       INTO v_bad_key, v_bad_pay, v_bad_sched, v_bad_type, v_distinct, v_bad_time, v_big
       FROM unnest(dq__offer_many_error.keys, dq__offer_many_error.payloads,
                   dq__offer_many_error.scheduled_ats, dq__offer_many_error.payload_types)
@@ -153,7 +155,7 @@ BEGIN
     -- Positions are 1-based ordinals (whatever the arrays' lower bounds); values are read by ordinal.
     IF v_bad_key IS NOT NULL THEN
         SELECT u.k INTO v_value FROM unnest(dq__offer_many_error.keys) WITH ORDINALITY AS u(k, i) WHERE u.i = v_bad_key;
-        v_error := dq__name_error(fn, format('keys[%s]', v_bad_key), v_value, 200);
+        v_error := dq__name_error(fn, format('keys[%s]', v_bad_key), v_value, dq__limit_key_chars());
         RETURN v_error;
     END IF;
     IF v_bad_pay IS NOT NULL THEN
@@ -185,7 +187,7 @@ BEGIN
     IF v_bad_type IS NOT NULL THEN
         SELECT u.t INTO v_value FROM unnest(dq__offer_many_error.payload_types) WITH ORDINALITY AS u(t, i)
          WHERE u.i = v_bad_type;
-        v_error := dq__name_error(fn, format('payload_types[%s]', v_bad_type), v_value, 100);
+        v_error := dq__name_error(fn, format('payload_types[%s]', v_bad_type), v_value, dq__limit_payload_type_chars());
         RETURN v_error;
     END IF;
     IF v_controls THEN
@@ -195,10 +197,10 @@ BEGIN
           FROM unnest(dq__offer_many_error.keys, dq__offer_many_error.scheduled_ats, dq__offer_many_error.priorities,
                       dq__offer_many_error.message_groups, dq__offer_many_error.expires_ats, dq__offer_many_error.headers)
                WITH ORDINALITY AS u(k, s, p, g, e, h, i)
-         WHERE (dq__offer_many_error.priorities IS NOT NULL AND (u.p IS NULL OR u.p NOT BETWEEN -32768 AND 32767))
-            OR u.g = '' OR char_length(u.g) > 200
+         WHERE (dq__offer_many_error.priorities IS NOT NULL AND (u.p IS NULL OR u.p NOT BETWEEN dq__limit_priority_min() AND dq__limit_priority_max()))
+            OR u.g = '' OR char_length(u.g) > dq__limit_group_chars()
             OR NOT (u.e BETWEEN dq__min_time() AND dq__max_time()) OR u.e <= coalesce(u.s, v_now)
-            OR jsonb_typeof(u.h) <> 'object' OR octet_length(u.h::text) > 8192
+            OR jsonb_typeof(u.h) <> 'object' OR octet_length(u.h::text) > dq__limit_headers_bytes()
          ORDER BY u.i LIMIT 1;
         IF FOUND THEN
             v_error := dq__controls_error(fn, format('[%s]', v_bad_ctl),
@@ -231,7 +233,7 @@ RETURNS integer
 LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT coalesce((SELECT q.max_payload_bytes FROM dq_queues q WHERE q.queue = $1), dq__default_max_payload_bytes())
+    SELECT coalesce((SELECT q.max_payload_bytes FROM dq_queues q WHERE q.queue = $1), dq__limit_payload_bytes_default())
 $$;
 COMMENT ON FUNCTION dq__max_payload_bytes(text) IS 'Internal: the payload limit of a queue (max_payload_bytes, default 1 MiB).';
 REVOKE ALL ON FUNCTION dq__max_payload_bytes(text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;

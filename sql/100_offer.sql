@@ -53,8 +53,8 @@ DECLARE
     v_left     text;
     v_settled  integer;
 BEGIN
-    v_error := coalesce(dq__name_error('dq_offer', 'queue', dq_offer.queue, 100),
-                        dq__name_error('dq_offer', 'key', dq_offer.key, 200));
+    v_error := coalesce(dq__name_error('dq_offer', 'queue', dq_offer.queue, dq__limit_queue_chars()),
+                        dq__name_error('dq_offer', 'key', dq_offer.key, dq__limit_key_chars()));
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -66,8 +66,8 @@ BEGIN
         v_error := dq__time_error('dq_offer', 'scheduled_at', dq_offer.scheduled_at);
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    -- No queue's limit is below dq__payload_limit_floor(): a smaller payload needs no configuration read.
-    IF octet_length(dq_offer.payload) > dq__payload_limit_floor() THEN
+    -- No queue's limit is below dq__limit_payload_bytes_min(): a smaller payload needs no configuration read.
+    IF octet_length(dq_offer.payload) > dq__limit_payload_bytes_min() THEN
         v_error := dq__payload_size_error('dq_offer', 'payload', dq_offer.queue, octet_length(dq_offer.payload));
         IF v_error IS NOT NULL THEN
             RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
@@ -77,7 +77,7 @@ BEGIN
         v_error := dq__null_error('dq_offer', 'can_update');
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    v_error := dq__name_error('dq_offer', 'payload_type', coalesce(dq_offer.payload_type, 'bytes'), 100);
+    v_error := dq__name_error('dq_offer', 'payload_type', coalesce(dq_offer.payload_type, 'bytes'), dq__limit_payload_type_chars());
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;

@@ -40,7 +40,7 @@ DECLARE
     v_want     integer;
     v_busy     integer;
     v_slots    integer[];
-    v_level    integer := 32767;
+    v_level    integer := dq__limit_priority_max();
     v_p        integer;          -- the next level of ungrouped messages, and its earliest due time
     v_pdue     timestamptz;
     v_gp       integer;          -- the next level of FIFO groups, and its earliest due time
@@ -60,8 +60,8 @@ DECLARE
     v_expiring boolean := false;  -- some ungrouped candidate is past its expires_at
     v_maxcount integer := 0;      -- the highest delivery_count of the ungrouped candidates
 BEGIN
-    v_error := coalesce(dq__name_error('dq_poll_many', 'queue', dq_poll_many.queue, 100),
-                        dq__range_error('dq_poll_many', 'max_count', dq_poll_many.max_count, 1, 10000));
+    v_error := coalesce(dq__name_error('dq_poll_many', 'queue', dq_poll_many.queue, dq__limit_queue_chars()),
+                        dq__range_error('dq_poll_many', 'max_count', dq_poll_many.max_count, 1, dq__limit_poll_max_count()));
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -202,7 +202,7 @@ BEGIN
         IF cardinality(v_ids) = v_got THEN
             v_passed := v_passed + 1;
         END IF;
-        EXIT WHEN cardinality(v_ids) >= v_want OR v_top <= -32768;
+        EXIT WHEN cardinality(v_ids) >= v_want OR v_top <= dq__limit_priority_min();
         v_level := v_top - 1;
     END LOOP;
     IF cardinality(v_ids) = 0 THEN

@@ -43,7 +43,7 @@ DECLARE
     v_q     text := $1;
 BEGIN
     -- max_wait is checked on every call, not only when nothing was acquired (dq_wait's rule).
-    v_error := dq__time_after_error('dq_poll_or_wait', 'max_wait', $4, dq__clock(), false, interval '1 hour', '1 hour');
+    v_error := dq__time_after_error('dq_poll_or_wait', 'max_wait', $4, dq__clock(), false, dq__limit_wait_max());
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;

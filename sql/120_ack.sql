@@ -191,8 +191,8 @@ BEGIN
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    IF char_length(dq_nack.error) > 10000 THEN
-        RAISE EXCEPTION 'dq_nack: error is % characters, the limit is 10000', char_length(dq_nack.error)
+    IF char_length(dq_nack.error) > dq__limit_error_chars() THEN
+        RAISE EXCEPTION 'dq_nack: error is % characters, the limit is %', char_length(dq_nack.error), dq__limit_error_chars()
             USING ERRCODE = '22001';
     END IF;
     -- The row lock first (FOR UPDATE waits for a transaction holding the message, then

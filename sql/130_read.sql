@@ -42,8 +42,8 @@ DECLARE
     v_gone     dq_messages[];
     v_archived integer;
 BEGIN
-    v_error := coalesce(dq__name_error('dq_cancel', 'queue', dq_cancel.queue, 100),
-                        dq__name_error('dq_cancel', 'key', dq_cancel.key, 200));
+    v_error := coalesce(dq__name_error('dq_cancel', 'queue', dq_cancel.queue, dq__limit_queue_chars()),
+                        dq__name_error('dq_cancel', 'key', dq_cancel.key, dq__limit_key_chars()));
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -71,8 +71,8 @@ AS $$
 DECLARE
     v_error    jsonb;
 BEGIN
-    v_error := coalesce(dq__name_error('dq_get', 'queue', dq_get.queue, 100),
-                        dq__name_error('dq_get', 'key', dq_get.key, 200));
+    v_error := coalesce(dq__name_error('dq_get', 'queue', dq_get.queue, dq__limit_queue_chars()),
+                        dq__name_error('dq_get', 'key', dq_get.key, dq__limit_key_chars()));
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -110,8 +110,9 @@ DECLARE
     v_error jsonb;
     v_now   timestamptz := dq__clock();
 BEGIN
-    v_error := coalesce(dq__name_error('dq_list_messages', 'queue', dq_list_messages.queue, 100),
-                        dq__range_error('dq_list_messages', 'max_rows', dq_list_messages.max_rows, 1, 10000));
+    v_error := coalesce(dq__name_error('dq_list_messages', 'queue', dq_list_messages.queue, dq__limit_queue_chars()),
+                        dq__range_error('dq_list_messages', 'max_rows', dq_list_messages.max_rows, 1,
+                                        dq__limit_list_messages_max_rows()));
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -152,7 +153,7 @@ DECLARE
     v_error    jsonb;
     v_next timestamptz;
 BEGIN
-    v_error := dq__name_error('dq_next_due', 'queue', dq_next_due.queue, 100);
+    v_error := dq__name_error('dq_next_due', 'queue', dq_next_due.queue, dq__limit_queue_chars());
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;

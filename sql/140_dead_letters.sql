@@ -93,8 +93,8 @@ DECLARE
     v_groups  text[];
     v_settled integer;
 BEGIN
-    v_error := coalesce(dq__name_error('dq_redrive', 'dead_letter_queue', dq_redrive.dead_letter_queue, 100),
-                        dq__range_error('dq_redrive', 'max_count', dq_redrive.max_count, 1, 100000));
+    v_error := coalesce(dq__name_error('dq_redrive', 'dead_letter_queue', dq_redrive.dead_letter_queue, dq__limit_queue_chars()),
+                        dq__range_error('dq_redrive', 'max_count', dq_redrive.max_count, 1, dq__limit_redrive_max_count()));
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -161,8 +161,10 @@ AS $$
 DECLARE
     v_error    jsonb;
 BEGIN
-    v_error := coalesce(dq__name_error('dq_dead_letters', 'dead_letter_queue', dq_dead_letters.dead_letter_queue, 100),
-                        dq__range_error('dq_dead_letters', 'max_rows', dq_dead_letters.max_rows, 1, 100000));
+    v_error := coalesce(dq__name_error('dq_dead_letters', 'dead_letter_queue', dq_dead_letters.dead_letter_queue,
+                                                       dq__limit_queue_chars()),
+                        dq__range_error('dq_dead_letters', 'max_rows', dq_dead_letters.max_rows, 1,
+                                        dq__limit_dead_letters_max_rows()));
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;

@@ -61,7 +61,7 @@ DECLARE
     v_chain  text[];
     v_woken  boolean;
 BEGIN
-    v_error := dq__name_error('dq_configure_queue', 'queue', dq_configure_queue.queue, 100);
+    v_error := dq__name_error('dq_configure_queue', 'queue', dq_configure_queue.queue, dq__limit_queue_chars());
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -95,8 +95,9 @@ BEGIN
             dq_configure_queue.max_deliveries USING ERRCODE = '22023';
     END IF;
     IF dq_configure_queue.dead_letter_queue IS NOT NULL AND (dq_configure_queue.dead_letter_queue = ''
-       OR char_length(dq_configure_queue.dead_letter_queue) > 100) THEN
-        v_error := dq__name_error('dq_configure_queue', 'dead_letter_queue', dq_configure_queue.dead_letter_queue, 100);
+       OR char_length(dq_configure_queue.dead_letter_queue) > dq__limit_queue_chars()) THEN
+        v_error := dq__name_error('dq_configure_queue', 'dead_letter_queue', dq_configure_queue.dead_letter_queue,
+                                  dq__limit_queue_chars());
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     IF dq_configure_queue.dead_letter_queue = dq_configure_queue.queue THEN
@@ -108,21 +109,22 @@ BEGIN
             RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
         END IF;
     END IF;
-    IF dq_configure_queue.max_payload_bytes NOT BETWEEN dq__payload_limit_floor() AND 1073741824 THEN
-        RAISE EXCEPTION 'dq_configure_queue: max_payload_bytes is %, it must be between 1024 and 1073741824 (or NULL to keep the current limit; the default is 1048576)',
-            dq_configure_queue.max_payload_bytes USING ERRCODE = '22023';
+    IF dq_configure_queue.max_payload_bytes NOT BETWEEN dq__limit_payload_bytes_min() AND dq__limit_payload_bytes_max() THEN
+        RAISE EXCEPTION 'dq_configure_queue: max_payload_bytes is %, it must be between % and % (or NULL to keep the current limit; the default is %)',
+            dq_configure_queue.max_payload_bytes, dq__limit_payload_bytes_min(), dq__limit_payload_bytes_max(),
+            dq__limit_payload_bytes_default() USING ERRCODE = '22023';
     END IF;
-    IF dq_configure_queue.max_in_flight NOT BETWEEN 0 AND 100000 THEN
-        RAISE EXCEPTION 'dq_configure_queue: max_in_flight is %, it must be between 1 and 100000 (0 removes the limit, NULL keeps the current one)',
-            dq_configure_queue.max_in_flight USING ERRCODE = '22023';
+    IF dq_configure_queue.max_in_flight NOT BETWEEN 0 AND dq__limit_max_in_flight_max() THEN
+        RAISE EXCEPTION 'dq_configure_queue: max_in_flight is %, it must be between 1 and % (0 removes the limit, NULL keeps the current one)',
+            dq_configure_queue.max_in_flight, dq__limit_max_in_flight_max() USING ERRCODE = '22023';
     END IF;
-    IF dq_configure_queue.rate_limit NOT BETWEEN 0 AND 100000 THEN
-        RAISE EXCEPTION 'dq_configure_queue: rate_limit is %, it must be between 1 and 100000 (0 removes the limit, NULL keeps the current one)',
-            dq_configure_queue.rate_limit USING ERRCODE = '22023';
+    IF dq_configure_queue.rate_limit NOT BETWEEN 0 AND dq__limit_rate_limit_max() THEN
+        RAISE EXCEPTION 'dq_configure_queue: rate_limit is %, it must be between 1 and % (0 removes the limit, NULL keeps the current one)',
+            dq_configure_queue.rate_limit, dq__limit_rate_limit_max() USING ERRCODE = '22023';
     END IF;
     IF dq_configure_queue.rate_period IS NOT NULL THEN
         v_error := dq__time_after_error('dq_configure_queue', 'rate_period', dq_configure_queue.rate_period, dq__now(), false,
-                               interval '1 day', '1 day');
+                                        dq__limit_rate_period_max());
         IF v_error IS NOT NULL THEN
             RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
         END IF;
@@ -185,12 +187,12 @@ BEGIN
             RAISE EXCEPTION 'dq_configure_queue: clear names rate_period, but rate_limit stays %: clear rate_limit too, or give a rate_period',
                 v_new.rate_limit USING ERRCODE = '22023';
         END IF;
-        RAISE EXCEPTION 'dq_configure_queue: rate_limit needs a rate_period (an interval, at most 1 day)'
-            USING ERRCODE = '22023';
+        RAISE EXCEPTION 'dq_configure_queue: rate_limit needs a rate_period (an interval, at most %)',
+            dq__interval_text(dq__limit_rate_period_max()) USING ERRCODE = '22023';
     END IF;
     IF dq_configure_queue.rate_period IS NOT NULL AND v_new.rate_limit IS NULL THEN
-        RAISE EXCEPTION 'dq_configure_queue: rate_period needs a rate_limit (1 to 100000 deliveries per rate_period)'
-            USING ERRCODE = '22023';
+        RAISE EXCEPTION 'dq_configure_queue: rate_period needs a rate_limit (1 to % deliveries per rate_period)',
+            dq__limit_rate_limit_max() USING ERRCODE = '22023';
     END IF;
     IF v_new.rate_limit IS NULL THEN
         v_new.rate_period := NULL;  -- a rate limit cleared takes its period with it

@@ -20,7 +20,7 @@ DECLARE
     v_error    jsonb;
     v_was boolean;
 BEGIN
-    v_error := dq__name_error('dq_pause_queue', 'queue', dq_pause_queue.queue, 100);
+    v_error := dq__name_error('dq_pause_queue', 'queue', dq_pause_queue.queue, dq__limit_queue_chars());
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -50,7 +50,7 @@ AS $$
 DECLARE
     v_error    jsonb;
 BEGIN
-    v_error := dq__name_error('dq_resume_queue', 'queue', dq_resume_queue.queue, 100);
+    v_error := dq__name_error('dq_resume_queue', 'queue', dq_resume_queue.queue, dq__limit_queue_chars());
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -87,7 +87,7 @@ DECLARE
     v_settled integer;
     v_woken   boolean;
 BEGIN
-    v_error := dq__name_error('dq_purge', 'queue', dq_purge.queue, 100);
+    v_error := dq__name_error('dq_purge', 'queue', dq_purge.queue, dq__limit_queue_chars());
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -130,7 +130,7 @@ DECLARE
     v_groups  text[];
     v_settled integer;
 BEGIN
-    v_error := dq__name_error('dq_release_locks', 'queue', dq_release_locks.queue, 100);
+    v_error := dq__name_error('dq_release_locks', 'queue', dq_release_locks.queue, dq__limit_queue_chars());
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;

@@ -15,7 +15,8 @@ DECLARE
     v_error    jsonb;
     v_count integer;
 BEGIN
-    v_error := dq__range_error('dq_prune_archive', 'batch_size', dq_prune_archive.batch_size, 1, 1000000);
+    v_error := dq__range_error('dq_prune_archive', 'batch_size', dq_prune_archive.batch_size, 1,
+                               dq__limit_prune_batch_max());
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;

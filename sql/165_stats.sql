@@ -72,7 +72,8 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_q        text := dq_queue_stats.queue;
-    v_error    jsonb := dq__name_error('dq_queue_stats', 'queue', dq_queue_stats.queue, 100);
+    v_error    jsonb := dq__name_error('dq_queue_stats', 'queue', dq_queue_stats.queue,
+                                                   dq__limit_queue_chars());
     v_limit    integer := dq__stats_exact_limit();
     v_now      timestamptz := dq__clock();
     v_due      bigint;   -- due now: ready, including expired locks (they are redelivered)

@@ -169,7 +169,8 @@ DECLARE
     v_zone  text;
     v_times timestamptz[];
 BEGIN
-    v_error := dq__text_error('dq_cron_occurrences', 'schedule', dq_cron_occurrences.schedule, 1000);
+    v_error := dq__text_error('dq_cron_occurrences', 'schedule', dq_cron_occurrences.schedule,
+                              dq__limit_cron_schedule_chars());
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -190,7 +191,8 @@ BEGIN
         RAISE EXCEPTION 'dq_cron_occurrences: until is %, it must be ''infinity'' or a finite time between 0001-01-02 and 9999-12-30 UTC',
             dq_cron_occurrences.until USING ERRCODE = '22008';
     END IF;
-    v_error := dq__range_error('dq_cron_occurrences', 'max_count', dq_cron_occurrences.max_count, 1, 10000);
+    v_error := dq__range_error('dq_cron_occurrences', 'max_count', dq_cron_occurrences.max_count, 1,
+                               dq__limit_occurrences_max_count());
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;

@@ -31,10 +31,11 @@ CREATE OR REPLACE FUNCTION dq__cron_prefix_error(fn text, queue text, key_prefix
 RETURNS jsonb
 LANGUAGE sql STABLE
 AS $$
-    SELECT coalesce(dq__name_error(fn, 'queue', queue, 100), dq__name_error(fn, 'key_prefix', key_prefix, 100),
+    SELECT coalesce(dq__name_error(fn, 'queue', queue, dq__limit_queue_chars()),
+                    dq__name_error(fn, 'key_prefix', key_prefix, dq__limit_cron_name_chars()),
                     CASE WHEN config_hash IS NULL AND hash_required THEN dq__null_error(fn, 'config_hash') END,
-                    CASE WHEN config_hash = '' OR char_length(config_hash) > 64
-                         THEN dq__name_error(fn, 'config_hash', config_hash, 64) END,
+                    CASE WHEN config_hash = '' OR char_length(config_hash) > dq__limit_config_hash_chars()
+                         THEN dq__name_error(fn, 'config_hash', config_hash, dq__limit_config_hash_chars()) END,
                     CASE WHEN strpos(config_hash, '/') > 0
                          THEN dq__error('22023', format('%s: config_hash must not contain "/"', fn)) END)
 $$;
@@ -102,7 +103,8 @@ BEGIN
         v_error := dq__null_error('dq_install_tick', 'can_update');
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    v_error := dq__name_error('dq_install_tick', 'payload_type', coalesce(dq_install_tick.payload_type, 'bytes'), 100);
+    v_error := dq__name_error('dq_install_tick', 'payload_type', coalesce(dq_install_tick.payload_type, 'bytes'),
+                              dq__limit_payload_type_chars());
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -110,8 +112,9 @@ BEGIN
     IF array_ndims(dq_install_tick.scheduled_ats) > 1 OR array_ndims(dq_install_tick.payloads) > 1 THEN
         RAISE EXCEPTION 'dq_install_tick: arrays must be one-dimensional' USING ERRCODE = '22023';
     END IF;
-    IF v_n > 100000 THEN
-        RAISE EXCEPTION 'dq_install_tick: scheduled_ats has % elements, the limit is 100000', v_n USING ERRCODE = '54000';
+    IF v_n > dq__limit_offer_many_max_items() THEN
+        RAISE EXCEPTION 'dq_install_tick: scheduled_ats has % elements, the limit is %', v_n, dq__limit_offer_many_max_items()
+            USING ERRCODE = '54000';
     END IF;
     IF coalesce(cardinality(dq_install_tick.payloads), 0) <> v_n THEN
         RAISE EXCEPTION 'dq_install_tick: payloads has % elements, scheduled_ats has %',

@@ -166,9 +166,10 @@ DECLARE
     v_hash  text;
     r       dq_cron;
 BEGIN
-    v_error := coalesce(dq__name_error('dq_cron_install', 'name', dq_cron_install.name, 100),
-                        dq__name_error('dq_cron_install', 'queue', dq_cron_install.queue, 100),
-                        dq__text_error('dq_cron_install', 'schedule', dq_cron_install.schedule, 1000));
+    v_error := coalesce(dq__name_error('dq_cron_install', 'name', dq_cron_install.name, dq__limit_cron_name_chars()),
+                        dq__name_error('dq_cron_install', 'queue', dq_cron_install.queue, dq__limit_queue_chars()),
+                        dq__text_error('dq_cron_install', 'schedule', dq_cron_install.schedule,
+                                       dq__limit_cron_schedule_chars()));
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -176,21 +177,22 @@ BEGIN
         v_error := dq__null_error('dq_cron_install', 'payload');
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    v_error := dq__name_error('dq_cron_install', 'payload_type', coalesce(dq_cron_install.payload_type, 'bytes'), 100);
+    v_error := dq__name_error('dq_cron_install', 'payload_type', coalesce(dq_cron_install.payload_type, 'bytes'),
+                              dq__limit_payload_type_chars());
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     v_type := coalesce(dq_cron_install.payload_type, 'bytes');
-    IF dq_cron_install.lookahead > interval '366 days' THEN
-        RAISE EXCEPTION 'dq_cron_install: lookahead is %, it must be positive and at most 366 days',
-            dq_cron_install.lookahead USING ERRCODE = '22023';
+    IF dq_cron_install.lookahead > dq__limit_cron_lookahead_max() THEN
+        RAISE EXCEPTION 'dq_cron_install: lookahead is %, it must be positive and at most %',
+            dq_cron_install.lookahead, dq__interval_text(dq__limit_cron_lookahead_max()) USING ERRCODE = '22023';
     END IF;
     -- NULL (22004) and positive by its effect (22023).
     v_error := dq__time_after_error('dq_cron_install', 'lookahead', dq_cron_install.lookahead, dq__now(), false);
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    IF octet_length(dq_cron_install.payload) > dq__payload_limit_floor() THEN
+    IF octet_length(dq_cron_install.payload) > dq__limit_payload_bytes_min() THEN
         v_error := dq__payload_size_error('dq_cron_install', 'payload', dq_cron_install.queue,
                                           octet_length(dq_cron_install.payload));
         IF v_error IS NOT NULL THEN
@@ -327,7 +329,7 @@ DECLARE
     v_queue   text;
     v_deleted integer;
 BEGIN
-    v_error := dq__name_error('dq_cron_uninstall', 'name', dq_cron_uninstall.name, 100);
+    v_error := dq__name_error('dq_cron_uninstall', 'name', dq_cron_uninstall.name, dq__limit_cron_name_chars());
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -358,7 +360,7 @@ DECLARE
     v_queue   text;
     v_deleted integer;
 BEGIN
-    v_error := dq__name_error('dq_cron_pause', 'name', dq_cron_pause.name, 100);
+    v_error := dq__name_error('dq_cron_pause', 'name', dq_cron_pause.name, dq__limit_cron_name_chars());
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -392,7 +394,7 @@ DECLARE
     v_error    jsonb;
     v_paused boolean;
 BEGIN
-    v_error := dq__name_error('dq_cron_resume', 'name', dq_cron_resume.name, 100);
+    v_error := dq__name_error('dq_cron_resume', 'name', dq_cron_resume.name, dq__limit_cron_name_chars());
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;

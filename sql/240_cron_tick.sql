@@ -61,7 +61,7 @@ BEGIN
             v_failed := v_failed || v_current;
         END;
         RAISE WARNING 'dq_cron_tick: schedule % failed and was skipped: %', v_current, v_error;
-        UPDATE dq_cron c SET last_error = left(v_error, 10000), last_error_at = dq__clock()
+        UPDATE dq_cron c SET last_error = left(v_error, dq__limit_error_chars()), last_error_at = dq__clock()
          WHERE c.name = v_current;
     END LOOP;
 END;
