@@ -53,45 +53,29 @@ DECLARE
     v_left     text;
     v_settled  integer;
 BEGIN
-    v_error := coalesce(dq__name_error('dq_offer', 'queue', dq_offer.queue, dq__limit_queue_chars()),
-                        dq__name_error('dq_offer', 'key', dq_offer.key, dq__limit_key_chars()));
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF dq_offer.payload IS NULL THEN
-        v_error := dq__null_error('dq_offer', 'payload');
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF dq_offer.scheduled_at IS NULL OR NOT (dq_offer.scheduled_at BETWEEN dq__min_time() AND dq__max_time()) THEN
-        v_error := dq__time_error('dq_offer', 'scheduled_at', dq_offer.scheduled_at);
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    -- No queue's limit is below dq__limit_payload_bytes_min(): a smaller payload needs no configuration read.
-    IF octet_length(dq_offer.payload) > dq__limit_payload_bytes_min() THEN
-        v_error := dq__payload_size_error('dq_offer', 'payload', dq_offer.queue, octet_length(dq_offer.payload));
-        IF v_error IS NOT NULL THEN
-            RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
-        END IF;
-    END IF;
-    IF dq_offer.can_update IS NULL THEN
-        v_error := dq__null_error('dq_offer', 'can_update');
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    v_error := dq__name_error('dq_offer', 'payload_type', coalesce(dq_offer.payload_type, 'bytes'), dq__limit_payload_type_chars());
-    IF v_error IS NOT NULL THEN
+    -- Every check in the order its error is reported; the payload limit is read only for a payload
+    -- over the smallest limit a queue may have, the controls are checked only when one is set (the
+    -- common offer sets none).
+    v_error := coalesce(
+        dq__name_error('dq_offer', 'queue', dq_offer.queue, dq__limit_queue_chars()),
+        dq__name_error('dq_offer', 'key', dq_offer.key, dq__limit_key_chars()),
+        CASE WHEN dq_offer.payload IS NULL THEN dq__null_error('dq_offer', 'payload') END,
+        dq__time_error('dq_offer', 'scheduled_at', dq_offer.scheduled_at),
+        CASE WHEN octet_length(dq_offer.payload) > dq__limit_payload_bytes_min()
+             THEN dq__payload_size_error('dq_offer', 'payload', dq_offer.queue, octet_length(dq_offer.payload)) END,
+        CASE WHEN dq_offer.can_update IS NULL THEN dq__null_error('dq_offer', 'can_update') END,
+        dq__name_error('dq_offer', 'payload_type', coalesce(dq_offer.payload_type, 'bytes'),
+                       dq__limit_payload_type_chars()),
+        CASE WHEN dq_offer.priority IS DISTINCT FROM 0 OR dq_offer.message_group IS NOT NULL
+                  OR dq_offer.expires_at IS NOT NULL OR dq_offer.headers IS NOT NULL
+             THEN dq__controls_error('dq_offer', '', dq_offer.priority, dq_offer.message_group,
+                                     dq_offer.scheduled_at, dq_offer.expires_at, dq_offer.headers) END);
+    IF v_error ? 'hint' THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
+    ELSIF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     v_type := coalesce(dq_offer.payload_type, 'bytes');
-    -- The controls are checked only when one is set (the common offer sets none).
-    IF dq_offer.priority IS DISTINCT FROM 0 OR dq_offer.message_group IS NOT NULL
-       OR dq_offer.expires_at IS NOT NULL OR dq_offer.headers IS NOT NULL THEN
-        v_error := dq__controls_error('dq_offer', '', dq_offer.priority, dq_offer.message_group,
-                                      dq_offer.scheduled_at, dq_offer.expires_at, dq_offer.headers);
-        IF v_error IS NOT NULL THEN
-            RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-        END IF;
-    END IF;
-
     IF dq_offer.can_update THEN
         INSERT INTO dq_messages AS m
                (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,

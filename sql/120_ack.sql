@@ -182,28 +182,23 @@ DECLARE
     v_limit  integer;
     v_set    boolean;
 BEGIN
-    IF dq_nack.lock_token IS NULL THEN
-        v_error := dq__null_error('dq_nack', 'lock_token');
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
     v_now := dq__clock();
-    v_error := dq__time_after_error('dq_nack', 'delay', dq_nack.delay, v_now, true);
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    v_error := coalesce(
+        CASE WHEN dq_nack.lock_token IS NULL THEN dq__null_error('dq_nack', 'lock_token') END,
+        dq__time_after_error('dq_nack', 'delay', dq_nack.delay, v_now, true),
+        CASE WHEN char_length(dq_nack.error) > dq__limit_error_chars()
+             THEN dq__text_error('dq_nack', 'error', dq_nack.error, dq__limit_error_chars()) END);
+    IF v_error IS NULL THEN
+        -- The row lock first (FOR UPDATE waits for a transaction holding the message, then
+        -- re-checks the token on the row's latest version), then the clock: a wait does not move the
+        -- stored due time and error time into the past. The delay is checked again at that time.
+        SELECT m.id INTO v_id FROM dq_messages m WHERE m.lock_token = dq_nack.lock_token FOR UPDATE;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        v_now := dq__clock();
+        v_error := dq__time_after_error('dq_nack', 'delay', dq_nack.delay, v_now, true);
     END IF;
-    IF char_length(dq_nack.error) > dq__limit_error_chars() THEN
-        RAISE EXCEPTION 'dq_nack: error is % characters, the limit is %', char_length(dq_nack.error), dq__limit_error_chars()
-            USING ERRCODE = '22001';
-    END IF;
-    -- The row lock first (FOR UPDATE waits for a transaction holding the message, then
-    -- re-checks the token on the row's latest version), then the clock: a wait does not move the
-    -- stored due time and error time into the past.
-    SELECT m.id INTO v_id FROM dq_messages m WHERE m.lock_token = dq_nack.lock_token FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    v_now := dq__clock();
-    v_error := dq__time_after_error('dq_nack', 'delay', dq_nack.delay, v_now, true);
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -261,22 +256,19 @@ DECLARE
     v_dead  boolean;
     v_set   boolean;
 BEGIN
-    IF dq_extend.lock_token IS NULL THEN
-        v_error := dq__null_error('dq_extend', 'lock_token');
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    v_error := coalesce(
+        CASE WHEN dq_extend.lock_token IS NULL THEN dq__null_error('dq_extend', 'lock_token') END,
+        dq__time_after_error('dq_extend', 'lock_timeout', dq_extend.lock_timeout, dq__clock(), false));
+    IF v_error IS NULL THEN
+        -- Safe with concurrent calls: the row lock (FOR UPDATE re-checks the token on the row's
+        -- latest version after a wait; a stale token matches no row), taken before the clock is read,
+        -- so a wait for another transaction does not shorten the new lock (checked again then).
+        SELECT m.id INTO v_id FROM dq_messages m WHERE m.lock_token = dq_extend.lock_token FOR UPDATE;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+        v_error := dq__time_after_error('dq_extend', 'lock_timeout', dq_extend.lock_timeout, dq__clock(), false);
     END IF;
-    v_error := dq__time_after_error('dq_extend', 'lock_timeout', dq_extend.lock_timeout, dq__clock(), false);
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    -- Safe with concurrent calls: the row lock (FOR UPDATE re-checks the token on the row's
-    -- latest version after a wait; a stale token matches no row), taken before the clock is read, so
-    -- a wait for another transaction does not shorten the new lock.
-    SELECT m.id INTO v_id FROM dq_messages m WHERE m.lock_token = dq_extend.lock_token FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
-    v_error := dq__time_after_error('dq_extend', 'lock_timeout', dq_extend.lock_timeout, dq__clock(), false);
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;

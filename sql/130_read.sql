@@ -110,15 +110,14 @@ DECLARE
     v_error jsonb;
     v_now   timestamptz := dq__clock();
 BEGIN
-    v_error := coalesce(dq__name_error('dq_list_messages', 'queue', dq_list_messages.queue, dq__limit_queue_chars()),
-                        dq__range_error('dq_list_messages', 'max_rows', dq_list_messages.max_rows, 1,
-                                        dq__limit_list_messages_max_rows()));
+    v_error := coalesce(
+        dq__name_error('dq_list_messages', 'queue', dq_list_messages.queue, dq__limit_queue_chars()),
+        dq__range_error('dq_list_messages', 'max_rows', dq_list_messages.max_rows, 1, dq__limit_list_messages_max_rows()),
+        CASE WHEN dq_list_messages.in_state NOT IN ('ready', 'scheduled', 'in_flight', 'redelivered')
+             THEN dq__error('22023', format('dq_list_messages: in_state is "%s", it must be ready, scheduled, in_flight, '
+                                            'redelivered or NULL (all)', left(dq_list_messages.in_state, 40))) END);
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF dq_list_messages.in_state NOT IN ('ready', 'scheduled', 'in_flight', 'redelivered') THEN
-        RAISE EXCEPTION 'dq_list_messages: in_state is "%", it must be ready, scheduled, in_flight, redelivered or NULL (all)',
-            left(dq_list_messages.in_state, 40) USING ERRCODE = '22023';
     END IF;
     RETURN QUERY
     SELECT m.key, s.state, m.scheduled_at, m.delivery_count,

@@ -87,13 +87,15 @@ DECLARE
     v_settled integer;
     v_woken   boolean;
 BEGIN
-    v_error := dq__name_error('dq_purge', 'queue', dq_purge.queue, dq__limit_queue_chars());
-    IF v_error IS NOT NULL THEN
+    v_error := coalesce(
+        dq__name_error('dq_purge', 'queue', dq_purge.queue, dq__limit_queue_chars()),
+        CASE WHEN dq_purge.confirm IS DISTINCT FROM true
+             THEN dq__error('22023', format('dq_purge: confirm must be true to delete every message of queue %s', dq_purge.queue))
+                  || jsonb_build_object('hint', format('SELECT dq_purge(%L, confirm => true)', dq_purge.queue)) END);
+    IF v_error ? 'hint' THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
+    ELSIF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF dq_purge.confirm IS DISTINCT FROM true THEN
-        RAISE EXCEPTION 'dq_purge: confirm must be true to delete every message of queue %', dq_purge.queue
-            USING ERRCODE = '22023', HINT = format('SELECT dq_purge(%L, confirm => true)', dq_purge.queue);
     END IF;
     PERFORM dq__cron_note_deleted(dq_purge.queue, NULL);
     DELETE FROM dq_messages m WHERE m.queue = dq_purge.queue;

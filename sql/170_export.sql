@@ -81,26 +81,28 @@ BEGIN
     IF has_to THEN
         v_where := v_where || (v_split || ' < $2');
     END IF;
-    IF filters IS NULL THEN
-        v_error := dq__null_error(fn, 'filters');
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF jsonb_typeof(filters) <> 'array' THEN
-        RAISE EXCEPTION '%: filters is %, it must be a JSON array of [column, operator, value] arrays', fn, filters
-            USING ERRCODE = '22023';
-    END IF;
-    FOR v_filter IN SELECT f FROM jsonb_array_elements(filters) AS f LOOP
-        IF jsonb_typeof(v_filter) <> 'array' OR jsonb_array_length(v_filter) NOT IN (2, 3)
-           OR jsonb_typeof(v_filter -> 0) <> 'string' OR jsonb_typeof(v_filter -> 1) <> 'string' THEN
-            RAISE EXCEPTION '%: filter % must be [column, operator, value] or [column, operator]', fn, v_filter
-                USING ERRCODE = '22023';
-        END IF;
+    v_error := CASE WHEN filters IS NULL THEN dq__null_error(fn, 'filters')
+                    WHEN jsonb_typeof(filters) <> 'array'
+                    THEN dq__error('22023', format('%s: filters is %s, it must be a JSON array of [column, operator, value] '
+                                                   'arrays', fn, filters)) END;
+    FOR v_filter IN SELECT f FROM jsonb_array_elements(CASE WHEN v_error IS NULL THEN filters END) AS f LOOP
         v_col := array_position(v_names, v_filter ->> 0);
-        IF v_col IS NULL THEN
-            RAISE EXCEPTION '%: filter % names no column; the columns are %', fn, v_filter,
-                array_to_string(v_names, ', ') USING ERRCODE = '22023';
-        END IF;
         v_op := v_filter ->> 1;
+        v_error := CASE
+            WHEN jsonb_typeof(v_filter) <> 'array' OR jsonb_array_length(v_filter) NOT IN (2, 3)
+                 OR jsonb_typeof(v_filter -> 0) <> 'string' OR jsonb_typeof(v_filter -> 1) <> 'string'
+            THEN dq__error('22023', format('%s: filter %s must be [column, operator, value] or [column, operator]', fn,
+                                           v_filter))
+            WHEN v_col IS NULL
+            THEN dq__error('22023', format('%s: filter %s names no column; the columns are %s', fn, v_filter,
+                                           array_to_string(v_names, ', ')))
+            WHEN NOT ((v_op IN ('IS NULL', 'IS NOT NULL') AND jsonb_array_length(v_filter) = 2)
+                      OR (v_op IN ('=', '<', '<=', '>', '>=') AND jsonb_array_length(v_filter) = 3)
+                      OR (v_op = 'IN' AND jsonb_typeof(v_filter -> 2) = 'array'))
+            THEN dq__error('22023', format('%s: filter %s is not [column, op, value] with op one of =, <, <=, >, >=, '
+                                           '[column, ''IN'', array] or [column, ''IS NULL''|''IS NOT NULL'']', fn, v_filter))
+            END;
+        EXIT WHEN v_error IS NOT NULL;
         v_expr := v_exprs[v_col];
         v_value := format('($3 -> %s ->> 2)::%s', v_i, v_types[v_col]);
         IF v_op IN ('IS NULL', 'IS NOT NULL') AND jsonb_array_length(v_filter) = 2 THEN
@@ -110,15 +112,15 @@ BEGIN
             v_where := v_where || format('%s %s %s', v_expr,
                 CASE v_op WHEN '=' THEN '=' WHEN '<' THEN '<' WHEN '<=' THEN '<=' WHEN '>' THEN '>' ELSE '>=' END,
                 v_value);
-        ELSIF v_op = 'IN' AND jsonb_typeof(v_filter -> 2) = 'array' THEN
+        ELSE
             v_where := v_where || format('%s = ANY (ARRAY(SELECT v::%s FROM jsonb_array_elements_text($3 -> %s -> 2) AS v))',
                                          v_expr, v_types[v_col], v_i);
-        ELSE
-            RAISE EXCEPTION '%: filter % is not [column, op, value] with op one of =, <, <=, >, >=, [column, ''IN'', array] or [column, ''IS NULL''|''IS NOT NULL'']',
-                fn, v_filter USING ERRCODE = '22023';
         END IF;
         v_i := v_i + 1;
     END LOOP;
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
     RETURN format('SELECT %s FROM %I AS m WHERE %s',
                   CASE WHEN bounds THEN format('min(%s), max(%s)', v_split, v_split)
                        ELSE (SELECT string_agg(format('%s AS %I', e, n), ', ' ORDER BY i)

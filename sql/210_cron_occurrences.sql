@@ -163,57 +163,33 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_error    jsonb;
-    v_def      record;
-    v_spec  dq_cron_spec;
-    v_zone  text;
-    v_times timestamptz[];
+    v_error  jsonb;
+    v_def    record;
 BEGIN
-    v_error := dq__text_error('dq_cron_occurrences', 'schedule', dq_cron_occurrences.schedule,
-                              dq__limit_cron_schedule_chars());
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    v_error := coalesce(
+        dq__text_error('dq_cron_occurrences', 'schedule', dq_cron_occurrences.schedule, dq__limit_cron_schedule_chars()),
+        CASE WHEN dq_cron_occurrences.after IS NULL THEN dq__null_error('dq_cron_occurrences', 'after') END,
+        CASE WHEN dq_cron_occurrences.until IS NULL THEN dq__null_error('dq_cron_occurrences', 'until') END,
+        dq__time_error('dq_cron_occurrences', 'after', dq_cron_occurrences.after),
+        CASE WHEN dq_cron_occurrences.until <> 'infinity'
+                  AND NOT (dq_cron_occurrences.until BETWEEN dq__min_time() AND dq__max_time())
+             THEN dq__error('22008', format('dq_cron_occurrences: until is %s, it must be ''infinity'' or a finite time '
+                                            'between 0001-01-02 and 9999-12-30 UTC', dq_cron_occurrences.until)) END,
+        dq__range_error('dq_cron_occurrences', 'max_count', dq_cron_occurrences.max_count, 1,
+                        dq__limit_occurrences_max_count()));
+    IF v_error IS NULL THEN
+        -- The schedule and the zone, refused as dq_cron_install refuses them (a schedule that never
+        -- fires included; an empty window of one that fires is just empty).
+        v_def := dq__cron_definition('dq_cron_occurrences', dq_cron_occurrences.schedule, dq_cron_occurrences.timezone);
+        v_error := v_def.error;
     END IF;
-    IF dq_cron_occurrences.after IS NULL THEN
-        v_error := dq__null_error('dq_cron_occurrences', 'after');
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF dq_cron_occurrences.until IS NULL THEN
-        v_error := dq__null_error('dq_cron_occurrences', 'until');
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF NOT (dq_cron_occurrences.after BETWEEN dq__min_time() AND dq__max_time()) THEN
-        v_error := dq__time_error('dq_cron_occurrences', 'after', dq_cron_occurrences.after);
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF dq_cron_occurrences.until <> 'infinity'
-       AND NOT (dq_cron_occurrences.until BETWEEN dq__min_time() AND dq__max_time()) THEN
-        RAISE EXCEPTION 'dq_cron_occurrences: until is %, it must be ''infinity'' or a finite time between 0001-01-02 and 9999-12-30 UTC',
-            dq_cron_occurrences.until USING ERRCODE = '22008';
-    END IF;
-    v_error := dq__range_error('dq_cron_occurrences', 'max_count', dq_cron_occurrences.max_count, 1,
-                               dq__limit_occurrences_max_count());
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    v_def := dq__cron_definition('dq_cron_occurrences', dq_cron_occurrences.schedule, dq_cron_occurrences.timezone);
-    v_spec := v_def.spec;
-    v_zone := v_def.zone;
-    v_error := v_def.error;
     IF v_error ? 'hint' THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
     ELSIF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    v_times := dq__cron_between(v_spec, v_zone, dq_cron_occurrences.after, dq_cron_occurrences.until,
-                                dq_cron_occurrences.max_count);
-    -- A schedule that never fires is refused as dq_cron_install refuses it (an empty window of one
-    -- that fires is just empty).
-    IF cardinality(v_times) = 0 AND cardinality(dq__cron_between(v_spec, v_zone, dq__now(), 'infinity', 1)) = 0 THEN
-        RAISE EXCEPTION 'dq_cron_occurrences: schedule "%" never fires (no occurrence in the next 50 years)',
-            left(dq_cron_occurrences.schedule, 60) USING ERRCODE = '22023';
-    END IF;
-    RETURN QUERY SELECT x FROM unnest(v_times) x;
+    RETURN QUERY SELECT x FROM unnest(dq__cron_between(v_def.spec, v_def.zone, dq_cron_occurrences.after,
+                                                        dq_cron_occurrences.until, dq_cron_occurrences.max_count)) x;
 END;
 $$;
 COMMENT ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) IS

@@ -158,70 +158,49 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_error    jsonb;
-    v_def      record;
-    v_type  text;
-    v_spec  dq_cron_spec;
-    v_zone  text;
-    v_hash  text;
-    r       dq_cron;
+    v_error  jsonb;
+    v_def    record;
+    v_type   text;
+    v_zone   text;
+    v_hash   text;
+    r        dq_cron;
 BEGIN
-    v_error := coalesce(dq__name_error('dq_cron_install', 'name', dq_cron_install.name, dq__limit_cron_name_chars()),
-                        dq__name_error('dq_cron_install', 'queue', dq_cron_install.queue, dq__limit_queue_chars()),
-                        dq__text_error('dq_cron_install', 'schedule', dq_cron_install.schedule,
-                                       dq__limit_cron_schedule_chars()));
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF dq_cron_install.payload IS NULL THEN
-        v_error := dq__null_error('dq_cron_install', 'payload');
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    v_error := dq__name_error('dq_cron_install', 'payload_type', coalesce(dq_cron_install.payload_type, 'bytes'),
-                              dq__limit_payload_type_chars());
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
     v_type := coalesce(dq_cron_install.payload_type, 'bytes');
-    IF dq_cron_install.lookahead > dq__limit_cron_lookahead_max() THEN
-        RAISE EXCEPTION 'dq_cron_install: lookahead is %, it must be positive and at most %',
-            dq_cron_install.lookahead, dq__interval_text(dq__limit_cron_lookahead_max()) USING ERRCODE = '22023';
-    END IF;
-    -- NULL (22004) and positive by its effect (22023).
-    v_error := dq__time_after_error('dq_cron_install', 'lookahead', dq_cron_install.lookahead, dq__now(), false);
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF octet_length(dq_cron_install.payload) > dq__limit_payload_bytes_min() THEN
-        v_error := dq__payload_size_error('dq_cron_install', 'payload', dq_cron_install.queue,
-                                          octet_length(dq_cron_install.payload));
-        IF v_error IS NOT NULL THEN
-            RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
-        END IF;
-    END IF;
+    v_error := coalesce(
+        dq__name_error('dq_cron_install', 'name', dq_cron_install.name, dq__limit_cron_name_chars()),
+        dq__name_error('dq_cron_install', 'queue', dq_cron_install.queue, dq__limit_queue_chars()),
+        dq__text_error('dq_cron_install', 'schedule', dq_cron_install.schedule, dq__limit_cron_schedule_chars()),
+        CASE WHEN dq_cron_install.payload IS NULL THEN dq__null_error('dq_cron_install', 'payload') END,
+        dq__name_error('dq_cron_install', 'payload_type', v_type, dq__limit_payload_type_chars()),
+        CASE WHEN dq_cron_install.lookahead > dq__limit_cron_lookahead_max()
+             THEN dq__error('22023', format('dq_cron_install: lookahead is %s, it must be positive and at most %s',
+                                            dq_cron_install.lookahead, dq__interval_text(dq__limit_cron_lookahead_max())))
+             END,
+        -- NULL (22004) and positive by its effect (22023).
+        dq__time_after_error('dq_cron_install', 'lookahead', dq_cron_install.lookahead, dq__now(), false),
+        CASE WHEN octet_length(dq_cron_install.payload) > dq__limit_payload_bytes_min()
+             THEN dq__payload_size_error('dq_cron_install', 'payload', dq_cron_install.queue,
+                                         octet_length(dq_cron_install.payload)) END);
     -- A JSON payload is stored (and hashed) in jsonb's text form, so the same document installed
     -- from SQL (jsonb) and from a client (compact JSON bytes) is the same definition.
-    IF v_type = 'json' THEN
+    IF v_error IS NULL AND v_type = 'json' THEN
         BEGIN
             dq_cron_install.payload := convert_to(convert_from(dq_cron_install.payload, 'UTF8')::jsonb::text, 'UTF8');
         EXCEPTION WHEN invalid_text_representation OR character_not_in_repertoire OR untranslatable_character THEN
-            RAISE EXCEPTION 'dq_cron_install: payload is not valid JSON (payload_type json): %', SQLERRM
-                USING ERRCODE = '22023';
+            v_error := dq__error('22023', format('dq_cron_install: payload is not valid JSON (payload_type json): %s',
+                                                 SQLERRM));
         END;
     END IF;
-    v_def := dq__cron_definition('dq_cron_install', dq_cron_install.schedule, dq_cron_install.timezone);
-    v_spec := v_def.spec;
-    v_zone := v_def.zone;
-    v_error := v_def.error;
+    IF v_error IS NULL THEN
+        v_def := dq__cron_definition('dq_cron_install', dq_cron_install.schedule, dq_cron_install.timezone);
+        v_error := v_def.error;
+    END IF;
     IF v_error ? 'hint' THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
     ELSIF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    IF cardinality(dq__cron_between(v_spec, v_zone, dq__now(), 'infinity', 1)) = 0 THEN
-        RAISE EXCEPTION 'dq_cron_install: schedule "%" never fires (no occurrence in the next 50 years)',
-            left(dq_cron_install.schedule, 60) USING ERRCODE = '22023';
-    END IF;
+    v_zone := v_def.zone;
     v_hash := dq_cron_config_hash(dq_cron_install.queue, dq_cron_install.schedule, v_zone,
                                   dq_cron_install.payload, v_type);
 

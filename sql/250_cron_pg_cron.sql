@@ -72,13 +72,11 @@ DECLARE
     v_error    jsonb;
     v_count bigint;
 BEGIN
-    IF keep IS NULL THEN
-        v_error := dq__null_error('dq_cron_prune_run_details', 'keep');
+    v_error := CASE WHEN keep IS NULL THEN dq__null_error('dq_cron_prune_run_details', 'keep')
+                    WHEN keep < interval '0'
+                    THEN dq__error('22023', format('dq_cron_prune_run_details: keep is %s, it must not be negative', keep)) END;
+    IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF keep < interval '0' THEN
-        RAISE EXCEPTION 'dq_cron_prune_run_details: keep is %, it must not be negative', keep
-            USING ERRCODE = '22023';
     END IF;
     IF to_regclass('cron.job_run_details') IS NULL THEN
         RAISE NOTICE 'dq_cron_prune_run_details: pg_cron is not installed in this database; nothing to prune';
