@@ -54,179 +54,6 @@ COMMENT ON FUNCTION dq__controls_error(text, text, integer, text, timestamptz, t
   'Internal: NULL when priority, message_group, expires_at and headers of an offer are valid; else the first error (22004, 22023, 22001, 22008, 54000 naming the parameter).';
 REVOKE ALL ON FUNCTION dq__controls_error(text, text, integer, text, timestamptz, timestamptz, jsonb) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
--- The first error of a dq_offer_many call, NULL when there is none: every check of the input, in one
--- pass over the arrays (element positions are 1-based ordinals). The public function raises it, so
--- the error's context names only the function the user called. Reads the queue's payload limit
--- only for payloads over the floor of every queue's limit.
-CREATE OR REPLACE FUNCTION dq__offer_many_error(
-    fn              text,
-    queue           text,
-    keys            text[],
-    payloads        bytea[],
-    scheduled_ats   timestamptz[],
-    can_update      boolean,
-    payload_types   text[] DEFAULT NULL,
-    priorities      integer[] DEFAULT NULL,
-    message_groups  text[] DEFAULT NULL,
-    expires_ats     timestamptz[] DEFAULT NULL,
-    headers         jsonb[] DEFAULT NULL)
-RETURNS jsonb
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
-AS $$
-#variable_conflict use_column
-DECLARE
-    v_error      jsonb;
-    v_n          integer := coalesce(cardinality(dq__offer_many_error.keys), 0);
-    v_now        timestamptz := dq__now();
-    v_bad_key    bigint;
-    v_bad_pay    bigint;
-    v_bad_sched  bigint;
-    v_bad_type   bigint;
-    v_distinct   bigint;
-    v_dup        text;
-    v_value      text;
-    v_bad_time   bigint;
-    v_big        bigint;
-    v_big_len    integer;
-    v_limit      integer;
-    v_controls   boolean;
-    v_bad_ctl    bigint;
-    r            record;
-BEGIN
-    v_error := dq__name_error(fn, 'queue', dq__offer_many_error.queue, dq__limit_queue_chars());
-    IF v_error IS NOT NULL THEN
-        RETURN v_error;
-    END IF;
-    IF dq__offer_many_error.keys IS NULL THEN
-        v_error := dq__null_error(fn, 'keys');
-        RETURN v_error;
-    END IF;
-    IF dq__offer_many_error.payloads IS NULL THEN
-        v_error := dq__null_error(fn, 'payloads');
-        RETURN v_error;
-    END IF;
-    IF dq__offer_many_error.can_update IS NULL THEN
-        v_error := dq__null_error(fn, 'can_update');
-        RETURN v_error;
-    END IF;
-    IF array_ndims(dq__offer_many_error.keys) > 1 OR array_ndims(dq__offer_many_error.payloads) > 1
-       OR array_ndims(dq__offer_many_error.scheduled_ats) > 1 OR array_ndims(dq__offer_many_error.payload_types) > 1
-       OR array_ndims(dq__offer_many_error.priorities) > 1 OR array_ndims(dq__offer_many_error.message_groups) > 1
-       OR array_ndims(dq__offer_many_error.expires_ats) > 1 OR array_ndims(dq__offer_many_error.headers) > 1 THEN
-        RETURN dq__error('22023', format('%s: arrays must be one-dimensional', fn));
-    END IF;
-    IF v_n > dq__limit_offer_many_max_items() THEN
-        RETURN dq__error('54000', format('%s: keys has %s elements, the limit is %s', fn, v_n, dq__limit_offer_many_max_items()));
-    END IF;
-    IF coalesce(cardinality(dq__offer_many_error.payloads), 0) <> v_n THEN
-        RETURN dq__error('22023', format('%s: payloads has %s elements, keys has %s', fn,
-            coalesce(cardinality(dq__offer_many_error.payloads), 0), v_n));
-    END IF;
-    FOR r IN SELECT * FROM (VALUES
-            ('scheduled_ats', cardinality(dq__offer_many_error.scheduled_ats)),
-            ('payload_types', cardinality(dq__offer_many_error.payload_types)),
-            ('priorities', cardinality(dq__offer_many_error.priorities)),
-            ('message_groups', cardinality(dq__offer_many_error.message_groups)),
-            ('expires_ats', cardinality(dq__offer_many_error.expires_ats)),
-            ('headers', cardinality(dq__offer_many_error.headers))) AS a(name, n)
-             WHERE a.n IS NOT NULL AND a.n <> v_n LOOP
-        RETURN dq__error('22023', format('%s: %s has %s elements, keys has %s', fn, r.name, r.n, v_n));
-    END LOOP;
-    IF v_n = 0 THEN
-        RETURN NULL;
-    END IF;
-    v_controls := dq__offer_many_error.priorities IS NOT NULL OR dq__offer_many_error.message_groups IS NOT NULL
-               OR dq__offer_many_error.expires_ats IS NOT NULL OR dq__offer_many_error.headers IS NOT NULL;
-
-    -- One pass over the input for every element check.
-    SELECT min(u.i) FILTER (WHERE u.k IS NULL OR u.k = '' OR char_length(u.k) > dq__limit_key_chars()),
-           min(u.i) FILTER (WHERE u.p IS NULL),
-           min(u.i) FILTER (WHERE dq__offer_many_error.scheduled_ats IS NOT NULL AND u.s IS NULL),
-           min(u.i) FILTER (WHERE u.t = '' OR char_length(u.t) > dq__limit_payload_type_chars()),
-           count(DISTINCT u.k),
-           min(u.i) FILTER (WHERE NOT (u.s BETWEEN dq__min_time() AND dq__max_time())),
-           min(u.i) FILTER (WHERE octet_length(u.p) > dq__limit_payload_bytes_min())
-      INTO v_bad_key, v_bad_pay, v_bad_sched, v_bad_type, v_distinct, v_bad_time, v_big
-      FROM unnest(dq__offer_many_error.keys, dq__offer_many_error.payloads,
-                  dq__offer_many_error.scheduled_ats, dq__offer_many_error.payload_types)
-           WITH ORDINALITY AS u(k, p, s, t, i);
-
-    -- Positions are 1-based ordinals (whatever the arrays' lower bounds); values are read by ordinal.
-    IF v_bad_key IS NOT NULL THEN
-        SELECT u.k INTO v_value FROM unnest(dq__offer_many_error.keys) WITH ORDINALITY AS u(k, i) WHERE u.i = v_bad_key;
-        v_error := dq__name_error(fn, format('keys[%s]', v_bad_key), v_value, dq__limit_key_chars());
-        RETURN v_error;
-    END IF;
-    IF v_bad_pay IS NOT NULL THEN
-        v_error := dq__null_error(fn, format('payloads[%s]', v_bad_pay));
-        RETURN v_error;
-    END IF;
-    IF v_bad_sched IS NOT NULL THEN
-        v_error := dq__null_error(fn, format('scheduled_ats[%s]', v_bad_sched));
-        RETURN v_error;
-    END IF;
-    IF v_bad_time IS NOT NULL THEN
-        v_error := dq__time_error(fn, format('scheduled_ats[%s]', v_bad_time),
-                                   dq__offer_many_error.scheduled_ats[array_lower(dq__offer_many_error.scheduled_ats, 1) + v_bad_time - 1]);
-        RETURN v_error;
-    END IF;
-    -- Payloads over the floor of every queue's limit: compare with this queue's limit, naming the
-    -- first element that is over it.
-    IF v_big IS NOT NULL THEN
-        v_limit := dq__max_payload_bytes(dq__offer_many_error.queue);
-        SELECT u.i, octet_length(u.p) INTO v_big, v_big_len
-          FROM unnest(dq__offer_many_error.payloads) WITH ORDINALITY AS u(p, i)
-         WHERE octet_length(u.p) > v_limit
-         ORDER BY u.i LIMIT 1;
-        IF FOUND THEN
-            v_error := dq__payload_too_large_error(fn, format('payloads[%s]', v_big), dq__offer_many_error.queue, v_big_len, v_limit);
-            RETURN v_error;
-        END IF;
-    END IF;
-    IF v_bad_type IS NOT NULL THEN
-        SELECT u.t INTO v_value FROM unnest(dq__offer_many_error.payload_types) WITH ORDINALITY AS u(t, i)
-         WHERE u.i = v_bad_type;
-        v_error := dq__name_error(fn, format('payload_types[%s]', v_bad_type), v_value, dq__limit_payload_type_chars());
-        RETURN v_error;
-    END IF;
-    IF v_controls THEN
-        -- The first element whose controls are wrong is checked again by dq__controls_error, which
-        -- describes its error.
-        SELECT u.i INTO v_bad_ctl
-          FROM unnest(dq__offer_many_error.keys, dq__offer_many_error.scheduled_ats, dq__offer_many_error.priorities,
-                      dq__offer_many_error.message_groups, dq__offer_many_error.expires_ats, dq__offer_many_error.headers)
-               WITH ORDINALITY AS u(k, s, p, g, e, h, i)
-         WHERE (dq__offer_many_error.priorities IS NOT NULL AND (u.p IS NULL OR u.p NOT BETWEEN dq__limit_priority_min() AND dq__limit_priority_max()))
-            OR u.g = '' OR char_length(u.g) > dq__limit_group_chars()
-            OR NOT (u.e BETWEEN dq__min_time() AND dq__max_time()) OR u.e <= coalesce(u.s, v_now)
-            OR jsonb_typeof(u.h) <> 'object' OR octet_length(u.h::text) > dq__limit_headers_bytes()
-         ORDER BY u.i LIMIT 1;
-        IF FOUND THEN
-            v_error := dq__controls_error(fn, format('[%s]', v_bad_ctl),
-                                       CASE WHEN dq__offer_many_error.priorities IS NULL THEN 0
-                                            ELSE dq__offer_many_error.priorities[array_lower(dq__offer_many_error.priorities, 1) + v_bad_ctl - 1] END,
-                                       dq__offer_many_error.message_groups[array_lower(dq__offer_many_error.message_groups, 1) + v_bad_ctl - 1],
-                                       coalesce(dq__offer_many_error.scheduled_ats[array_lower(dq__offer_many_error.scheduled_ats, 1) + v_bad_ctl - 1], v_now),
-                                       dq__offer_many_error.expires_ats[array_lower(dq__offer_many_error.expires_ats, 1) + v_bad_ctl - 1],
-                                       dq__offer_many_error.headers[array_lower(dq__offer_many_error.headers, 1) + v_bad_ctl - 1]);
-            RETURN v_error;
-        END IF;
-    END IF;
-    IF v_distinct <> v_n THEN
-        SELECT u.k INTO v_dup FROM unnest(dq__offer_many_error.keys) AS u(k)
-         GROUP BY u.k HAVING count(*) > 1 ORDER BY u.k LIMIT 1;
-        RETURN dq__error('22023', format('%s: key "%s" appears more than once in keys', fn, v_dup));
-    END IF;
-
-    RETURN NULL;
-END;
-$$;
-COMMENT ON FUNCTION dq__offer_many_error(text, text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) IS
-  'Internal: the first error of a dq_offer_many (or dq_install_tick, fn) input as {"sqlstate", "message"[, "hint"]}, NULL when the input is valid.';
-REVOKE ALL ON FUNCTION dq__offer_many_error(text, text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-
-
 -- The payload limit of a queue, in bytes.
 CREATE OR REPLACE FUNCTION dq__max_payload_bytes(queue text)
 RETURNS integer
@@ -266,4 +93,163 @@ $$;
 COMMENT ON FUNCTION dq__payload_size_error(text, text, text, integer) IS
   'Internal: NULL when a payload of size bytes is within the queue''s max_payload_bytes (default 1 MiB), else the 54000 program_limit_exceeded error.';
 REVOKE ALL ON FUNCTION dq__payload_size_error(text, text, text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- The arrays of a dq_offer_many call as a whole: queue, NULL arrays, dimensions, the number of
+-- items, and lengths equal to that of keys. The first error, NULL when there is none.
+CREATE OR REPLACE FUNCTION dq__offer_many_shape_error(
+    fn text, queue text, keys text[], payloads bytea[], scheduled_ats timestamptz[], can_update boolean,
+    payload_types text[], priorities integer[], message_groups text[], expires_ats timestamptz[], headers jsonb[])
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_n  integer := coalesce(cardinality(keys), 0);
+BEGIN
+    RETURN coalesce(
+        dq__name_error(fn, 'queue', queue, dq__limit_queue_chars()),
+        CASE WHEN keys IS NULL THEN dq__null_error(fn, 'keys') END,
+        CASE WHEN payloads IS NULL THEN dq__null_error(fn, 'payloads') END,
+        CASE WHEN can_update IS NULL THEN dq__null_error(fn, 'can_update') END,
+        CASE WHEN array_ndims(keys) > 1 OR array_ndims(payloads) > 1 OR array_ndims(scheduled_ats) > 1
+                  OR array_ndims(payload_types) > 1 OR array_ndims(priorities) > 1 OR array_ndims(message_groups) > 1
+                  OR array_ndims(expires_ats) > 1 OR array_ndims(headers) > 1
+             THEN dq__error('22023', format('%s: arrays must be one-dimensional', fn)) END,
+        CASE WHEN v_n > dq__limit_offer_many_max_items()
+             THEN dq__error('54000', format('%s: keys has %s elements, the limit is %s', fn, v_n,
+                                            dq__limit_offer_many_max_items())) END,
+        (SELECT dq__error('22023', format('%s: %s has %s elements, keys has %s', fn, a.name, a.n, v_n))
+           FROM (VALUES (1, 'payloads', coalesce(cardinality(payloads), 0)),
+                        (2, 'scheduled_ats', cardinality(scheduled_ats)), (3, 'payload_types', cardinality(payload_types)),
+                        (4, 'priorities', cardinality(priorities)), (5, 'message_groups', cardinality(message_groups)),
+                        (6, 'expires_ats', cardinality(expires_ats)), (7, 'headers', cardinality(headers))) AS a(i, name, n)
+          WHERE a.n IS NOT NULL AND a.n <> v_n
+          ORDER BY a.i LIMIT 1));
+END;
+$$;
+COMMENT ON FUNCTION dq__offer_many_shape_error(text, text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) IS
+  'Internal: the first error of the arrays of a dq_offer_many call as a whole (NULL arrays, dimensions, count, lengths), NULL when none.';
+REVOKE ALL ON FUNCTION dq__offer_many_shape_error(text, text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- The first element of a dq_offer_many call whose controls are wrong, described by
+-- dq__controls_error (elements named by their 1-based ordinal), NULL when there is none; `at` is
+-- the due time of an element without one.
+CREATE OR REPLACE FUNCTION dq__offer_many_controls_error(fn text, scheduled_ats timestamptz[], priorities integer[],
+                                                         message_groups text[], expires_ats timestamptz[],
+                                                         headers jsonb[], at timestamptz)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE  -- not SQL: PL/pgSQL keeps the query's plan from one call to the next
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN (
+        SELECT dq__controls_error(fn, format('[%s]', u.i), CASE WHEN priorities IS NULL THEN 0 ELSE u.p END, u.g,
+                                  coalesce(u.s, at), u.e, u.h)
+          FROM unnest(scheduled_ats, priorities, message_groups, expires_ats, headers)
+               WITH ORDINALITY AS u(s, p, g, e, h, i)
+         WHERE (priorities IS NOT NULL
+                AND (u.p IS NULL OR u.p NOT BETWEEN dq__limit_priority_min() AND dq__limit_priority_max()))
+            OR u.g = '' OR char_length(u.g) > dq__limit_group_chars()
+            OR NOT (u.e BETWEEN dq__min_time() AND dq__max_time()) OR u.e <= coalesce(u.s, at)
+            OR jsonb_typeof(u.h) <> 'object' OR octet_length(u.h::text) > dq__limit_headers_bytes()
+         ORDER BY u.i LIMIT 1);
+END;
+$$;
+COMMENT ON FUNCTION dq__offer_many_controls_error(text, timestamptz[], integer[], text[], timestamptz[], jsonb[], timestamptz) IS
+  'Internal: the error of the first element of a dq_offer_many call with a wrong priority, message group, expiry or headers, NULL when none.';
+REVOKE ALL ON FUNCTION dq__offer_many_controls_error(text, timestamptz[], integer[], text[], timestamptz[], jsonb[], timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- The first element of payloads over the queue's payload limit, as the 54000 error, NULL when none.
+CREATE OR REPLACE FUNCTION dq__offer_many_payload_error(fn text, queue text, payloads bytea[])
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_limit  integer := dq__max_payload_bytes(queue);
+BEGIN
+    RETURN (SELECT dq__payload_too_large_error(fn, format('payloads[%s]', u.i), queue, octet_length(u.p), v_limit)
+              FROM unnest(payloads) WITH ORDINALITY AS u(p, i)
+             WHERE octet_length(u.p) > v_limit
+             ORDER BY u.i LIMIT 1);
+END;
+$$;
+COMMENT ON FUNCTION dq__offer_many_payload_error(text, text, bytea[]) IS
+  'Internal: the 54000 error (with a hint) of the first payload of a dq_offer_many call over its queue''s limit, NULL when none.';
+REVOKE ALL ON FUNCTION dq__offer_many_payload_error(text, text, bytea[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- The first error of a dq_offer_many call (or of dq_install_tick's occurrences, fn), NULL when there
+-- is none: the arrays as a whole, then every element check in one pass over the arrays; element
+-- positions are 1-based ordinals, values are read by ordinal (whatever the arrays' lower bounds). The
+-- public function raises it, so the error's context names only the function the user called. The
+-- queue's payload limit is read only for payloads over the smallest limit a queue may have, the
+-- controls are checked only when some are given.
+CREATE OR REPLACE FUNCTION dq__offer_many_error(
+    fn              text,
+    queue           text,
+    keys            text[],
+    payloads        bytea[],
+    scheduled_ats   timestamptz[],
+    can_update      boolean,
+    payload_types   text[] DEFAULT NULL,
+    priorities      integer[] DEFAULT NULL,
+    message_groups  text[] DEFAULT NULL,
+    expires_ats     timestamptz[] DEFAULT NULL,
+    headers         jsonb[] DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_variable
+DECLARE
+    v_error      jsonb;
+    v_n          integer := coalesce(cardinality(keys), 0);
+    v_bad_key    bigint;
+    v_bad_pay    bigint;
+    v_bad_sched  bigint;
+    v_bad_type   bigint;
+    v_distinct   bigint;
+    v_bad_time   bigint;
+    v_big        bigint;
+BEGIN
+    v_error := dq__offer_many_shape_error(fn, queue, keys, payloads, scheduled_ats, can_update, payload_types,
+                                          priorities, message_groups, expires_ats, headers);
+    IF v_error IS NOT NULL OR v_n = 0 THEN
+        RETURN v_error;
+    END IF;
+    SELECT min(u.i) FILTER (WHERE u.k IS NULL OR u.k = '' OR char_length(u.k) > dq__limit_key_chars()),
+           min(u.i) FILTER (WHERE u.p IS NULL),
+           min(u.i) FILTER (WHERE scheduled_ats IS NOT NULL AND u.s IS NULL),
+           min(u.i) FILTER (WHERE u.t = '' OR char_length(u.t) > dq__limit_payload_type_chars()),
+           count(DISTINCT u.k),
+           min(u.i) FILTER (WHERE NOT (u.s BETWEEN dq__min_time() AND dq__max_time())),
+           min(u.i) FILTER (WHERE octet_length(u.p) > dq__limit_payload_bytes_min())
+      INTO v_bad_key, v_bad_pay, v_bad_sched, v_bad_type, v_distinct, v_bad_time, v_big
+      FROM unnest(keys, payloads, scheduled_ats, payload_types) WITH ORDINALITY AS u(k, p, s, t, i);
+    RETURN coalesce(
+        CASE WHEN v_bad_key IS NOT NULL
+             THEN dq__name_error(fn, format('keys[%s]', v_bad_key), keys[array_lower(keys, 1) + v_bad_key - 1],
+                                 dq__limit_key_chars()) END,
+        CASE WHEN v_bad_pay IS NOT NULL THEN dq__null_error(fn, format('payloads[%s]', v_bad_pay)) END,
+        CASE WHEN v_bad_sched IS NOT NULL THEN dq__null_error(fn, format('scheduled_ats[%s]', v_bad_sched)) END,
+        CASE WHEN v_bad_time IS NOT NULL
+             THEN dq__time_error(fn, format('scheduled_ats[%s]', v_bad_time),
+                                 scheduled_ats[array_lower(scheduled_ats, 1) + v_bad_time - 1]) END,
+        CASE WHEN v_big IS NOT NULL THEN dq__offer_many_payload_error(fn, queue, payloads) END,
+        CASE WHEN v_bad_type IS NOT NULL
+             THEN dq__name_error(fn, format('payload_types[%s]', v_bad_type),
+                                 payload_types[array_lower(payload_types, 1) + v_bad_type - 1],
+                                 dq__limit_payload_type_chars()) END,
+        CASE WHEN priorities IS NOT NULL OR message_groups IS NOT NULL OR expires_ats IS NOT NULL OR headers IS NOT NULL
+             THEN dq__offer_many_controls_error(fn, scheduled_ats, priorities, message_groups, expires_ats, headers,
+                                                dq__now()) END,
+        CASE WHEN v_distinct <> v_n
+             THEN dq__error('22023', format('%s: key "%s" appears more than once in keys', fn,
+                                            (SELECT u.k FROM unnest(keys) AS u(k) GROUP BY u.k HAVING count(*) > 1
+                                              ORDER BY u.k LIMIT 1))) END);
+END;
+$$;
+COMMENT ON FUNCTION dq__offer_many_error(text, text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) IS
+  'Internal: the first error of a dq_offer_many (or dq_install_tick, fn) input as {"sqlstate", "message"[, "hint"]}, NULL when the input is valid.';
+REVOKE ALL ON FUNCTION dq__offer_many_error(text, text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);

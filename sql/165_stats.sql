@@ -59,6 +59,103 @@ $$;
 COMMENT ON FUNCTION dq__estimated_rows(text, boolean) IS
   'Internal: planner-statistics estimate of a queue''s rows (all, or the due share), for dq_queue_stats past its exact limit.';
 REVOKE ALL ON FUNCTION dq__estimated_rows(text, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- Live messages of a queue due in (after, until], counted up to up_to: each of the two indexes by due
+-- time is read for at most up_to entries (ungrouped messages and dead letters in
+-- dq_messages_ready_idx, one priority level at a time (dq__levels); grouped messages in
+-- dq_messages_grouped_idx).
+CREATE OR REPLACE FUNCTION dq__stats_due_count(queue text, after timestamptz, until timestamptz, up_to integer)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_variable
+BEGIN
+    RETURN (SELECT count(*) FROM (
+        SELECT 1 FROM dq__levels(queue) AS l(p)
+         CROSS JOIN LATERAL (SELECT 1 FROM dq_messages d
+                              WHERE d.queue = queue AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
+                                AND d.priority = l.p AND d.scheduled_at > after AND d.scheduled_at <= until
+                              LIMIT up_to) x
+        UNION ALL
+        (SELECT 1 FROM dq_messages m
+          WHERE m.queue = queue AND m.message_group IS NOT NULL AND m.dead_from IS NULL
+            AND m.scheduled_at > after AND m.scheduled_at <= until
+          LIMIT up_to)
+        LIMIT up_to) s);
+END;
+$$;
+COMMENT ON FUNCTION dq__stats_due_count(text, timestamptz, timestamptz, integer) IS
+  'Internal: the live messages of a queue due in (after, until], counted up to up_to (dq_queue_stats).';
+REVOKE ALL ON FUNCTION dq__stats_due_count(text, timestamptz, timestamptz, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- How long the oldest due message of a queue has waited at `at` (NULL: none is due), and the
+-- earliest due time after `at` of a message not in flight (NULL: none).
+CREATE OR REPLACE FUNCTION dq__stats_times(queue text, at timestamptz,
+                                           OUT oldest_ready_age interval, OUT next_due timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_variable
+BEGIN
+    SELECT at - min(x.t) INTO oldest_ready_age FROM (
+        SELECT (SELECT d.scheduled_at FROM dq_messages d
+                 WHERE d.queue = queue AND (d.message_group IS NULL OR d.dead_from IS NOT NULL) AND d.priority = l.p
+                 ORDER BY d.scheduled_at LIMIT 1) AS t
+          FROM dq__levels(queue) AS l(p)
+        UNION ALL
+        SELECT min(m.scheduled_at) FROM dq_messages m
+         WHERE m.queue = queue AND m.message_group IS NOT NULL AND m.dead_from IS NULL) x
+     WHERE x.t <= at;
+    SELECT min(x.t) INTO next_due FROM (
+        SELECT (SELECT d.scheduled_at FROM dq_messages d
+                 WHERE d.queue = queue AND (d.message_group IS NULL OR d.dead_from IS NOT NULL) AND d.priority = l.p
+                   AND d.scheduled_at > at AND d.lock_token IS NULL
+                 ORDER BY d.scheduled_at LIMIT 1) AS t
+          FROM dq__levels(queue) AS l(p)
+        UNION ALL
+        SELECT min(m.scheduled_at) FROM dq_messages m
+         WHERE m.queue = queue AND m.message_group IS NOT NULL AND m.dead_from IS NULL
+           AND m.scheduled_at > at AND m.lock_token IS NULL) x;
+END;
+$$;
+COMMENT ON FUNCTION dq__stats_times(text, timestamptz) IS
+  'Internal: the age of the oldest due message of a queue and the due time of the next one not in flight (dq_queue_stats).';
+REVOKE ALL ON FUNCTION dq__stats_times(text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- Acknowledgements of a queue in the minute and the hour before `at`, from its archive: exact up to
+-- up_to rows, beyond that extrapolated from how long the newest up_to acknowledgements took
+-- (approximate).
+CREATE OR REPLACE FUNCTION dq__stats_acked(queue text, at timestamptz, up_to integer,
+                                           OUT last_minute bigint, OUT last_hour bigint, OUT approximate boolean)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_variable
+DECLARE
+    v_tenth  timestamptz;
+BEGIN
+    approximate := false;
+    SELECT count(*) INTO last_minute FROM (
+        SELECT 1 FROM dq_archive a WHERE a.queue = queue AND a.acked_at > at - interval '1 minute'
+           AND a.outcome = 'acked' LIMIT up_to + 1) s;
+    SELECT count(*) INTO last_hour FROM (
+        SELECT 1 FROM dq_archive a WHERE a.queue = queue AND a.acked_at > at - interval '1 hour'
+           AND a.outcome = 'acked' LIMIT up_to + 1) s;
+    IF last_hour > up_to THEN
+        approximate := true;
+        SELECT a.acked_at INTO v_tenth FROM dq_archive a
+         WHERE a.queue = queue AND a.outcome = 'acked' ORDER BY a.acked_at DESC OFFSET up_to - 1 LIMIT 1;
+        IF last_minute > up_to THEN
+            last_minute := (up_to * 60 / greatest(extract(epoch FROM at - v_tenth), 0.001))::bigint;
+        END IF;
+        last_hour := (up_to * 3600 / greatest(extract(epoch FROM at - v_tenth), 0.001))::bigint;
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION dq__stats_acked(text, timestamptz, integer) IS
+  'Internal: a queue''s acknowledgements in the last minute and hour from its archive, exact up to up_to rows, else extrapolated (dq_queue_stats).';
+REVOKE ALL ON FUNCTION dq__stats_acked(text, timestamptz, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
 CREATE OR REPLACE FUNCTION dq_queue_stats(queue text)
@@ -72,8 +169,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_q        text := dq_queue_stats.queue;
-    v_error    jsonb := dq__name_error('dq_queue_stats', 'queue', dq_queue_stats.queue,
-                                                   dq__limit_queue_chars());
+    v_error    jsonb := dq__name_error('dq_queue_stats', 'queue', dq_queue_stats.queue, dq__limit_queue_chars());
     v_limit    integer := dq__stats_exact_limit();
     v_now      timestamptz := dq__clock();
     v_due      bigint;   -- due now: ready, including expired locks (they are redelivered)
@@ -81,7 +177,7 @@ DECLARE
     v_approx   boolean := false;
     v_archive  boolean;
     v_est      double precision;
-    v_tenth    timestamptz;
+    v_acked    record;
     v_groups   bigint;
     r          dq_stats_row;
 BEGIN
@@ -89,29 +185,8 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     r.queue := v_q;
-    -- Each message is in one of two indexes by due time: ungrouped messages (and dead letters) in
-    -- dq_messages_ready_idx, read one priority level at a time (dq__levels), grouped messages in
-    -- dq_messages_grouped_idx. Every count reads at most v_limit + 1 entries of each.
-    SELECT count(*) INTO v_due FROM (
-        SELECT 1 FROM dq__levels(v_q) AS l(p)
-         CROSS JOIN LATERAL (SELECT 1 FROM dq_messages d
-                              WHERE d.queue = v_q AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
-                                AND d.priority = l.p AND d.scheduled_at <= v_now LIMIT v_limit + 1) x
-        UNION ALL
-        (SELECT 1 FROM dq_messages m
-          WHERE m.queue = v_q AND m.message_group IS NOT NULL AND m.dead_from IS NULL AND m.scheduled_at <= v_now
-          LIMIT v_limit + 1)
-        LIMIT v_limit + 1) s;
-    SELECT count(*) INTO v_future FROM (
-        SELECT 1 FROM dq__levels(v_q) AS l(p)
-         CROSS JOIN LATERAL (SELECT 1 FROM dq_messages d
-                              WHERE d.queue = v_q AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
-                                AND d.priority = l.p AND d.scheduled_at > v_now LIMIT v_limit + 1) x
-        UNION ALL
-        (SELECT 1 FROM dq_messages m
-          WHERE m.queue = v_q AND m.message_group IS NOT NULL AND m.dead_from IS NULL AND m.scheduled_at > v_now
-          LIMIT v_limit + 1)
-        LIMIT v_limit + 1) s;
+    v_due := dq__stats_due_count(v_q, '-infinity', v_now, v_limit + 1);
+    v_future := dq__stats_due_count(v_q, v_now, 'infinity', v_limit + 1);
     -- In flight: held under a lock that has not expired (the partial index on lock_token).
     SELECT count(*), count(*) FILTER (WHERE m.delivery_count > 1) INTO r.in_flight, r.redelivered
       FROM dq_messages m WHERE m.lock_token IS NOT NULL AND m.queue = v_q AND m.scheduled_at > v_now;
@@ -134,25 +209,7 @@ BEGIN
     END IF;
     r.ready := v_due;
     r.scheduled := greatest(v_future - r.in_flight, 0);
-    SELECT v_now - min(x.at) INTO r.oldest_ready_age FROM (
-        SELECT (SELECT d.scheduled_at FROM dq_messages d
-                 WHERE d.queue = v_q AND (d.message_group IS NULL OR d.dead_from IS NOT NULL) AND d.priority = l.p
-                 ORDER BY d.scheduled_at LIMIT 1) AS at
-          FROM dq__levels(v_q) AS l(p)
-        UNION ALL
-        SELECT min(m.scheduled_at) FROM dq_messages m
-         WHERE m.queue = v_q AND m.message_group IS NOT NULL AND m.dead_from IS NULL) x
-     WHERE x.at <= v_now;
-    SELECT min(x.at) INTO r.next_due FROM (
-        SELECT (SELECT d.scheduled_at FROM dq_messages d
-                 WHERE d.queue = v_q AND (d.message_group IS NULL OR d.dead_from IS NOT NULL) AND d.priority = l.p
-                   AND d.scheduled_at > v_now AND d.lock_token IS NULL
-                 ORDER BY d.scheduled_at LIMIT 1) AS at
-          FROM dq__levels(v_q) AS l(p)
-        UNION ALL
-        SELECT min(m.scheduled_at) FROM dq_messages m
-         WHERE m.queue = v_q AND m.message_group IS NOT NULL AND m.dead_from IS NULL
-           AND m.scheduled_at > v_now AND m.lock_token IS NULL) x;
+    SELECT s.oldest_ready_age, s.next_due INTO r.oldest_ready_age, r.next_due FROM dq__stats_times(v_q, v_now) s;
     SELECT q.archive, coalesce(q.paused, false) INTO v_archive, r.paused FROM dq_queues q WHERE q.queue = v_q;
     r.paused := coalesce(r.paused, false);
     -- Held: messages of FIFO groups behind their group's head (counted in ready or scheduled too).
@@ -173,22 +230,10 @@ BEGIN
         v_approx := true;
     END IF;
     IF coalesce(v_archive, false) THEN
-        SELECT count(*) INTO r.acked_last_minute FROM (
-            SELECT 1 FROM dq_archive a WHERE a.queue = v_q AND a.acked_at > v_now - interval '1 minute'
-               AND a.outcome = 'acked' LIMIT v_limit + 1) s;
-        SELECT count(*) INTO r.acked_last_hour FROM (
-            SELECT 1 FROM dq_archive a WHERE a.queue = v_q AND a.acked_at > v_now - interval '1 hour'
-               AND a.outcome = 'acked' LIMIT v_limit + 1) s;
-        IF r.acked_last_hour > v_limit THEN
-            -- Extrapolate from how long the newest v_limit acknowledgements took.
-            v_approx := true;
-            SELECT a.acked_at INTO v_tenth FROM dq_archive a
-             WHERE a.queue = v_q AND a.outcome = 'acked' ORDER BY a.acked_at DESC OFFSET v_limit - 1 LIMIT 1;
-            IF r.acked_last_minute > v_limit THEN
-                r.acked_last_minute := (v_limit * 60 / greatest(extract(epoch FROM v_now - v_tenth), 0.001))::bigint;
-            END IF;
-            r.acked_last_hour := (v_limit * 3600 / greatest(extract(epoch FROM v_now - v_tenth), 0.001))::bigint;
-        END IF;
+        v_acked := dq__stats_acked(v_q, v_now, v_limit);
+        r.acked_last_minute := v_acked.last_minute;
+        r.acked_last_hour := v_acked.last_hour;
+        v_approx := v_approx OR v_acked.approximate;
     END IF;
     r.approximate := v_approx;
     RETURN r;

@@ -141,6 +141,62 @@ $$;
 COMMENT ON FUNCTION dq__cron_note_deleted(text, text) IS
   'Internal: before dq_cancel/dq_purge delete messages, records in their schedules the earliest future occurrence deleted, for the next tick to offer again.';
 REVOKE ALL ON FUNCTION dq__cron_note_deleted(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+-- Store a checked definition under the schedule's name and install its occurrences:
+-- 'installed' (a new schedule), 'unchanged' (the same definition: nothing changes), 'lookahead'
+-- (the same definition with another lookahead: stored, installing further if longer) or 'replaced'
+-- (a new definition replaces every future occurrence of the old one, in this transaction; a paused
+-- schedule stays paused, its occurrences removed). The row lock of the schedule (FOR UPDATE, or the
+-- insert of a new one) orders this against ticks (which skip a locked schedule) and against other
+-- installs, pauses and uninstalls of the same name.
+CREATE OR REPLACE FUNCTION dq__cron_store(name text, queue text, schedule text, timezone text, payload bytea,
+                                          payload_type text, lookahead interval, config_hash text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_variable
+DECLARE
+    r  dq_cron;
+BEGIN
+    LOOP
+        SELECT * INTO r FROM dq_cron c WHERE c.name = name FOR UPDATE;
+        EXIT WHEN FOUND;
+        INSERT INTO dq_cron (name, queue, schedule, timezone, payload, payload_type, lookahead, config_hash)
+        VALUES (name, queue, schedule, timezone, payload, payload_type, lookahead, config_hash)
+        ON CONFLICT ON CONSTRAINT dq_cron_pkey DO NOTHING;
+        IF FOUND THEN
+            PERFORM dq__cron_advance(name, dq__now());
+            RETURN 'installed';
+        END IF;
+    END LOOP;
+    IF r.config_hash = config_hash AND r.lookahead = lookahead THEN
+        RETURN 'unchanged';
+    ELSIF r.config_hash = config_hash THEN
+        UPDATE dq_cron c SET lookahead = dq__cron_store.lookahead, updated_at = dq__now() WHERE c.name = name;
+        PERFORM dq__cron_advance(name, dq__now());
+        RETURN 'lookahead';
+    END IF;
+    IF r.queue <> queue THEN
+        PERFORM dq_uninstall_tick(r.queue, name, NULL);
+    END IF;
+    UPDATE dq_cron c
+       SET queue = dq__cron_store.queue, schedule = dq__cron_store.schedule, timezone = dq__cron_store.timezone,
+           payload = dq__cron_store.payload, payload_type = dq__cron_store.payload_type,
+           lookahead = dq__cron_store.lookahead, config_hash = dq__cron_store.config_hash, installed_through = NULL,
+           last_installed_at = NULL, next_at = NULL, refill_from = NULL, last_error = NULL, last_error_at = NULL,
+           updated_at = dq__now()
+     WHERE c.name = name;
+    IF r.paused THEN
+        PERFORM dq_uninstall_tick(queue, name, NULL);
+    ELSE
+        PERFORM dq__cron_advance(name, dq__now());
+    END IF;
+    RETURN 'replaced';
+END;
+$$;
+COMMENT ON FUNCTION dq__cron_store(text, text, text, text, bytea, text, interval, text) IS
+  'Internal: creates or replaces a named schedule and installs its occurrences (dq_cron_install); returns installed, unchanged, lookahead or replaced.';
+REVOKE ALL ON FUNCTION dq__cron_store(text, text, text, text, bytea, text, interval, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
 CREATE OR REPLACE FUNCTION dq_cron_install(
@@ -158,12 +214,12 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_error  jsonb;
-    v_def    record;
-    v_type   text;
-    v_zone   text;
-    v_hash   text;
-    r        dq_cron;
+    v_error    jsonb;
+    v_def      record;
+    v_type     text;
+    v_zone     text;
+    v_hash     text;
+    v_outcome  text;
 BEGIN
     v_type := coalesce(dq_cron_install.payload_type, 'bytes');
     v_error := coalesce(
@@ -204,54 +260,16 @@ BEGIN
     v_hash := dq_cron_config_hash(dq_cron_install.queue, dq_cron_install.schedule, v_zone,
                                   dq_cron_install.payload, v_type);
 
-    -- The row lock of the schedule orders this against ticks (which skip a locked schedule) and
-    -- against other installs, pauses and uninstalls of the same name.
-    LOOP
-        SELECT * INTO r FROM dq_cron c WHERE c.name = dq_cron_install.name FOR UPDATE;
-        EXIT WHEN FOUND;
-        INSERT INTO dq_cron (name, queue, schedule, timezone, payload, payload_type, lookahead, config_hash)
-        VALUES (dq_cron_install.name, dq_cron_install.queue, dq_cron_install.schedule, v_zone,
-                dq_cron_install.payload, v_type, dq_cron_install.lookahead, v_hash)
-        ON CONFLICT ON CONSTRAINT dq_cron_pkey DO NOTHING;
-        IF FOUND THEN
-            PERFORM dq__cron_advance(dq_cron_install.name, dq__now());
-            RAISE NOTICE 'dq_cron_install: schedule % installed (queue %, "%" in %)', dq_cron_install.name,
-                dq_cron_install.queue, dq_cron_install.schedule, v_zone;
-            RETURN v_hash;
-        END IF;
-    END LOOP;
-
-    IF r.config_hash = v_hash THEN
-        -- Same definition: nothing changes, except a new lookahead (installing further if longer).
-        IF r.lookahead <> dq_cron_install.lookahead THEN
-            UPDATE dq_cron c SET lookahead = dq_cron_install.lookahead, updated_at = dq__now()
-             WHERE c.name = dq_cron_install.name;
-            PERFORM dq__cron_advance(dq_cron_install.name, dq__now());
-            RAISE NOTICE 'dq_cron_install: schedule % unchanged but its lookahead, now %', dq_cron_install.name,
-                dq_cron_install.lookahead;
-        ELSE
-            RAISE NOTICE 'dq_cron_install: schedule % unchanged', dq_cron_install.name;
-        END IF;
-        RETURN v_hash;
-    END IF;
-
-    -- A new definition replaces every future occurrence of the old one, in this transaction.
-    IF r.queue <> dq_cron_install.queue THEN
-        PERFORM dq_uninstall_tick(r.queue, dq_cron_install.name, NULL);
-    END IF;
-    UPDATE dq_cron c
-       SET queue = dq_cron_install.queue, schedule = dq_cron_install.schedule, timezone = v_zone,
-           payload = dq_cron_install.payload, payload_type = v_type, lookahead = dq_cron_install.lookahead,
-           config_hash = v_hash, installed_through = NULL, last_installed_at = NULL, next_at = NULL,
-           refill_from = NULL, last_error = NULL, last_error_at = NULL, updated_at = dq__now()
-     WHERE c.name = dq_cron_install.name;
-    IF r.paused THEN
-        PERFORM dq_uninstall_tick(dq_cron_install.queue, dq_cron_install.name, NULL);
-    ELSE
-        PERFORM dq__cron_advance(dq_cron_install.name, dq__now());
-    END IF;
-    RAISE NOTICE 'dq_cron_install: schedule % replaced (queue %, "%" in %); its future occurrences are the new definition''s',
-        dq_cron_install.name, dq_cron_install.queue, dq_cron_install.schedule, v_zone;
+    v_outcome := dq__cron_store(dq_cron_install.name, dq_cron_install.queue, dq_cron_install.schedule, v_zone,
+                                dq_cron_install.payload, v_type, dq_cron_install.lookahead, v_hash);
+    RAISE NOTICE '%', CASE v_outcome
+        WHEN 'installed' THEN format('dq_cron_install: schedule %s installed (queue %s, "%s" in %s)', dq_cron_install.name,
+                                     dq_cron_install.queue, dq_cron_install.schedule, v_zone)
+        WHEN 'lookahead' THEN format('dq_cron_install: schedule %s unchanged but its lookahead, now %s',
+                                     dq_cron_install.name, dq_cron_install.lookahead)
+        WHEN 'unchanged' THEN format('dq_cron_install: schedule %s unchanged', dq_cron_install.name)
+        ELSE format('dq_cron_install: schedule %s replaced (queue %s, "%s" in %s); its future occurrences are the new '
+                    'definition''s', dq_cron_install.name, dq_cron_install.queue, dq_cron_install.schedule, v_zone) END;
     RETURN v_hash;
 END;
 $$;
