@@ -206,7 +206,7 @@ AS $$
     SELECT 'dq_' || md5(CASE WHEN dq__schema() = 'public' THEN queue ELSE quote_ident(dq__schema()) || '.' || queue END)
 $$;
 COMMENT ON FUNCTION dq_channel(text) IS
-  'dq_channel(queue text) -> text: the LISTEN channel on which offers wake consumers of this queue: ''dq_'' || md5(queue) for an install in schema public, ''dq_'' || md5(quote_ident(schema) || ''.'' || queue) for an install in another schema; the notification payload is the queue name. Errors: none (NULL for a NULL queue). Source: PostgreSQL manual, LISTEN and NOTIFY (a channel name is an identifier, at most 63 bytes).';
+  'dq_channel(queue text) -> text: the LISTEN channel on which offers wake the consumers of queue (''dq_'' and an md5 hash of the queue, and of the schema outside public); NULL for a NULL queue. Errors: none.';
 REVOKE ALL ON FUNCTION dq_channel(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_channel(text) TO dq_consumer;
 
@@ -244,7 +244,7 @@ SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$ SELECT dq__now() $$;
 COMMENT ON FUNCTION dq_now() IS
-  'dq_now() -> timestamptz: the queue''s time, which every dq_* function uses: the start of the current transaction, as now() (PostgreSQL manual, 9.9.5 "Current Date/Time"). The default scheduled_at of dq_offer and dq_offer_many; the Python client offers a delay as dq_now() + delay. Changes nothing. Errors: none.';
+  'dq_now() -> timestamptz: the queue''s time, the start of the current transaction as now(), which is the default scheduled_at of dq_offer and dq_offer_many. Errors: none.';
 REVOKE ALL ON FUNCTION dq_now() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_now() TO dq_producer, dq_consumer;
 

@@ -96,7 +96,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_wait(text, interval) IS
-  'dq_wait(queue text, max_wait interval default 5 s) -> interval: registers the calling session (which must LISTEN on dq_channel(queue)) as waiting until the earlier of now + max_wait and the next moment a message can be delivered, and returns how long to sleep (0 when one can be delivered now). That moment takes the queue''s controls into account: nothing while it is paused (dq_resume_queue notifies), the next lock expiry while it is at its max_in_flight (the end of a delivery notifies), the next rate token under a rate limit, and only group heads of FIFO groups. Also removes the queue''s waiter rows of sessions that no longer exist. Errors: 22004/22023/22001 queue, 22004 max_wait NULL, 22023 max_wait not positive or over 1 hour.';
+  'dq_wait(queue text, max_wait interval default 5 s) -> interval: registers the calling session, which must LISTEN on dq_channel(queue), as waiting, and returns how long to sleep: until the next moment a message can be delivered (the queue''s controls included), at most max_wait. Errors: 22004/22023/22001 queue; 22004 max_wait NULL, 22023 max_wait not positive or over 1 hour, 22008 now + max_wait past 9999-12-30.';
 REVOKE ALL ON FUNCTION dq_wait(text, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_wait(text, interval) TO dq_consumer;
 
@@ -107,7 +107,7 @@ SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$ DELETE FROM dq_waiters w WHERE w.queue = dq_wait_done.queue AND w.pid = pg_backend_pid() $$;
 COMMENT ON FUNCTION dq_wait_done(text) IS
-  'dq_wait_done(queue text) -> void: the calling session stops waiting on queue (offers stop notifying on its behalf). Errors: none (a NULL or unknown queue changes nothing). Source: PostgreSQL manual, LISTEN and NOTIFY.';
+  'dq_wait_done(queue text) -> void: the calling session stops waiting on queue (offers stop notifying on its behalf). Errors: none.';
 REVOKE ALL ON FUNCTION dq_wait_done(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_wait_done(text) TO dq_consumer;
 

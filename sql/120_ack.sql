@@ -117,7 +117,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_ack(uuid) IS
-  'dq_ack(lock_token uuid) -> boolean: deletes the message still held under this token (archived with outcome acked when its queue archives, scheduled_at = when this delivery was due); false for a stale token (nothing deleted). Errors: 22004 NULL. Source: DeleteMessage with a receipt handle (SQS Developer Guide).';
+  'dq_ack(lock_token uuid) -> boolean: deletes the message still held under this token (archived as acked when its queue archives); false for a stale token. Errors: 22004 NULL.';
 REVOKE ALL ON FUNCTION dq_ack(uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_ack(uuid) TO dq_consumer;
 
@@ -154,7 +154,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_ack_many(uuid[]) IS
-  'dq_ack_many(lock_tokens uuid[]) -> integer: deletes the messages still held under these tokens (archived like dq_ack) and returns how many; stale tokens and NULL elements delete nothing. Errors: 22004 NULL array. Source: DeleteMessageBatch (SQS Developer Guide).';
+  'dq_ack_many(lock_tokens uuid[]) -> integer: dq_ack for each token, in one statement; returns how many messages were deleted. Errors: 22004 NULL array.';
 REVOKE ALL ON FUNCTION dq_ack_many(uuid[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_ack_many(uuid[]) TO dq_consumer;
 
@@ -234,7 +234,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_nack(uuid, interval, text) IS
-  'dq_nack(lock_token uuid, delay interval >= 0 default 0, error text <= 10000 chars default NULL) -> boolean: gives the message back, visible again at now + delay, keeping its delivery_count and recording error as last_error; at the queue''s max_deliveries it goes to the dead-letter queue instead. False for a stale token. Errors: 22004 NULL, 22023 delay whose effect is negative (now + delay before now), 22008 now + delay after 9999-12-30, 22001 error too long. Source: ChangeMessageVisibility and dead-letter queues (SQS Developer Guide).';
+  'dq_nack(lock_token uuid, delay interval default 0, error text default NULL) -> boolean: gives the message back, due again at now + delay with error as its last_error, or moves it to the dead-letter queue at the queue''s max_deliveries; false for a stale token. Errors: 22004 NULL, 22023 delay negative, 22008 now + delay past 9999-12-30, 22001 error over 10000 characters.';
 REVOKE ALL ON FUNCTION dq_nack(uuid, interval, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_nack(uuid, interval, text) TO dq_consumer;
 
@@ -288,7 +288,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_extend(uuid, interval) IS
-  'dq_extend(lock_token uuid, lock_timeout interval > 0) -> timestamptz: heartbeat; the message stays invisible until the returned now + lock_timeout; NULL when the token no longer holds the message. Errors: 22004 NULL, 22023 lock_timeout not positive (by its effect), 22008 now + lock_timeout after 9999-12-30. Source: ChangeMessageVisibility (SQS Developer Guide).';
+  'dq_extend(lock_token uuid, lock_timeout interval) -> timestamptz: keeps the message invisible until the returned now + lock_timeout (a heartbeat); NULL when the token no longer holds it. Errors: 22004 NULL, 22023 lock_timeout not positive, 22008 now + lock_timeout past 9999-12-30.';
 REVOKE ALL ON FUNCTION dq_extend(uuid, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_extend(uuid, interval) TO dq_consumer;
 

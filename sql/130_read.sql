@@ -57,7 +57,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_cancel(text, text) IS
-  'dq_cancel(queue text, key text) -> boolean: deletes the messages with this key in the queue (the ordinary one and any dead letters sharing the key), in flight or not (archived with outcome cancelled when the queue archives); false when absent. A future occurrence of a named schedule comes back at the next dq_cron_tick. Errors: 22004/22023/22001 queue or key.';
+  'dq_cancel(queue text, key text) -> boolean: deletes the messages with this key in the queue, in flight or not, dead letters included (archived as cancelled when the queue archives); false when there is none. Errors: 22004/22023/22001 queue or key.';
 REVOKE ALL ON FUNCTION dq_cancel(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cancel(text, text) TO dq_producer;
 
@@ -88,7 +88,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_get(text, text) IS
-  'dq_get(queue text, key text) -> the messages with this key (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, delivery_count, locked_until = NULL unless in flight, priority, message_group, expires_at, headers): the ordinary message first, then dead letters sharing the key (dead-letter queues), oldest first; a plain read, no lock, no lock token. Errors: 22004/22023/22001 queue or key.';
+  'dq_get(queue text, key text) -> SETOF dq_message: the messages with this key, the ordinary one first, then dead letters; a plain read, no lock. Errors: 22004/22023/22001 queue or key.';
 REVOKE ALL ON FUNCTION dq_get(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_get(text, text) TO dq_consumer;
 
@@ -136,7 +136,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_list_messages(text, text, integer) IS
-  'dq_list_messages(queue text, in_state text default NULL = all: ready, scheduled, in_flight or redelivered (delivered more than once, in any state), max_rows integer 1..10000 default 100) -> the messages of the queue (dead letters included, dead_from set), by due time (scheduled_at; for one in flight, when its lock expires): key, state, scheduled_at, delivery_count, locked_until (in flight only), last_error, last_error_at, created_at, priority, message_group, dead_from, payload_type, payload_text (the payload decoded as UTF-8, or \x and hex digits). A plain read, no lock, no lock token. Errors: 22004/22023/22001 queue, 22004/22023 max_rows, 22023 in_state.';
+  'dq_list_messages(queue text, in_state text default NULL, max_rows integer default 100) -> the queue''s messages by due time, of one state (ready, scheduled, in_flight, redelivered) or all, payloads as text; a plain read. Errors: 22004/22023/22001 queue, 22004/22023 max_rows (1..10000), 22023 in_state.';
 REVOKE ALL ON FUNCTION dq_list_messages(text, text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_list_messages(text, text, integer) TO dq_admin;
 
@@ -161,7 +161,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_next_due(text) IS
-  'dq_next_due(queue text) -> timestamptz: when the next message of the queue becomes visible (a due one, or an in-flight one whose lock expires; of a FIFO group only its first message counts), NULL when the queue is empty. Pause and limits are not taken into account (dq_wait does). Errors: 22004/22023/22001 queue.';
+  'dq_next_due(queue text) -> timestamptz: when the next message of the queue becomes visible (of a FIFO group only its head counts), NULL when there is none; pause and limits aside. Errors: 22004/22023/22001 queue.';
 REVOKE ALL ON FUNCTION dq_next_due(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_next_due(text) TO dq_consumer;
 

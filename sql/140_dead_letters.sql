@@ -141,7 +141,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_redrive(text, integer) IS
-  'dq_redrive(dead_letter_queue text, max_count integer 1..100000 default 1000) -> integer: sends up to max_count dead letters back to the queues they died in (each to its own, due now, delivery_count 0, as ordinary messages); one whose key is live again there stays in the dead-letter queue, and one held by a consumer (lock not expired) is skipped. Errors: 22004/22023/22001 dead_letter_queue, 22004/22023 max_count. Source: dead-letter queue redrive (SQS Developer Guide).';
+  'dq_redrive(dead_letter_queue text, max_count integer default 1000) -> integer: sends up to max_count dead letters back to the queues they died in, due now, and returns how many. Errors: 22004/22023/22001 dead_letter_queue, 22004/22023 max_count (1..100000).';
 REVOKE ALL ON FUNCTION dq_redrive(text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_redrive(text, integer) TO dq_admin;
 
@@ -179,7 +179,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_dead_letters(text, integer) IS
-  'dq_dead_letters(dead_letter_queue text, max_rows integer 1..100000 default 100) -> the dead letters of the queue, oldest death first: key, dead_from (the queue it died in), dead_from_id (its id there), dead_at (timestamptz), dead_delivery_count (deliveries there), delivery_count (deliveries from the dead-letter queue), last_error and last_error_at (the handler''s error, or the lock expiry), payload_type, payload_text (the payload decoded as UTF-8, or \x and hex digits when it is not UTF-8), headers, locked_until (NULL unless a consumer holds it). A plain read, no lock. Errors: 22004/22023/22001 dead_letter_queue, 22004/22023 max_rows. Source: dead-letter queues (SQS Developer Guide).';
+  'dq_dead_letters(dead_letter_queue text, max_rows integer default 100) -> the dead letters of the queue, oldest death first, with where and why they died; a plain read. Errors: 22004/22023/22001 dead_letter_queue, 22004/22023 max_rows (1..100000).';
 REVOKE ALL ON FUNCTION dq_dead_letters(text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_dead_letters(text, integer) TO dq_admin;
 

@@ -36,7 +36,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_pause_queue(text) IS
-  'dq_pause_queue(queue text) -> boolean: pauses the queue (true; false when it was already paused): no message is delivered until dq_resume_queue; offers, acks, nacks and extends keep working and messages in flight keep their locks. Errors: 22004/22023/22001 queue.';
+  'dq_pause_queue(queue text) -> boolean: pauses the queue, which delivers nothing until dq_resume_queue; false when it was already paused. Errors: 22004/22023/22001 queue.';
 REVOKE ALL ON FUNCTION dq_pause_queue(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_pause_queue(text) TO dq_admin;
 
@@ -66,7 +66,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_resume_queue(text) IS
-  'dq_resume_queue(queue text) -> boolean: resumes a paused queue (true; false when it was not paused) and wakes its waiting consumers at once (NOTIFY dq_channel(queue) at commit). Errors: 22004/22023/22001 queue.';
+  'dq_resume_queue(queue text) -> boolean: resumes a paused queue and wakes its waiting consumers; false when it was not paused. Errors: 22004/22023/22001 queue.';
 REVOKE ALL ON FUNCTION dq_resume_queue(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_resume_queue(text) TO dq_admin;
 
@@ -110,7 +110,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_purge(text, boolean) IS
-  'dq_purge(queue text, confirm boolean default false) -> bigint: deletes every message of the queue, in flight or not, without archiving, and returns how many (NOTICE); future occurrences of named schedules come back at the next dq_cron_tick. Errors: 22004/22023/22001 queue; 22023 unless confirm => true (nothing deleted). Source: PurgeQueue (SQS Developer Guide).';
+  'dq_purge(queue text, confirm boolean default false) -> bigint: deletes every message of the queue, in flight or not, without archiving, and returns how many. Errors: 22004/22023/22001 queue; 22023 unless confirm => true.';
 REVOKE ALL ON FUNCTION dq_purge(text, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_purge(text, boolean) TO dq_admin;
 
@@ -161,7 +161,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_release_locks(text) IS
-  'dq_release_locks(queue text) -> integer: makes every in-flight message of the queue due now (lock tokens cleared, delivery_count kept) and returns how many (NOTICE); for use after a known crash of the consumers. Errors: 22004/22023/22001 queue.';
+  'dq_release_locks(queue text) -> integer: makes every in-flight message of the queue due now (after a known crash of its consumers) and returns how many. Errors: 22004/22023/22001 queue.';
 REVOKE ALL ON FUNCTION dq_release_locks(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_release_locks(text) TO dq_admin;
 

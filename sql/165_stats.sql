@@ -240,7 +240,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_queue_stats(text) IS
-  'dq_queue_stats(queue text) -> one row: ready (due now, expired locks included), scheduled (future, unlocked), in_flight (locked, lock not expired), redelivered (in flight with delivery_count > 1), dead (dead letters that died in this queue), oldest_ready_age interval, next_due timestamptz, acked_last_minute / acked_last_hour (from the archive; NULL when the queue does not archive), approximate (true when a count passed the exact limit of 20000 rows and was estimated), paused boolean, held (messages of FIFO groups waiting behind their group''s first message; also counted in ready or scheduled), expired (past expires_at, not removed yet; a poll that reaches them removes them). Errors: 22004/22023/22001 queue.';
+  'dq_queue_stats(queue text) -> dq_stats_row: the queue''s counts (ready, scheduled, in flight, redelivered, dead, held, expired, acknowledged in the last minute and hour), oldest_ready_age, next_due and paused; counts past 20000 rows are estimated (approximate). Errors: 22004/22023/22001 queue.';
 REVOKE ALL ON FUNCTION dq_queue_stats(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_queue_stats(text) TO dq_admin;
 
@@ -262,7 +262,7 @@ SELECT s.*
  CROSS JOIN LATERAL dq_queue_stats(names.queue) s
  ORDER BY s.queue;
 COMMENT ON VIEW dq_stats IS
-  'One row per queue (dq_queue_stats): ready, scheduled, in_flight, redelivered, dead, oldest_ready_age, next_due, acked_last_minute, acked_last_hour, approximate, paused, held, expired.';
+  'One row per queue: dq_queue_stats of every queue with messages and every configured queue.';
 -- Reading it is an operator's business (the view runs with its owner's rights).
 REVOKE ALL ON dq_stats FROM PUBLIC;
 GRANT SELECT ON dq_stats TO dq_admin;

@@ -196,7 +196,7 @@ LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$ SELECT dq__export_open('dq_export_messages', 'messages', id_from, id_to, filters) $$;
 COMMENT ON FUNCTION dq_export_messages(bigint, bigint, jsonb) IS
-  'dq_export_messages(id_from bigint DEFAULT NULL, id_to bigint DEFAULT NULL, filters jsonb DEFAULT ''[]'') -> refcursor: the name of a cursor, open until the end of the transaction, over the live messages (dead letters included) with id_from <= id < id_to (NULL: no bound) that match every filter, in no order; FETCH its rows: id bigint, queue text, key text, payload bytea, payload_type text, scheduled_at timestamptz, scheduled_at_initially timestamptz, delivery_count integer, created_at timestamptz, locked boolean (a consumer holds it; the lock token is not returned), last_error text, last_error_at timestamptz, dead_from text, dead_at timestamptz. filters: a JSON array of [column, operator, value] with operator =, <, <=, >, >=, IN (value a JSON array), or [column, ''IS NULL''|''IS NOT NULL'']; values are cast to the column''s type. A plain read, no lock; the id range and the filters are planned together (index and range scans). Errors: 22004 filters NULL, 22023 a bad filter, the cast''s error (22P02, 22007, 22008) for a value not of the column''s type.';
+  'dq_export_messages(id_from bigint, id_to bigint, filters jsonb) -> refcursor: a cursor, open until the end of the transaction, over the live messages with id_from <= id < id_to that match the filters ([column, operator, value] arrays). Errors: 22004 filters NULL, 22023 a bad filter, the cast''s error for a value not of its column''s type.';
 REVOKE ALL ON FUNCTION dq_export_messages(bigint, bigint, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_export_messages(bigint, bigint, jsonb) TO dq_consumer;
 
@@ -206,7 +206,7 @@ LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$ SELECT * FROM dq__export_bounds('dq_export_messages_bounds', 'messages', filters) $$;
 COMMENT ON FUNCTION dq_export_messages_bounds(jsonb) IS
-  'dq_export_messages_bounds(filters jsonb DEFAULT ''[]'') -> one row (id_min bigint, id_max bigint): the smallest and largest id of the live messages that match the filters (as dq_export_messages takes them), both NULL when none; for splitting a read into id ranges. Errors: those of dq_export_messages'' filters.';
+  'dq_export_messages_bounds(filters jsonb) -> (id_min, id_max): the smallest and largest id of the live messages that match the filters, for splitting a read. Errors: those of dq_export_messages'' filters.';
 REVOKE ALL ON FUNCTION dq_export_messages_bounds(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_export_messages_bounds(jsonb) TO dq_consumer;
 
@@ -217,7 +217,7 @@ LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$ SELECT dq__export_open('dq_export_archive', 'archive', id_from, id_to, filters) $$;
 COMMENT ON FUNCTION dq_export_archive(bigint, bigint, jsonb) IS
-  'dq_export_archive(id_from bigint DEFAULT NULL, id_to bigint DEFAULT NULL, filters jsonb DEFAULT ''[]'') -> refcursor: the name of a cursor, open until the end of the transaction, over the archive rows (acknowledged, dead and cancelled messages of archiving queues) with id_from <= archive_id < id_to (NULL: no bound) that match every filter, in no order; FETCH its rows: archive_id bigint, id bigint, queue text, key text, payload bytea, payload_type text, scheduled_at timestamptz, scheduled_at_initially timestamptz, created_at timestamptz, delivery_count integer, outcome text, acked_at timestamptz, last_error text. filters as for dq_export_messages, on these columns. Errors: 22004 filters NULL, 22023 a bad filter, the cast''s error for a value not of the column''s type.';
+  'dq_export_archive(id_from bigint, id_to bigint, filters jsonb) -> refcursor: a cursor, open until the end of the transaction, over the archive rows with id_from <= archive_id < id_to that match the filters (as dq_export_messages). Errors: those of dq_export_messages.';
 REVOKE ALL ON FUNCTION dq_export_archive(bigint, bigint, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_export_archive(bigint, bigint, jsonb) TO dq_admin;
 
@@ -227,7 +227,7 @@ LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$ SELECT * FROM dq__export_bounds('dq_export_archive_bounds', 'archive', filters) $$;
 COMMENT ON FUNCTION dq_export_archive_bounds(jsonb) IS
-  'dq_export_archive_bounds(filters jsonb DEFAULT ''[]'') -> one row (id_min bigint, id_max bigint): the smallest and largest archive_id of the archive rows that match the filters (as dq_export_archive takes them), both NULL when none. Errors: those of dq_export_archive''s filters.';
+  'dq_export_archive_bounds(filters jsonb) -> (id_min, id_max): the smallest and largest archive_id of the archive rows that match the filters. Errors: those of dq_export_archive''s filters.';
 REVOKE ALL ON FUNCTION dq_export_archive_bounds(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_export_archive_bounds(jsonb) TO dq_admin;
 

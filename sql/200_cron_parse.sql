@@ -328,7 +328,7 @@ AS $$
                'hex'), 16)
 $$;
 COMMENT ON FUNCTION dq_cron_config_hash(text, text, text, bytea, text) IS
-  'dq_cron_config_hash(queue, schedule, timezone, payload, payload_type) -> text: 16 hex digits of SHA-256 over the definition (schedule case- and whitespace-normalised; a json payload as jsonb text, so key order and spacing do not count; lookahead excluded). NULL when an argument is NULL. Errors: 22P02/22021 when payload_type is json and the payload is not UTF-8 JSON.';
+  'dq_cron_config_hash(queue, schedule, timezone, payload, payload_type) -> text: the config hash of a schedule''s definition, 16 hex digits of SHA-256; NULL when an argument is NULL. Errors: 22P02/22021 for a json payload that is not UTF-8 JSON.';
 REVOKE ALL ON FUNCTION dq_cron_config_hash(text, text, text, bytea, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_config_hash(text, text, text, bytea, text) TO dq_admin;
 

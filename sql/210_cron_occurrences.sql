@@ -193,7 +193,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) IS
-  'dq_cron_occurrences(schedule text <=1000 chars, timezone text IANA name default ''UTC'', after timestamptz default dq_now(), until timestamptz default infinity (then at most 50 years ahead), max_count integer 1..10000 default 10) -> SETOF timestamptz: the instants at which the schedule fires in (after, until], earliest first, by the rules of docs/cron.md (DST gap: shifted forward; ambiguous: first instant). Changes nothing; never returns a time after 9999-12-30 UTC. Errors: 22004 NULL, 22023 bad schedule/timezone/max_count or a schedule that never fires (as dq_cron_install), 22008 after (or a finite until) outside 0001-01-02 .. 9999-12-30 UTC, 22001 schedule too long.';
+  'dq_cron_occurrences(schedule, timezone, after, until, max_count) -> SETOF timestamptz: the instants at which the schedule fires in (after, until], earliest first; changes nothing. Errors: 22004 NULL, 22023 bad schedule, timezone or max_count or a schedule that never fires, 22001 schedule too long, 22008 after or until out of range.';
 REVOKE ALL ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) TO dq_admin;
 

@@ -224,7 +224,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_install_tick(text, text, text, timestamptz[], bytea[], text, boolean) IS
-  'dq_install_tick(queue text <=100, key_prefix text <=100, config_hash text <=64 without "/", scheduled_ats timestamptz[] <=100000 distinct milliseconds, payloads bytea[] same length, payload_type text default ''bytes'', can_update boolean default false) -> integer messages created: in one transaction, deletes the future, not-in-flight messages of other hashes that this key_prefix created in the queue (never other messages, whatever their keys), then offers key_prefix/config_hash/<epoch ms> for each time as dq_offer_many does, recording key_prefix as their owner (insert-if-absent unless can_update; an instant still held in flight by another hash is skipped). Installers of one (queue, key_prefix) serialise on an advisory lock. Call under READ COMMITTED. Errors: 22004 NULL, 22023 empty/invalid/unequal lengths/repeated millisecond, 22008 a time outside 0001-01-02 .. 9999-12-30 UTC, 22001 too long, 54000 over 100000 times or a payload over the queue''s limit.';
+  'dq_install_tick(queue, key_prefix, config_hash, scheduled_ats, payloads, payload_type, can_update) -> integer: replaces the future occurrences of other hashes that key_prefix created in the queue by key_prefix/config_hash/<epoch ms>, one per time, and returns how many it created. Errors: 22004 NULL, 22023 invalid, 22001 too long, 22008 a time out of range, 54000 over 100000 times or a payload over the queue''s limit.';
 REVOKE ALL ON FUNCTION dq_install_tick(text, text, text, timestamptz[], bytea[], text, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_install_tick(text, text, text, timestamptz[], bytea[], text, boolean) TO dq_admin;
 
@@ -248,7 +248,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_uninstall_tick(text, text, text) IS
-  'dq_uninstall_tick(queue text, key_prefix text, config_hash text default NULL = every hash) -> integer messages deleted: the future (not yet due), not-in-flight occurrence messages key_prefix/<hash>/<epoch ms> of the queue that dq_install_tick created for this key_prefix (never other messages). Occurrences already due or in flight are left to their consumers. Errors: 22004 NULL, 22023 empty or "/" in config_hash, 22001 too long.';
+  'dq_uninstall_tick(queue text, key_prefix text, config_hash text default NULL = every hash) -> integer: deletes the future, not-in-flight occurrence messages that dq_install_tick created for key_prefix in the queue, and returns how many. Errors: 22004 NULL, 22023 empty or a / in config_hash, 22001 too long.';
 REVOKE ALL ON FUNCTION dq_uninstall_tick(text, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_uninstall_tick(text, text, text) TO dq_admin;
 

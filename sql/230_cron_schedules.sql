@@ -274,7 +274,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_cron_install(text, text, text, bytea, text, text, interval) IS
-  'dq_cron_install(name text <=100, queue text <=100, schedule text <=1000 (cron, @macro, every <interval>, daily at HH:MM[:SS][, ...]), payload bytea, timezone text IANA default ''UTC'', payload_type text default ''bytes'', lookahead interval (0, 366 days] default 1 hour) -> text config hash: creates or replaces the named schedule and installs its occurrences up to now + lookahead (at least the next one) as messages <name>/<hash>/<epoch ms> owned by the schedule (at most 10,000 pending: the window ends at the 10,000th occurrence when the lookahead would hold more). The same definition again changes nothing (a new lookahead only is stored); a changed one replaces every future occurrence it owns in this transaction (never other messages); a paused schedule stays paused. Errors: 22004 NULL, 22023 bad schedule/timezone/lookahead or never fires, 22001 too long, 54000 payload over the queue''s max_payload_bytes.';
+  'dq_cron_install(name, queue, schedule, payload bytea, timezone, payload_type, lookahead) -> text: creates or replaces the named schedule and installs its occurrences up to now + lookahead, and returns its config hash. Errors: 22004 NULL, 22023 bad schedule, timezone or lookahead or a schedule that never fires, 22001 too long, 54000 payload over the queue''s limit.';
 REVOKE ALL ON FUNCTION dq_cron_install(text, text, text, bytea, text, text, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_install(text, text, text, bytea, text, text, interval) TO dq_admin;
 
@@ -341,7 +341,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_cron_uninstall(text) IS
-  'dq_cron_uninstall(name text) -> boolean: removes the schedule and its future (not yet due, not in flight) occurrence messages; false when no schedule has that name. Errors: 22004/22023/22001 name.';
+  'dq_cron_uninstall(name text) -> boolean: removes the schedule and its future occurrence messages; false when no schedule has that name. Errors: 22004/22023/22001 name.';
 REVOKE ALL ON FUNCTION dq_cron_uninstall(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_uninstall(text) TO dq_admin;
 
@@ -376,7 +376,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_cron_pause(text) IS
-  'dq_cron_pause(name text) -> boolean: stops the schedule and deletes its future (not yet due, not in flight) occurrences; occurrences falling while paused are never installed. false when no schedule has that name. Errors: 22004/22023/22001 name.';
+  'dq_cron_pause(name text) -> boolean: stops the schedule and deletes its future occurrences; false when no schedule has that name. Errors: 22004/22023/22001 name.';
 REVOKE ALL ON FUNCTION dq_cron_pause(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_pause(text) TO dq_admin;
 
@@ -411,7 +411,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_cron_resume(text) IS
-  'dq_cron_resume(name text) -> boolean: restarts a paused schedule from now (no catch-up of what fell while paused) and installs its occurrences at once; true for an active schedule too (nothing changes); false when no schedule has that name. Errors: 22004/22023/22001 name.';
+  'dq_cron_resume(name text) -> boolean: restarts a paused schedule from now and installs its occurrences; false when no schedule has that name. Errors: 22004/22023/22001 name.';
 REVOKE ALL ON FUNCTION dq_cron_resume(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_resume(text) TO dq_admin;
 
@@ -456,7 +456,7 @@ SELECT c.name, c.queue, c.schedule, c.timezone, c.payload_type, c.lookahead, c.c
  ORDER BY c.name
 $$;
 COMMENT ON FUNCTION dq_cron_list() IS
-  'dq_cron_list() -> the named schedules (the rows of the view dq_cron_schedules): definition, paused, next 5 occurrences after now (NULL when paused), the tick''s bookkeeping and the last evaluation error. Role dq_admin. Errors: none (a schedule that cannot be evaluated shows NULL next occurrences).';
+  'dq_cron_list() -> the named schedules (the rows of the view dq_cron_schedules) with their next 5 occurrences and the tick''s bookkeeping. Errors: none.';
 REVOKE ALL ON FUNCTION dq_cron_list() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_list() TO dq_admin;
 
@@ -466,7 +466,7 @@ SELECT l.name, l.queue, l.schedule, l.timezone, l.payload_type, l.lookahead, l.c
        l.updated_at, l.last_error, l.last_error_at
   FROM dq_cron_list() l;
 COMMENT ON VIEW dq_cron_schedules IS
-  'The named schedules (dq_cron_install) with their next 5 occurrences after now (NULL when paused or when the schedule cannot be evaluated), the tick''s bookkeeping (installed_through, last_installed_at, next_uninstalled_at) and the last evaluation error (last_error, last_error_at; cleared by the next successful tick).';
+  'The named schedules (dq_cron_install) with their next 5 occurrences, the tick''s bookkeeping and the last evaluation error.';
 -- Reading it is an operator's business (the view runs with its owner's rights).
 REVOKE ALL ON dq_cron_schedules FROM PUBLIC;
 GRANT SELECT ON dq_cron_schedules TO dq_admin;

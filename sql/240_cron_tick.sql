@@ -67,7 +67,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_cron_tick() IS
-  'dq_cron_tick() -> integer messages created: for every active schedule, installs its occurrences in (now, now + lookahead] not yet installed (at most 10,000 pending per schedule; the next call continues), always at least the next one, and again those deleted by dq_cancel/dq_purge that are due more than 1 minute ahead. A schedule that fails is skipped with a WARNING and its last_error set; the others are installed. Concurrent calls never block each other nor duplicate an occurrence (FOR NO KEY UPDATE SKIP LOCKED; unique keys). Run every minute by the pg_cron job dq-cron-tick. Call under READ COMMITTED. Errors: none of its own (a failing schedule is a WARNING). Source: PostgreSQL manual, SELECT, "The Locking Clause" (SKIP LOCKED).';
+  'dq_cron_tick() -> integer: installs the occurrences every active schedule lacks (run every minute by the pg_cron job dq-cron-tick) and returns how many messages it created. Errors: none of its own: a schedule that fails is skipped with a WARNING and its last_error set.';
 REVOKE ALL ON FUNCTION dq_cron_tick() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_tick() TO dq_admin;
 

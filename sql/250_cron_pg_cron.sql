@@ -92,7 +92,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION dq_cron_prune_run_details(interval) IS
-  'dq_cron_prune_run_details(keep interval >= 0 default 7 days) -> bigint rows deleted: deletes cron.job_run_details rows of this install''s pg_cron jobs (dq-cron-tick, dq-archive-prune, dq-cron-prune-history; suffixed @<schema> outside public) that ended more than keep ago; other jobs'' rows are untouched. Returns 0 with a NOTICE when pg_cron is not installed here. Run daily by the pg_cron job dq-cron-prune-history. Errors: 22004 keep NULL, 22023 keep negative. Source: pg_cron documentation (cron.job_run_details, cron.log_run) and github.com/citusdata/pg_cron/issues/416 (the table grows without bound).';
+  'dq_cron_prune_run_details(keep interval default 7 days) -> bigint: deletes the cron.job_run_details rows of this install''s pg_cron jobs that ended more than keep ago, and returns how many. Errors: 22004 keep NULL, 22023 keep negative.';
 REVOKE ALL ON FUNCTION dq_cron_prune_run_details(interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_prune_run_details(interval) TO dq_admin;
 
