@@ -145,9 +145,30 @@ $$;
 SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 COMMENT ON FUNCTION dq__schema() IS 'Internal: the name of the schema this install lives in.';
 REVOKE ALL ON FUNCTION dq__schema() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-COMMENT ON FUNCTION dq__search_path(boolean) IS
-  'Internal: sets the search_path with which the files of sql/ create functions: the private schema first (true), else the install schema first.';
+COMMENT ON FUNCTION dq__search_path(boolean) IS 'Internal: sets the search_path with which the files of sql/ create functions: the private schema first (true), else the install schema first.';
 REVOKE ALL ON FUNCTION dq__search_path(boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- ----------------------------------------------------------------------------- the clock
+-- Every function of the queue reads the time through these two, never through now() or
+-- clock_timestamp() directly:
+--  * dq__now() -> timestamptz: the start of the current transaction (now()), for what a transaction
+--    writes as one instant: default due times, created_at, updated_at, the cron horizon;
+--  * dq__clock() -> timestamptz: the current instant (clock_timestamp()), for what must not lag
+--    behind a long transaction: polls, lock deadlines, acknowledgements, waits.
+-- Both are SQL with no SET clause, so PostgreSQL inlines them and a call costs what now() costs.
+-- In an install they read the server's clock and nothing else: no setting, table or role can shift
+-- them. A test suite (as the owner, in a test database) may replace both with bodies that add an
+-- offset it controls, to drive lock expiry and schedules without sleeping; an application role can
+-- neither replace them (it may not use this schema) nor shadow them (the callers' search_path is
+-- pinned, and functions are never looked up in pg_temp).
+CREATE OR REPLACE FUNCTION dq__now() RETURNS timestamptz
+LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT pg_catalog.now() $$;
+COMMENT ON FUNCTION dq__now() IS 'Internal: the queue''s clock at the start of the transaction (now()).';
+REVOKE ALL ON FUNCTION dq__now() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+CREATE OR REPLACE FUNCTION dq__clock() RETURNS timestamptz
+LANGUAGE sql VOLATILE PARALLEL SAFE AS $$ SELECT pg_catalog.clock_timestamp() $$;
+COMMENT ON FUNCTION dq__clock() IS 'Internal: the queue''s clock at this instant (clock_timestamp()).';
+REVOKE ALL ON FUNCTION dq__clock() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
 GRANT dq_producer, dq_consumer TO dq_admin;
@@ -205,34 +226,9 @@ SET search_path FROM CURRENT
 AS $$
     SELECT 'dq_' || md5(CASE WHEN dq__schema() = 'public' THEN queue ELSE quote_ident(dq__schema()) || '.' || queue END)
 $$;
-COMMENT ON FUNCTION dq_channel(text) IS
-  'dq_channel(queue text) -> text: the LISTEN channel on which offers wake the consumers of queue (''dq_'' and an md5 hash of the queue, and of the schema outside public); NULL for a NULL queue. Errors: none.';
+COMMENT ON FUNCTION dq_channel(text) IS 'dq_channel(queue text) -> text: the LISTEN channel on which offers wake the consumers of queue (''dq_'' and an md5 hash of the queue, and of the schema outside public); NULL for a NULL queue. Errors: none.';
 REVOKE ALL ON FUNCTION dq_channel(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_channel(text) TO dq_consumer;
-
-SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
--- ----------------------------------------------------------------------------- the clock
--- Every function of the queue reads the time through these two, never through now() or
--- clock_timestamp() directly:
---  * dq__now() -> timestamptz: the start of the current transaction (now()), for what a transaction
---    writes as one instant: default due times, created_at, updated_at, the cron horizon;
---  * dq__clock() -> timestamptz: the current instant (clock_timestamp()), for what must not lag
---    behind a long transaction: polls, lock deadlines, acknowledgements, waits.
--- Both are SQL with no SET clause, so PostgreSQL inlines them and a call costs what now() costs.
--- In an install they read the server's clock and nothing else: no setting, table or role can shift
--- them. A test suite (as the owner, in a test database) may replace both with bodies that add an
--- offset it controls, to drive lock expiry and schedules without sleeping; an application role can
--- neither replace them (it may not use this schema) nor shadow them (the callers' search_path is
--- pinned, and functions are never looked up in pg_temp).
-CREATE OR REPLACE FUNCTION dq__now() RETURNS timestamptz
-LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT pg_catalog.now() $$;
-COMMENT ON FUNCTION dq__now() IS 'Internal: the queue''s clock at the start of the transaction (now()).';
-REVOKE ALL ON FUNCTION dq__now() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-CREATE OR REPLACE FUNCTION dq__clock() RETURNS timestamptz
-LANGUAGE sql VOLATILE PARALLEL SAFE AS $$ SELECT pg_catalog.clock_timestamp() $$;
-COMMENT ON FUNCTION dq__clock() IS 'Internal: the queue''s clock at this instant (clock_timestamp()).';
-REVOKE ALL ON FUNCTION dq__clock() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-SELECT dq__search_path(internal => false);
 
 -- The queue's time, for clients: the default due time of an offer, and the base to which the Python
 -- client adds a delay. Every role that offers or polls may execute it (the defaults of dq_offer,
@@ -243,8 +239,7 @@ LANGUAGE sql STABLE PARALLEL SAFE
 SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$ SELECT dq__now() $$;
-COMMENT ON FUNCTION dq_now() IS
-  'dq_now() -> timestamptz: the queue''s time, the start of the current transaction as now(), which is the default scheduled_at of dq_offer and dq_offer_many. Errors: none.';
+COMMENT ON FUNCTION dq_now() IS 'dq_now() -> timestamptz: the queue''s time, the start of the current transaction as now(), which is the default scheduled_at of dq_offer and dq_offer_many. Errors: none.';
 REVOKE ALL ON FUNCTION dq_now() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_now() TO dq_producer, dq_consumer;
 

@@ -105,6 +105,25 @@ CREATE OR REPLACE FUNCTION dq__limit_prune_batch_max() RETURNS integer LANGUAGE 
 COMMENT ON FUNCTION dq__limit_prune_batch_max() IS 'Internal: the largest batch_size of dq_prune_archive: 1,000,000 rows.';
 REVOKE ALL ON FUNCTION dq__limit_prune_batch_max() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
+-- ----------------------------------------------------------------------------- tuning
+-- Not bounds of an argument: how far the queue's own work goes.
+-- Counts of dq_queue_stats are exact up to this many rows, estimated beyond (sql/165_stats.sql).
+CREATE OR REPLACE FUNCTION dq__stats_exact_limit() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 20000 $$;
+COMMENT ON FUNCTION dq__stats_exact_limit() IS 'Internal: counts of dq_queue_stats are exact up to this many rows.';
+REVOKE ALL ON FUNCTION dq__stats_exact_limit() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+-- At most this many pending (installed, not yet due) occurrences per schedule (sql/230_cron_schedules.sql).
+CREATE OR REPLACE FUNCTION dq__cron_pending_limit() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 10000 $$;
+COMMENT ON FUNCTION dq__cron_pending_limit() IS 'Internal: the most pending occurrences a schedule holds (10000).';
+REVOKE ALL ON FUNCTION dq__cron_pending_limit() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- Occurrences deleted less than this before they are due are not offered again (dq__cron_advance).
+CREATE OR REPLACE FUNCTION dq__cron_refill_margin() RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT interval '1 minute' $$;
+COMMENT ON FUNCTION dq__cron_refill_margin() IS 'Internal: deleted occurrences due within this of the clock are not offered again (1 minute).';
+REVOKE ALL ON FUNCTION dq__cron_refill_margin() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
 -- ----------------------------------------------------------------------------- time bounds
 -- Every timestamp the queue stores or returns lies in [dq__min_time(), dq__max_time()]: finite, and
 -- within years 1-9999 with a day of margin, so that every client can read it in any time zone

@@ -26,8 +26,7 @@ CREATE OR REPLACE FUNCTION dq__error(sqlstate text, message text)
 RETURNS jsonb
 LANGUAGE sql STABLE
 AS $$ SELECT jsonb_build_object('sqlstate', sqlstate, 'message', message) $$;
-COMMENT ON FUNCTION dq__error(text, text) IS
-  'Internal: an error for the public function to raise: {"sqlstate": ..., "message": ...}.';
+COMMENT ON FUNCTION dq__error(text, text) IS 'Internal: an error for the public function to raise: {"sqlstate": ..., "message": ...}.';
 REVOKE ALL ON FUNCTION dq__error(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- 22004 for a NULL argument (the caller found it NULL).
@@ -49,8 +48,7 @@ AS $$
                 THEN dq__error('22001', format('%s: %s is %s characters, the limit is %s', fn, param,
                                                char_length(value), max_len)) END
 $$;
-COMMENT ON FUNCTION dq__name_error(text, text, text, integer) IS
-  'Internal: NULL when value is not NULL, not empty and at most max_len characters; else the 22004, 22023 or 22001 error naming fn and param.';
+COMMENT ON FUNCTION dq__name_error(text, text, text, integer) IS 'Internal: NULL when value is not NULL, not empty and at most max_len characters; else the 22004, 22023 or 22001 error naming fn and param.';
 REVOKE ALL ON FUNCTION dq__name_error(text, text, text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- A text that may be empty: not NULL (22004), at most max_len characters (22001).
@@ -60,8 +58,7 @@ LANGUAGE sql STABLE
 AS $$
     SELECT CASE WHEN value IS NULL OR char_length(value) > max_len THEN dq__name_error(fn, param, value, max_len) END
 $$;
-COMMENT ON FUNCTION dq__text_error(text, text, text, integer) IS
-  'Internal: NULL when value is not NULL and at most max_len characters; else the 22004 or 22001 error naming fn and param.';
+COMMENT ON FUNCTION dq__text_error(text, text, text, integer) IS 'Internal: NULL when value is not NULL and at most max_len characters; else the 22004 or 22001 error naming fn and param.';
 REVOKE ALL ON FUNCTION dq__text_error(text, text, text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- A count or size: not NULL (22004), between lo and hi inclusive (22023).
@@ -73,8 +70,7 @@ AS $$
                 WHEN value < lo OR value > hi
                 THEN dq__error('22023', format('%s: %s is %s, it must be between %s and %s', fn, param, value, lo, hi)) END
 $$;
-COMMENT ON FUNCTION dq__range_error(text, text, bigint, bigint, bigint) IS
-  'Internal: NULL when value is not NULL and in [lo, hi]; else the 22004 or 22023 error naming fn and param.';
+COMMENT ON FUNCTION dq__range_error(text, text, bigint, bigint, bigint) IS 'Internal: NULL when value is not NULL and in [lo, hi]; else the 22004 or 22023 error naming fn and param.';
 REVOKE ALL ON FUNCTION dq__range_error(text, text, bigint, bigint, bigint) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 
@@ -88,8 +84,7 @@ AS $$
                 THEN dq__error('22008', format('%s: %s is %s, it must be a finite time between 0001-01-02 and 9999-12-30 UTC',
                                                fn, param, value)) END
 $$;
-COMMENT ON FUNCTION dq__time_error(text, text, timestamptz) IS
-  'Internal: NULL for a time in 0001-01-02 .. 9999-12-30 UTC; else the 22004 (NULL) or 22008 datetime_field_overflow error naming the parameter.';
+COMMENT ON FUNCTION dq__time_error(text, text, timestamptz) IS 'Internal: NULL for a time in 0001-01-02 .. 9999-12-30 UTC; else the 22004 (NULL) or 22008 datetime_field_overflow error naming the parameter.';
 REVOKE ALL ON FUNCTION dq__time_error(text, text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- A limit of time as messages say it: '1 hour', '1 day', '366 days' (whatever the IntervalStyle).
@@ -148,7 +143,6 @@ BEGIN
     RETURN NULL;
 END;
 $$;
-COMMENT ON FUNCTION dq__time_after_error(text, text, interval, timestamptz, boolean, interval) IS
-  'Internal: NULL when base + value is valid; else the error: 22004 NULL, 22023 before base (or at it unless allow_zero) or past max_value, 22008 past 9999-12-30 UTC.';
+COMMENT ON FUNCTION dq__time_after_error(text, text, interval, timestamptz, boolean, interval) IS 'Internal: NULL when base + value is valid; else the error: 22004 NULL, 22023 before base (or at it unless allow_zero) or past max_value, 22008 past 9999-12-30 UTC.';
 REVOKE ALL ON FUNCTION dq__time_after_error(text, text, interval, timestamptz, boolean, interval) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);

@@ -95,8 +95,7 @@ BEGIN
     RETURN greatest(v_wake - v_now, interval '0');
 END;
 $$;
-COMMENT ON FUNCTION dq_wait(text, interval) IS
-  'dq_wait(queue text, max_wait interval default 5 s) -> interval: registers the calling session, which must LISTEN on dq_channel(queue), as waiting, and returns how long to sleep: until the next moment a message can be delivered (the queue''s controls included), at most max_wait. Errors: 22004/22023/22001 queue; 22004 max_wait NULL, 22023 max_wait not positive or over 1 hour, 22008 now + max_wait past 9999-12-30.';
+COMMENT ON FUNCTION dq_wait(text, interval) IS 'dq_wait(queue text, max_wait interval default 5 s) -> interval: registers the calling session, which must LISTEN on dq_channel(queue), as waiting, and returns how long to sleep: until the next moment a message can be delivered (the queue''s controls included), at most max_wait. Errors: 22004/22023/22001 queue; 22004 max_wait NULL, 22023 max_wait not positive or over 1 hour, 22008 now + max_wait past 9999-12-30.';
 REVOKE ALL ON FUNCTION dq_wait(text, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_wait(text, interval) TO dq_consumer;
 
@@ -106,8 +105,7 @@ LANGUAGE sql VOLATILE
 SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$ DELETE FROM dq_waiters w WHERE w.queue = dq_wait_done.queue AND w.pid = pg_backend_pid() $$;
-COMMENT ON FUNCTION dq_wait_done(text) IS
-  'dq_wait_done(queue text) -> void: the calling session stops waiting on queue (offers stop notifying on its behalf). Errors: none.';
+COMMENT ON FUNCTION dq_wait_done(text) IS 'dq_wait_done(queue text) -> void: the calling session stops waiting on queue (offers stop notifying on its behalf). Errors: none.';
 REVOKE ALL ON FUNCTION dq_wait_done(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_wait_done(text) TO dq_consumer;
 
@@ -144,8 +142,7 @@ BEGIN
     RETURN false;
 END;
 $$;
-COMMENT ON FUNCTION dq__wake(text, timestamptz) IS
-  'Internal: NOTIFY dq_channel(queue) when a live waiter (its session exists) would sleep past due (NULL: nobody) and past its not_before; returns whether it notified.';
+COMMENT ON FUNCTION dq__wake(text, timestamptz) IS 'Internal: NOTIFY dq_channel(queue) when a live waiter (its session exists) would sleep past due (NULL: nobody) and past its not_before; returns whether it notified.';
 REVOKE ALL ON FUNCTION dq__wake(text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Wake the live waiters of a queue that a control held back (not_before set by dq_wait): a delivery
@@ -165,7 +162,6 @@ BEGIN
     RETURN false;
 END;
 $$;
-COMMENT ON FUNCTION dq__wake_blocked(text) IS
-  'Internal: NOTIFY dq_channel(queue) when the queue has a live waiter held back by a control (not_before set); returns whether it notified.';
+COMMENT ON FUNCTION dq__wake_blocked(text) IS 'Internal: NOTIFY dq_channel(queue) when the queue has a live waiter held back by a control (not_before set); returns whether it notified.';
 REVOKE ALL ON FUNCTION dq__wake_blocked(text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);

@@ -253,8 +253,7 @@ BEGIN
     RETURNING x.queue, x.due_at;
 END;
 $$;
-COMMENT ON FUNCTION dq__settle_group_heads(text[], text[], timestamptz[], boolean) IS
-  'Internal: sets the heads of FIFO groups from their messages (locking their dq_groups rows, SKIP LOCKED); a group whose row another transaction holds gets a queued settle (dq_group_settles) unless defer is false; returns (queue, due) for each group whose head changed or whose settle was queued.';
+COMMENT ON FUNCTION dq__settle_group_heads(text[], text[], timestamptz[], boolean) IS 'Internal: sets the heads of FIFO groups from their messages (locking their dq_groups rows, SKIP LOCKED); a group whose row another transaction holds gets a queued settle (dq_group_settles) unless defer is false; returns (queue, due) for each group whose head changed or whose settle was queued.';
 REVOKE ALL ON FUNCTION dq__settle_group_heads(text[], text[], timestamptz[], boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Insert the dq_groups rows of new groups (queues[i], message_groups[i]), in (queue, message_group)
@@ -277,8 +276,7 @@ BEGIN
     RETURNING g.queue, g.message_group, g.head_id, g.priority, g.due_at;
 END;
 $$;
-COMMENT ON FUNCTION dq__create_group_rows(text[], text[]) IS
-  'Internal: inserts the dq_groups rows of new FIFO groups (head NULL, not due) and returns those inserted.';
+COMMENT ON FUNCTION dq__create_group_rows(text[], text[]) IS 'Internal: inserts the dq_groups rows of new FIFO groups (head NULL, not due) and returns those inserted.';
 REVOKE ALL ON FUNCTION dq__create_group_rows(text[], text[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- dq__create_group_rows when settles of the groups are queued, so the next poll may be inserting the
@@ -294,8 +292,7 @@ BEGIN
     RETURN QUERY SELECT * FROM dq__create_group_rows($1, $2);
 END;
 $$;
-COMMENT ON FUNCTION dq__create_group_rows_soon(text[], text[]) IS
-  'Internal: dq__create_group_rows with lock_timeout 1 ms (55P03 when another transaction is inserting one of the rows).';
+COMMENT ON FUNCTION dq__create_group_rows_soon(text[], text[]) IS 'Internal: dq__create_group_rows with lock_timeout 1 ms (55P03 when another transaction is inserting one of the rows).';
 REVOKE ALL ON FUNCTION dq__create_group_rows_soon(text[], text[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- dq__settle_group_heads for one group: the head's due time when it changed (or the settle was
@@ -307,8 +304,7 @@ SET search_path FROM CURRENT
 AS $$
     SELECT min(s.due) FROM dq__settle_group_heads(ARRAY[$1], ARRAY[$2]) s
 $$;
-COMMENT ON FUNCTION dq__settle_group(text, text) IS
-  'Internal: sets the head of a FIFO group from its messages (locking the group''s dq_groups row, or queueing the settle when another transaction holds it); returns the head''s due time when it changed.';
+COMMENT ON FUNCTION dq__settle_group(text, text) IS 'Internal: sets the head of a FIFO group from its messages (locking the group''s dq_groups row, or queueing the settle when another transaction holds it); returns the head''s due time when it changed.';
 REVOKE ALL ON FUNCTION dq__settle_group(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Settle the groups (queues[i], message_groups[i]) (NULL groups are ignored) with
@@ -332,8 +328,7 @@ BEGIN
     RETURN (SELECT count(DISTINCT (u.q, u.g)) FROM unnest(queues, message_groups) AS u(q, g) WHERE u.g IS NOT NULL);
 END;
 $$;
-COMMENT ON FUNCTION dq__settle_groups(text[], text[], timestamptz[]) IS
-  'Internal: dq__settle_group_heads for each distinct (queue, message_group) pair (dues: when the change can make something deliverable, for a queued settle), waking waiters when a head changed or a settle was queued.';
+COMMENT ON FUNCTION dq__settle_groups(text[], text[], timestamptz[]) IS 'Internal: dq__settle_group_heads for each distinct (queue, message_group) pair (dues: when the change can make something deliverable, for a queued settle), waking waiters when a head changed or a settle was queued.';
 REVOKE ALL ON FUNCTION dq__settle_groups(text[], text[], timestamptz[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Apply the queued settles of a queue that are due by at (at most 100 groups a call), for each group
@@ -399,8 +394,7 @@ BEGIN
     RETURN v_done;
 END;
 $$;
-COMMENT ON FUNCTION dq__settle_deferred(text, timestamptz) IS
-  'Internal: applies the queued settles (dq_group_settles) of a queue due by at, for the groups whose dq_groups row no other transaction holds; returns how many groups were tried.';
+COMMENT ON FUNCTION dq__settle_deferred(text, timestamptz) IS 'Internal: applies the queued settles (dq_group_settles) of a queue due by at, for the groups whose dq_groups row no other transaction holds; returns how many groups were tried.';
 REVOKE ALL ON FUNCTION dq__settle_deferred(text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Move the due time of a FIFO group whose head is head_id (still in flight or just given back) to due:
@@ -432,8 +426,7 @@ BEGIN
     RETURN false;
 END;
 $$;
-COMMENT ON FUNCTION dq__set_group_due(text, text, bigint, timestamptz) IS
-  'Internal: sets the due time of the FIFO group headed by head_id, or queues a settle of the group when another transaction holds its dq_groups row; returns whether the row was updated.';
+COMMENT ON FUNCTION dq__set_group_due(text, text, bigint, timestamptz) IS 'Internal: sets the due time of the FIFO group headed by head_id, or queues a settle of the group when another transaction holds its dq_groups row; returns whether the row was updated.';
 REVOKE ALL ON FUNCTION dq__set_group_due(text, text, bigint, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The priority levels of a queue's ungrouped messages (and dead letters), highest first: a skip scan
@@ -457,8 +450,7 @@ AS $$
     )
     SELECT levels.p FROM levels WHERE levels.p IS NOT NULL
 $$;
-COMMENT ON FUNCTION dq__levels(text) IS
-  'Internal: the distinct priorities of a queue''s ungrouped messages and dead letters, highest first (a skip scan).';
+COMMENT ON FUNCTION dq__levels(text) IS 'Internal: the distinct priorities of a queue''s ungrouped messages and dead letters, highest first (a skip scan).';
 REVOKE ALL ON FUNCTION dq__levels(text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- When the next message of a queue can be delivered as far as its messages go (pause and limits
@@ -497,8 +489,7 @@ AS $$
         (SELECT g.due_at FROM dq_groups g WHERE g.queue = $1 ORDER BY g.due_at LIMIT 1),
         (SELECT s.due_at FROM dq_group_settles s WHERE s.queue = $1 ORDER BY s.due_at LIMIT 1))
 $$;
-COMMENT ON FUNCTION dq__next_deliverable(text) IS
-  'Internal: the earliest time a message of the queue can be delivered (ungrouped messages and group heads; locks count at their expiry), pause and limits aside; NULL when none.';
+COMMENT ON FUNCTION dq__next_deliverable(text) IS 'Internal: the earliest time a message of the queue can be delivered (ungrouped messages and group heads; locks count at their expiry), pause and limits aside; NULL when none.';
 REVOKE ALL ON FUNCTION dq__next_deliverable(text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- How many messages of a queue are in flight at a time (a lock token, the lock not expired), counted
@@ -516,7 +507,6 @@ AS $$
          WHERE m.queue = $1 AND m.lock_token IS NOT NULL AND m.scheduled_at > $2
          LIMIT $3) s
 $$;
-COMMENT ON FUNCTION dq__in_flight(text, timestamptz, integer) IS
-  'Internal: the number of messages of a queue in flight at a time (lock not expired), counted up to up_to.';
+COMMENT ON FUNCTION dq__in_flight(text, timestamptz, integer) IS 'Internal: the number of messages of a queue in flight at a time (lock not expired), counted up to up_to.';
 REVOKE ALL ON FUNCTION dq__in_flight(text, timestamptz, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);

@@ -18,8 +18,7 @@ AS $$
                 THEN dq__error('54000', format('%s: %s is %s bytes, the limit is %s', fn, param, octet_length(value::text),
                                                dq__limit_headers_bytes())) END
 $$;
-COMMENT ON FUNCTION dq__headers_error(text, text, jsonb) IS
-  'Internal: NULL for NULL or a JSON object of at most 8192 bytes; else the 22023 (not a JSON object) or 54000 (over 8192 bytes) error naming the parameter.';
+COMMENT ON FUNCTION dq__headers_error(text, text, jsonb) IS 'Internal: NULL for NULL or a JSON object of at most 8192 bytes; else the 22023 (not a JSON object) or 54000 (over 8192 bytes) error naming the parameter.';
 REVOKE ALL ON FUNCTION dq__headers_error(text, text, jsonb) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The checks of the per-message controls, shared by dq_offer and dq__offer_many: priority in
@@ -50,8 +49,7 @@ BEGIN
         dq__headers_error(fn, CASE WHEN suffix = '' THEN 'headers' ELSE 'headers' || suffix END, headers));
 END;
 $$;
-COMMENT ON FUNCTION dq__controls_error(text, text, integer, text, timestamptz, timestamptz, jsonb) IS
-  'Internal: NULL when priority, message_group, expires_at and headers of an offer are valid; else the first error (22004, 22023, 22001, 22008, 54000 naming the parameter).';
+COMMENT ON FUNCTION dq__controls_error(text, text, integer, text, timestamptz, timestamptz, jsonb) IS 'Internal: NULL when priority, message_group, expires_at and headers of an offer are valid; else the first error (22004, 22023, 22001, 22008, 54000 naming the parameter).';
 REVOKE ALL ON FUNCTION dq__controls_error(text, text, integer, text, timestamptz, timestamptz, jsonb) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The payload limit of a queue, in bytes.
@@ -73,8 +71,7 @@ AS $$
     SELECT dq__error('54000', format('%s: %s is %s bytes, the limit of queue %s is %s bytes', fn, param, size, queue, max_bytes))
            || jsonb_build_object('hint', 'Store large data elsewhere and offer a reference, or raise the limit with dq_configure_queue(queue, max_payload_bytes => ...).')
 $$;
-COMMENT ON FUNCTION dq__payload_too_large_error(text, text, text, integer, integer) IS
-  'Internal: the 54000 program_limit_exceeded error (with a hint) for a payload over its queue''s limit.';
+COMMENT ON FUNCTION dq__payload_too_large_error(text, text, text, integer, integer) IS 'Internal: the 54000 program_limit_exceeded error (with a hint) for a payload over its queue''s limit.';
 REVOKE ALL ON FUNCTION dq__payload_too_large_error(text, text, text, integer, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- NULL when size (bytes) is within the queue's limit, else the 54000 error. Called only for
@@ -90,8 +87,7 @@ BEGIN
     RETURN CASE WHEN size > v_limit THEN dq__payload_too_large_error(fn, param, queue, size, v_limit) END;
 END;
 $$;
-COMMENT ON FUNCTION dq__payload_size_error(text, text, text, integer) IS
-  'Internal: NULL when a payload of size bytes is within the queue''s max_payload_bytes (default 1 MiB), else the 54000 program_limit_exceeded error.';
+COMMENT ON FUNCTION dq__payload_size_error(text, text, text, integer) IS 'Internal: NULL when a payload of size bytes is within the queue''s max_payload_bytes (default 1 MiB), else the 54000 program_limit_exceeded error.';
 REVOKE ALL ON FUNCTION dq__payload_size_error(text, text, text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The arrays of a dq_offer_many call as a whole: queue, NULL arrays, dimensions, the number of
@@ -127,8 +123,7 @@ BEGIN
           ORDER BY a.i LIMIT 1));
 END;
 $$;
-COMMENT ON FUNCTION dq__offer_many_shape_error(text, text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) IS
-  'Internal: the first error of the arrays of a dq_offer_many call as a whole (NULL arrays, dimensions, count, lengths), NULL when none.';
+COMMENT ON FUNCTION dq__offer_many_shape_error(text, text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) IS 'Internal: the first error of the arrays of a dq_offer_many call as a whole (NULL arrays, dimensions, count, lengths), NULL when none.';
 REVOKE ALL ON FUNCTION dq__offer_many_shape_error(text, text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The first element of a dq_offer_many call whose controls are wrong, described by
@@ -155,8 +150,7 @@ BEGIN
          ORDER BY u.i LIMIT 1);
 END;
 $$;
-COMMENT ON FUNCTION dq__offer_many_controls_error(text, timestamptz[], integer[], text[], timestamptz[], jsonb[], timestamptz) IS
-  'Internal: the error of the first element of a dq_offer_many call with a wrong priority, message group, expiry or headers, NULL when none.';
+COMMENT ON FUNCTION dq__offer_many_controls_error(text, timestamptz[], integer[], text[], timestamptz[], jsonb[], timestamptz) IS 'Internal: the error of the first element of a dq_offer_many call with a wrong priority, message group, expiry or headers, NULL when none.';
 REVOKE ALL ON FUNCTION dq__offer_many_controls_error(text, timestamptz[], integer[], text[], timestamptz[], jsonb[], timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The first element of payloads over the queue's payload limit, as the 54000 error, NULL when none.
@@ -174,8 +168,7 @@ BEGIN
              ORDER BY u.i LIMIT 1);
 END;
 $$;
-COMMENT ON FUNCTION dq__offer_many_payload_error(text, text, bytea[]) IS
-  'Internal: the 54000 error (with a hint) of the first payload of a dq_offer_many call over its queue''s limit, NULL when none.';
+COMMENT ON FUNCTION dq__offer_many_payload_error(text, text, bytea[]) IS 'Internal: the 54000 error (with a hint) of the first payload of a dq_offer_many call over its queue''s limit, NULL when none.';
 REVOKE ALL ON FUNCTION dq__offer_many_payload_error(text, text, bytea[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The first error of a dq_offer_many call (or of dq_install_tick's occurrences, fn), NULL when there
@@ -249,7 +242,6 @@ BEGIN
                                               ORDER BY u.k LIMIT 1))) END);
 END;
 $$;
-COMMENT ON FUNCTION dq__offer_many_error(text, text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) IS
-  'Internal: the first error of a dq_offer_many (or dq_install_tick, fn) input as {"sqlstate", "message"[, "hint"]}, NULL when the input is valid.';
+COMMENT ON FUNCTION dq__offer_many_error(text, text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) IS 'Internal: the first error of a dq_offer_many (or dq_install_tick, fn) input as {"sqlstate", "message"[, "hint"]}, NULL when the input is valid.';
 REVOKE ALL ON FUNCTION dq__offer_many_error(text, text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);

@@ -135,50 +135,32 @@ BEGIN
     RETURN v_outcome;
 END;
 $$;
-COMMENT ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text, integer, text, timestamptz, jsonb) IS
-  'dq_offer(queue, key, payload bytea, scheduled_at, can_update, payload_type, priority, message_group, expires_at, headers) -> text: offers one message: ''created'' (a new key), ''updated'' (can_update and something differs: replaced) or ''ignored''. Errors: 22004 NULL, 22023 empty or out of range, 22001 too long, 22008 a time out of range, 54000 payload or headers over the limit; nothing is written on error.';
+COMMENT ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text, integer, text, timestamptz, jsonb) IS 'dq_offer(queue, key, payload bytea, scheduled_at, can_update, payload_type, priority, message_group, expires_at, headers) -> text: offers one message: ''created'' (a new key), ''updated'' (can_update and something differs: replaced) or ''ignored''. Errors: 22004 NULL, 22023 empty or out of range, 22001 too long, 22008 a time out of range, 54000 payload or headers over the limit; nothing is written on error.';
 REVOKE ALL ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text, integer, text, timestamptz, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text, integer, text, timestamptz, jsonb) TO dq_producer;
 
-CREATE OR REPLACE FUNCTION dq_offer(
-    queue          text,
-    key            text,
-    payload        jsonb,
-    scheduled_at   timestamptz DEFAULT dq_now(),
-    can_update     boolean DEFAULT true,
-    payload_type   text DEFAULT NULL,
-    priority       integer DEFAULT 0,
-    message_group  text DEFAULT NULL,
-    expires_at     timestamptz DEFAULT NULL,
-    headers        jsonb DEFAULT NULL)
+-- The jsonb and text forms: the bytea form with the payload's UTF-8 text ("payload overloads" in docs/api.md).
+CREATE OR REPLACE FUNCTION dq_offer(queue text, key text, payload jsonb, scheduled_at timestamptz DEFAULT dq_now(),
+    can_update boolean DEFAULT true, payload_type text DEFAULT NULL, priority integer DEFAULT 0,
+    message_group text DEFAULT NULL, expires_at timestamptz DEFAULT NULL, headers jsonb DEFAULT NULL)
 RETURNS text
 LANGUAGE sql VOLATILE
 SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$ SELECT dq_offer($1, $2, convert_to($3::text, 'UTF8'), $4, $5, coalesce($6, 'json'), $7, $8, $9, $10) $$;
-COMMENT ON FUNCTION dq_offer(text, text, jsonb, timestamptz, boolean, text, integer, text, timestamptz, jsonb) IS
-  'dq_offer with a jsonb payload: stored as its UTF-8 text, payload_type ''json'' unless given. Same result and errors as the bytea form.';
+COMMENT ON FUNCTION dq_offer(text, text, jsonb, timestamptz, boolean, text, integer, text, timestamptz, jsonb) IS 'dq_offer with a jsonb payload: stored as its UTF-8 text, payload_type ''json'' unless given. Same result and errors as the bytea form.';
 REVOKE ALL ON FUNCTION dq_offer(text, text, jsonb, timestamptz, boolean, text, integer, text, timestamptz, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_offer(text, text, jsonb, timestamptz, boolean, text, integer, text, timestamptz, jsonb) TO dq_producer;
 
-CREATE OR REPLACE FUNCTION dq_offer(
-    queue          text,
-    key            text,
-    payload        text,
-    scheduled_at   timestamptz DEFAULT dq_now(),
-    can_update     boolean DEFAULT true,
-    payload_type   text DEFAULT NULL,
-    priority       integer DEFAULT 0,
-    message_group  text DEFAULT NULL,
-    expires_at     timestamptz DEFAULT NULL,
-    headers        jsonb DEFAULT NULL)
+CREATE OR REPLACE FUNCTION dq_offer(queue text, key text, payload text, scheduled_at timestamptz DEFAULT dq_now(),
+    can_update boolean DEFAULT true, payload_type text DEFAULT NULL, priority integer DEFAULT 0,
+    message_group text DEFAULT NULL, expires_at timestamptz DEFAULT NULL, headers jsonb DEFAULT NULL)
 RETURNS text
 LANGUAGE sql VOLATILE
 SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$ SELECT dq_offer($1, $2, convert_to($3, 'UTF8'), $4, $5, coalesce($6, 'text'), $7, $8, $9, $10) $$;
-COMMENT ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text, integer, text, timestamptz, jsonb) IS
-  'dq_offer with a text payload (also what an untyped literal resolves to): stored as UTF-8, payload_type ''text'' unless given. Same result and errors as the bytea form.';
+COMMENT ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text, integer, text, timestamptz, jsonb) IS 'dq_offer with a text payload (also what an untyped literal resolves to): stored as UTF-8, payload_type ''text'' unless given. Same result and errors as the bytea form.';
 REVOKE ALL ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text, integer, text, timestamptz, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text, integer, text, timestamptz, jsonb) TO dq_producer;
 
@@ -320,8 +302,7 @@ BEGIN
     RETURN QUERY SELECT r.k, r.o FROM unnest(v_keys, v_outcomes) AS r(k, o);
 END;
 $$;
-COMMENT ON FUNCTION dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text, integer[], text[], timestamptz[], jsonb[]) IS
-  'Internal: the body of dq_offer_many (fn: the public function named in errors); cron_prefix is recorded as the owner of the rows it creates or updates (dq_install_tick).';
+COMMENT ON FUNCTION dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text, integer[], text[], timestamptz[], jsonb[]) IS 'Internal: the body of dq_offer_many (fn: the public function named in errors); cron_prefix is recorded as the owner of the rows it creates or updates (dq_install_tick).';
 REVOKE ALL ON FUNCTION dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text, integer[], text[], timestamptz[], jsonb[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
@@ -361,8 +342,7 @@ BEGIN
                           dq_offer_many.headers) AS o;
 END;
 $$;
-COMMENT ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) IS
-  'dq_offer_many(queue, keys, payloads, scheduled_ats, can_update, payload_types, priorities, message_groups, expires_ats, headers) -> TABLE(key, outcome): dq_offer for each element, in one statement, outcomes in input order. Errors: as dq_offer, naming the element (keys[3]), and 22023 unequal lengths or a repeated key, 54000 over 100000 elements; nothing is written on error.';
+COMMENT ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) IS 'dq_offer_many(queue, keys, payloads, scheduled_ats, can_update, payload_types, priorities, message_groups, expires_ats, headers) -> TABLE(key, outcome): dq_offer for each element, in one statement, outcomes in input order. Errors: as dq_offer, naming the element (keys[3]), and 22023 unequal lengths or a repeated key, 54000 over 100000 elements; nothing is written on error.';
 REVOKE ALL ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) TO dq_producer;
 

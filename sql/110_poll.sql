@@ -199,8 +199,7 @@ BEGIN
     END IF;
 END;
 $$;
-COMMENT ON FUNCTION dq_poll_many(text, integer, interval) IS
-  'dq_poll_many(queue text, max_count integer default 1, lock_timeout interval default 5 min) -> SETOF dq_delivery: acquires up to max_count due messages as the queue''s controls and FIFO groups allow, each with a fresh lock_token, invisible until locked_until. Errors: 22004 NULL, 22023 max_count out of 1..10000 or lock_timeout not positive, 22008 now + lock_timeout past 9999-12-30.';
+COMMENT ON FUNCTION dq_poll_many(text, integer, interval) IS 'dq_poll_many(queue text, max_count integer default 1, lock_timeout interval default 5 min) -> SETOF dq_delivery: acquires up to max_count due messages as the queue''s controls and FIFO groups allow, each with a fresh lock_token, invisible until locked_until. Errors: 22004 NULL, 22023 max_count out of 1..10000 or lock_timeout not positive, 22008 now + lock_timeout past 9999-12-30.';
 REVOKE ALL ON FUNCTION dq_poll_many(text, integer, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_poll_many(text, integer, interval) TO dq_consumer;
 
@@ -283,8 +282,7 @@ BEGIN
     END IF;
 END;
 $$;
-COMMENT ON FUNCTION dq__poll_admit(text, integer, interval, timestamptz) IS
-  'Internal: what the queue''s controls (pause, max_in_flight, rate_limit) let a poll take now: (cfg, clock, want, rate token slots, lock_timeout error at the new clock); applies the queued FIFO group settles (dq_poll_many).';
+COMMENT ON FUNCTION dq__poll_admit(text, integer, interval, timestamptz) IS 'Internal: what the queue''s controls (pause, max_in_flight, rate_limit) let a poll take now: (cfg, clock, want, rate token slots, lock_timeout error at the new clock); applies the queued FIFO group settles (dq_poll_many).';
 REVOKE ALL ON FUNCTION dq__poll_admit(text, integer, interval, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The candidates ids (due: their due times) of a poll without those that leave the queue instead
@@ -329,8 +327,7 @@ BEGIN
     END IF;
 END;
 $$;
-COMMENT ON FUNCTION dq__poll_remove(bigint[], timestamptz[], dq_queues, timestamptz, boolean, boolean) IS
-  'Internal: expires (archived as expired) and dead-letters (at max_deliveries) the candidates of a poll that must not be delivered; returns the others, in order (dq_poll_many).';
+COMMENT ON FUNCTION dq__poll_remove(bigint[], timestamptz[], dq_queues, timestamptz, boolean, boolean) IS 'Internal: expires (archived as expired) and dead-letters (at max_deliveries) the candidates of a poll that must not be delivered; returns the others, in order (dq_poll_many).';
 REVOKE ALL ON FUNCTION dq__poll_remove(bigint[], timestamptz[], dq_queues, timestamptz, boolean, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- What a poll of queue that acquired the messages ids (locked until `until`, at `at`) records besides
@@ -368,8 +365,7 @@ BEGIN
     RETURN cardinality(ids);
 END;
 $$;
-COMMENT ON FUNCTION dq__poll_account(text, bigint[], timestamptz, timestamptz, boolean, integer[], boolean) IS
-  'Internal: records a poll''s deliveries in the FIFO groups'' due times, the rate tokens and the queue''s row (dq_poll_many).';
+COMMENT ON FUNCTION dq__poll_account(text, bigint[], timestamptz, timestamptz, boolean, integer[], boolean) IS 'Internal: records a poll''s deliveries in the FIFO groups'' due times, the rate tokens and the queue''s row (dq_poll_many).';
 REVOKE ALL ON FUNCTION dq__poll_account(text, bigint[], timestamptz, timestamptz, boolean, integer[], boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- One priority level of a queue that has FIFO groups at it: the due ungrouped messages and the due
@@ -444,7 +440,6 @@ BEGIN
     END IF;
 END;
 $$;
-COMMENT ON FUNCTION dq__poll_level(text, smallint, timestamptz, integer) IS
-  'Internal: the due ungrouped messages and FIFO group heads of one priority level of a queue, locked, earliest due first (dq_poll_many).';
+COMMENT ON FUNCTION dq__poll_level(text, smallint, timestamptz, integer) IS 'Internal: the due ungrouped messages and FIFO group heads of one priority level of a queue, locked, earliest due first (dq_poll_many).';
 REVOKE ALL ON FUNCTION dq__poll_level(text, smallint, timestamptz, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);

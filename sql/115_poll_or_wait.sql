@@ -62,8 +62,7 @@ BEGIN
     END IF;
 END;
 $$;
-COMMENT ON FUNCTION dq_poll_or_wait(text, integer, interval, interval) IS
-  'dq_poll_or_wait(queue, max_count, lock_timeout, max_wait interval default 5 s) -> the rows of dq_poll_many (wake_in NULL), or, when nothing was acquired, one row with id NULL and wake_in: how long to sleep on LISTEN dq_channel(queue), the session registered as by dq_wait. Errors: those of dq_poll_many and dq_wait.';
+COMMENT ON FUNCTION dq_poll_or_wait(text, integer, interval, interval) IS 'dq_poll_or_wait(queue, max_count, lock_timeout, max_wait interval default 5 s) -> the rows of dq_poll_many (wake_in NULL), or, when nothing was acquired, one row with id NULL and wake_in: how long to sleep on LISTEN dq_channel(queue), the session registered as by dq_wait. Errors: those of dq_poll_many and dq_wait.';
 REVOKE ALL ON FUNCTION dq_poll_or_wait(text, integer, interval, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_poll_or_wait(text, integer, interval, interval) TO dq_consumer;
 

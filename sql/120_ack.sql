@@ -82,8 +82,7 @@ BEGIN
     RETURN v_count;
 END;
 $$;
-COMMENT ON FUNCTION dq__gone(dq_messages[], text, timestamptz, boolean) IS
-  'Internal: what follows from deleted rows leaving the queue: archived with outcome (acked, cancelled, expired, dead) at the given time when their queue archives, their FIFO groups settled (grouped false: the caller knows none was grouped), waiters of queues with a concurrency limit woken; returns how many were archived.';
+COMMENT ON FUNCTION dq__gone(dq_messages[], text, timestamptz, boolean) IS 'Internal: what follows from deleted rows leaving the queue: archived with outcome (acked, cancelled, expired, dead) at the given time when their queue archives, their FIFO groups settled (grouped false: the caller knows none was grouped), waiters of queues with a concurrency limit woken; returns how many were archived.';
 REVOKE ALL ON FUNCTION dq__gone(dq_messages[], text, timestamptz, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
@@ -116,8 +115,7 @@ BEGIN
     RETURN v_gone IS NOT NULL;
 END;
 $$;
-COMMENT ON FUNCTION dq_ack(uuid) IS
-  'dq_ack(lock_token uuid) -> boolean: deletes the message still held under this token (archived as acked when its queue archives); false for a stale token. Errors: 22004 NULL.';
+COMMENT ON FUNCTION dq_ack(uuid) IS 'dq_ack(lock_token uuid) -> boolean: deletes the message still held under this token (archived as acked when its queue archives); false for a stale token. Errors: 22004 NULL.';
 REVOKE ALL ON FUNCTION dq_ack(uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_ack(uuid) TO dq_consumer;
 
@@ -153,8 +151,7 @@ BEGIN
     RETURN coalesce(cardinality(v_gone), 0);
 END;
 $$;
-COMMENT ON FUNCTION dq_ack_many(uuid[]) IS
-  'dq_ack_many(lock_tokens uuid[]) -> integer: dq_ack for each token, in one statement; returns how many messages were deleted. Errors: 22004 NULL array.';
+COMMENT ON FUNCTION dq_ack_many(uuid[]) IS 'dq_ack_many(lock_tokens uuid[]) -> integer: dq_ack for each token, in one statement; returns how many messages were deleted. Errors: 22004 NULL array.';
 REVOKE ALL ON FUNCTION dq_ack_many(uuid[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_ack_many(uuid[]) TO dq_consumer;
 
@@ -233,8 +230,7 @@ BEGIN
     RETURN true;
 END;
 $$;
-COMMENT ON FUNCTION dq_nack(uuid, interval, text) IS
-  'dq_nack(lock_token uuid, delay interval default 0, error text default NULL) -> boolean: gives the message back, due again at now + delay with error as its last_error, or moves it to the dead-letter queue at the queue''s max_deliveries; false for a stale token. Errors: 22004 NULL, 22023 delay negative, 22008 now + delay past 9999-12-30, 22001 error over 10000 characters.';
+COMMENT ON FUNCTION dq_nack(uuid, interval, text) IS 'dq_nack(lock_token uuid, delay interval default 0, error text default NULL) -> boolean: gives the message back, due again at now + delay with error as its last_error, or moves it to the dead-letter queue at the queue''s max_deliveries; false for a stale token. Errors: 22004 NULL, 22023 delay negative, 22008 now + delay past 9999-12-30, 22001 error over 10000 characters.';
 REVOKE ALL ON FUNCTION dq_nack(uuid, interval, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_nack(uuid, interval, text) TO dq_consumer;
 
@@ -287,8 +283,7 @@ BEGIN
     RETURN v_until;
 END;
 $$;
-COMMENT ON FUNCTION dq_extend(uuid, interval) IS
-  'dq_extend(lock_token uuid, lock_timeout interval) -> timestamptz: keeps the message invisible until the returned now + lock_timeout (a heartbeat); NULL when the token no longer holds it. Errors: 22004 NULL, 22023 lock_timeout not positive, 22008 now + lock_timeout past 9999-12-30.';
+COMMENT ON FUNCTION dq_extend(uuid, interval) IS 'dq_extend(lock_token uuid, lock_timeout interval) -> timestamptz: keeps the message invisible until the returned now + lock_timeout (a heartbeat); NULL when the token no longer holds it. Errors: 22004 NULL, 22023 lock_timeout not positive, 22008 now + lock_timeout past 9999-12-30.';
 REVOKE ALL ON FUNCTION dq_extend(uuid, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_extend(uuid, interval) TO dq_consumer;
 

@@ -17,8 +17,7 @@ EXCEPTION WHEN character_not_in_repertoire OR untranslatable_character THEN
     RETURN '\x' || pg_catalog.encode(payload, 'hex');
 END;
 $$;
-COMMENT ON FUNCTION dq__payload_text(bytea) IS
-  'Internal: a payload as text: decoded as UTF-8 when valid, else \x and hex digits.';
+COMMENT ON FUNCTION dq__payload_text(bytea) IS 'Internal: a payload as text: decoded as UTF-8 when valid, else \x and hex digits.';
 REVOKE ALL ON FUNCTION dq__payload_text(bytea) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
@@ -56,8 +55,7 @@ BEGIN
     RETURN v_gone IS NOT NULL;
 END;
 $$;
-COMMENT ON FUNCTION dq_cancel(text, text) IS
-  'dq_cancel(queue text, key text) -> boolean: deletes the messages with this key in the queue, in flight or not, dead letters included (archived as cancelled when the queue archives); false when there is none. Errors: 22004/22023/22001 queue or key.';
+COMMENT ON FUNCTION dq_cancel(text, text) IS 'dq_cancel(queue text, key text) -> boolean: deletes the messages with this key in the queue, in flight or not, dead letters included (archived as cancelled when the queue archives); false when there is none. Errors: 22004/22023/22001 queue or key.';
 REVOKE ALL ON FUNCTION dq_cancel(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cancel(text, text) TO dq_producer;
 
@@ -87,8 +85,7 @@ BEGIN
      ORDER BY m.dead_at NULLS FIRST, m.id;
 END;
 $$;
-COMMENT ON FUNCTION dq_get(text, text) IS
-  'dq_get(queue text, key text) -> SETOF dq_message: the messages with this key, the ordinary one first, then dead letters; a plain read, no lock. Errors: 22004/22023/22001 queue or key.';
+COMMENT ON FUNCTION dq_get(text, text) IS 'dq_get(queue text, key text) -> SETOF dq_message: the messages with this key, the ordinary one first, then dead letters; a plain read, no lock. Errors: 22004/22023/22001 queue or key.';
 REVOKE ALL ON FUNCTION dq_get(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_get(text, text) TO dq_consumer;
 
@@ -135,8 +132,7 @@ BEGIN
      LIMIT dq_list_messages.max_rows;
 END;
 $$;
-COMMENT ON FUNCTION dq_list_messages(text, text, integer) IS
-  'dq_list_messages(queue text, in_state text default NULL, max_rows integer default 100) -> the queue''s messages by due time, of one state (ready, scheduled, in_flight, redelivered) or all, payloads as text; a plain read. Errors: 22004/22023/22001 queue, 22004/22023 max_rows (1..10000), 22023 in_state.';
+COMMENT ON FUNCTION dq_list_messages(text, text, integer) IS 'dq_list_messages(queue text, in_state text default NULL, max_rows integer default 100) -> the queue''s messages by due time, of one state (ready, scheduled, in_flight, redelivered) or all, payloads as text; a plain read. Errors: 22004/22023/22001 queue, 22004/22023 max_rows (1..10000), 22023 in_state.';
 REVOKE ALL ON FUNCTION dq_list_messages(text, text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_list_messages(text, text, integer) TO dq_admin;
 
@@ -160,8 +156,7 @@ BEGIN
     RETURN v_next;
 END;
 $$;
-COMMENT ON FUNCTION dq_next_due(text) IS
-  'dq_next_due(queue text) -> timestamptz: when the next message of the queue becomes visible (of a FIFO group only its head counts), NULL when there is none; pause and limits aside. Errors: 22004/22023/22001 queue.';
+COMMENT ON FUNCTION dq_next_due(text) IS 'dq_next_due(queue text) -> timestamptz: when the next message of the queue becomes visible (of a FIFO group only its head counts), NULL when there is none; pause and limits aside. Errors: 22004/22023/22001 queue.';
 REVOKE ALL ON FUNCTION dq_next_due(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_next_due(text) TO dq_consumer;
 

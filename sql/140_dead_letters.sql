@@ -65,8 +65,7 @@ BEGIN
     RETURN v_count;
 END;
 $$;
-COMMENT ON FUNCTION dq__dead_letter(bigint[], text, timestamptz) IS
-  'Internal: moves locked rows to a dead-letter queue (see sql/140_dead_letters.sql).';
+COMMENT ON FUNCTION dq__dead_letter(bigint[], text, timestamptz) IS 'Internal: moves locked rows to a dead-letter queue (see sql/140_dead_letters.sql).';
 REVOKE ALL ON FUNCTION dq__dead_letter(bigint[], text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
@@ -140,8 +139,7 @@ BEGIN
     RETURN v_count;
 END;
 $$;
-COMMENT ON FUNCTION dq_redrive(text, integer) IS
-  'dq_redrive(dead_letter_queue text, max_count integer default 1000) -> integer: sends up to max_count dead letters back to the queues they died in, due now, and returns how many. Errors: 22004/22023/22001 dead_letter_queue, 22004/22023 max_count (1..100000).';
+COMMENT ON FUNCTION dq_redrive(text, integer) IS 'dq_redrive(dead_letter_queue text, max_count integer default 1000) -> integer: sends up to max_count dead letters back to the queues they died in, due now, and returns how many. Errors: 22004/22023/22001 dead_letter_queue, 22004/22023 max_count (1..100000).';
 REVOKE ALL ON FUNCTION dq_redrive(text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_redrive(text, integer) TO dq_admin;
 
@@ -178,8 +176,7 @@ BEGIN
      LIMIT dq_dead_letters.max_rows;
 END;
 $$;
-COMMENT ON FUNCTION dq_dead_letters(text, integer) IS
-  'dq_dead_letters(dead_letter_queue text, max_rows integer default 100) -> the dead letters of the queue, oldest death first, with where and why they died; a plain read. Errors: 22004/22023/22001 dead_letter_queue, 22004/22023 max_rows (1..100000).';
+COMMENT ON FUNCTION dq_dead_letters(text, integer) IS 'dq_dead_letters(dead_letter_queue text, max_rows integer default 100) -> the dead letters of the queue, oldest death first, with where and why they died; a plain read. Errors: 22004/22023/22001 dead_letter_queue, 22004/22023 max_rows (1..100000).';
 REVOKE ALL ON FUNCTION dq_dead_letters(text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_dead_letters(text, integer) TO dq_admin;
 

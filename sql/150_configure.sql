@@ -87,8 +87,7 @@ BEGIN
                                        dq__limit_rate_period_max()) END);
 END;
 $$;
-COMMENT ON FUNCTION dq__configure_error(dq_queues, text[]) IS
-  'Internal: the first error of dq_configure_queue''s arguments (each setting alone, and clear), NULL when none.';
+COMMENT ON FUNCTION dq__configure_error(dq_queues, text[]) IS 'Internal: the first error of dq_configure_queue''s arguments (each setting alone, and clear), NULL when none.';
 REVOKE ALL ON FUNCTION dq__configure_error(dq_queues, text[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- A chain of dead-letter queues must not loop back to queue: a message would move around it
@@ -121,8 +120,7 @@ BEGIN
     RETURN NULL;
 END;
 $$;
-COMMENT ON FUNCTION dq__dead_letter_cycle_error(text, text) IS
-  'Internal: NULL, or the 22023 error when dead_letter_queue would close a cycle of dead-letter queues through queue (takes the advisory lock of such changes).';
+COMMENT ON FUNCTION dq__dead_letter_cycle_error(text, text) IS 'Internal: NULL, or the 22023 error when dead_letter_queue would close a cycle of dead-letter queues through queue (takes the advisory lock of such changes).';
 REVOKE ALL ON FUNCTION dq__dead_letter_cycle_error(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The configuration row that old becomes (given: the settings given, NULL when not; clear: the
@@ -172,8 +170,7 @@ BEGIN
                                        'rate_period)', dq__limit_rate_limit_max())) END;
 END;
 $$;
-COMMENT ON FUNCTION dq__configure_merge(dq_queues, dq_queues, text[]) IS
-  'Internal: the configuration row old becomes with the settings given and cleared, and the first error of the combination (22023), NULL when none.';
+COMMENT ON FUNCTION dq__configure_merge(dq_queues, dq_queues, text[]) IS 'Internal: the configuration row old becomes with the settings given and cleared, and the first error of the combination (22023), NULL when none.';
 REVOKE ALL ON FUNCTION dq__configure_merge(dq_queues, dq_queues, text[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The rate limit's log of a queue (sql/110_poll.sql) gets exactly rate_limit rows (none for NULL).
@@ -196,8 +193,7 @@ AS $$
       FROM (SELECT coalesce(max(t.slot), 0) AS top, count(*) AS have FROM dq_rate_tokens t WHERE t.queue = $1) s
      CROSS JOIN LATERAL generate_series(1, coalesce($2, 0) - s.have::integer) AS n;
 $$;
-COMMENT ON FUNCTION dq__rate_tokens_resize(text, integer) IS
-  'Internal: gives a queue''s rate limit log (dq_rate_tokens) exactly rate_limit rows, keeping those of the newest deliveries.';
+COMMENT ON FUNCTION dq__rate_tokens_resize(text, integer) IS 'Internal: gives a queue''s rate limit log (dq_rate_tokens) exactly rate_limit rows, keeping those of the newest deliveries.';
 REVOKE ALL ON FUNCTION dq__rate_tokens_resize(text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
@@ -285,8 +281,7 @@ BEGIN
     RETURN v_row;
 END;
 $$;
-COMMENT ON FUNCTION dq_configure_queue(text, integer, text, boolean, interval, boolean, integer, integer, integer, interval, text[]) IS
-  'dq_configure_queue(queue, max_deliveries, dead_letter_queue, archive, retention, notify, max_payload_bytes, max_in_flight, rate_limit, rate_period, clear) -> dq_queues: sets the queue''s configuration: a setting left NULL keeps its value, one named in clear goes back to its default. Errors: 22004 NULL, 22023 a setting out of range or a bad combination, 22001 too long, 22008 now + retention or rate_period past 9999-12-30; nothing is written on error.';
+COMMENT ON FUNCTION dq_configure_queue(text, integer, text, boolean, interval, boolean, integer, integer, integer, interval, text[]) IS 'dq_configure_queue(queue, max_deliveries, dead_letter_queue, archive, retention, notify, max_payload_bytes, max_in_flight, rate_limit, rate_period, clear) -> dq_queues: sets the queue''s configuration: a setting left NULL keeps its value, one named in clear goes back to its default. Errors: 22004 NULL, 22023 a setting out of range or a bad combination, 22001 too long, 22008 now + retention or rate_period past 9999-12-30; nothing is written on error.';
 REVOKE ALL ON FUNCTION dq_configure_queue(text, integer, text, boolean, interval, boolean, integer, integer, integer, interval, text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_configure_queue(text, integer, text, boolean, interval, boolean, integer, integer, integer, interval, text[]) TO dq_admin;
 

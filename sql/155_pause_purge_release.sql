@@ -35,8 +35,7 @@ BEGIN
     RETURN true;
 END;
 $$;
-COMMENT ON FUNCTION dq_pause_queue(text) IS
-  'dq_pause_queue(queue text) -> boolean: pauses the queue, which delivers nothing until dq_resume_queue; false when it was already paused. Errors: 22004/22023/22001 queue.';
+COMMENT ON FUNCTION dq_pause_queue(text) IS 'dq_pause_queue(queue text) -> boolean: pauses the queue, which delivers nothing until dq_resume_queue; false when it was already paused. Errors: 22004/22023/22001 queue.';
 REVOKE ALL ON FUNCTION dq_pause_queue(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_pause_queue(text) TO dq_admin;
 
@@ -65,8 +64,7 @@ BEGIN
     RETURN true;
 END;
 $$;
-COMMENT ON FUNCTION dq_resume_queue(text) IS
-  'dq_resume_queue(queue text) -> boolean: resumes a paused queue and wakes its waiting consumers; false when it was not paused. Errors: 22004/22023/22001 queue.';
+COMMENT ON FUNCTION dq_resume_queue(text) IS 'dq_resume_queue(queue text) -> boolean: resumes a paused queue and wakes its waiting consumers; false when it was not paused. Errors: 22004/22023/22001 queue.';
 REVOKE ALL ON FUNCTION dq_resume_queue(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_resume_queue(text) TO dq_admin;
 
@@ -109,8 +107,7 @@ BEGIN
     RETURN v_count;
 END;
 $$;
-COMMENT ON FUNCTION dq_purge(text, boolean) IS
-  'dq_purge(queue text, confirm boolean default false) -> bigint: deletes every message of the queue, in flight or not, without archiving, and returns how many. Errors: 22004/22023/22001 queue; 22023 unless confirm => true.';
+COMMENT ON FUNCTION dq_purge(text, boolean) IS 'dq_purge(queue text, confirm boolean default false) -> bigint: deletes every message of the queue, in flight or not, without archiving, and returns how many. Errors: 22004/22023/22001 queue; 22023 unless confirm => true.';
 REVOKE ALL ON FUNCTION dq_purge(text, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_purge(text, boolean) TO dq_admin;
 
@@ -160,8 +157,7 @@ BEGIN
     RETURN v_count;
 END;
 $$;
-COMMENT ON FUNCTION dq_release_locks(text) IS
-  'dq_release_locks(queue text) -> integer: makes every in-flight message of the queue due now (after a known crash of its consumers) and returns how many. Errors: 22004/22023/22001 queue.';
+COMMENT ON FUNCTION dq_release_locks(text) IS 'dq_release_locks(queue text) -> integer: makes every in-flight message of the queue due now (after a known crash of its consumers) and returns how many. Errors: 22004/22023/22001 queue.';
 REVOKE ALL ON FUNCTION dq_release_locks(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_release_locks(text) TO dq_admin;
 

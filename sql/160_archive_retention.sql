@@ -35,8 +35,7 @@ BEGIN
     RETURN v_count;
 END;
 $$;
-COMMENT ON FUNCTION dq_prune_archive(integer) IS
-  'dq_prune_archive(batch_size integer default 10000) -> integer: deletes up to batch_size archive rows older than their queue''s retention and returns how many. Errors: 22004/22023 batch_size (1..1000000).';
+COMMENT ON FUNCTION dq_prune_archive(integer) IS 'dq_prune_archive(batch_size integer default 10000) -> integer: deletes up to batch_size archive rows older than their queue''s retention and returns how many. Errors: 22004/22023 batch_size (1..1000000).';
 REVOKE ALL ON FUNCTION dq_prune_archive(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_prune_archive(integer) TO dq_admin;
 
@@ -71,8 +70,7 @@ $$
 $f$, dq__schema());
 END;
 $do$;
-COMMENT ON PROCEDURE dq_prune_archive_all(integer, integer) IS
-  'CALL dq_prune_archive_all(batch_size integer default 10000, max_batches integer default 100): dq_prune_archive in batches, committing after each (the pg_cron job dq-archive-prune). Errors: those of dq_prune_archive; 2D000 inside a transaction block.';
+COMMENT ON PROCEDURE dq_prune_archive_all(integer, integer) IS 'CALL dq_prune_archive_all(batch_size integer default 10000, max_batches integer default 100): dq_prune_archive in batches, committing after each (the pg_cron job dq-archive-prune). Errors: those of dq_prune_archive; 2D000 inside a transaction block.';
 REVOKE ALL ON PROCEDURE dq_prune_archive_all(integer, integer) FROM PUBLIC;
 GRANT EXECUTE ON PROCEDURE dq_prune_archive_all(integer, integer) TO dq_admin;
 

@@ -10,10 +10,6 @@ SELECT dq__search_path(internal => true);  -- internal helpers: created in the p
 --    split by the scheduled_at histogram when both ready and scheduled are past the limit);
 --  * an archive count past the limit is extrapolated from the time the limit-th newest row was
 --    acknowledged.
-CREATE OR REPLACE FUNCTION dq__stats_exact_limit() RETURNS integer
-LANGUAGE sql IMMUTABLE AS $$ SELECT 20000 $$;
-COMMENT ON FUNCTION dq__stats_exact_limit() IS 'Internal: counts of dq_queue_stats are exact up to this many rows.';
-REVOKE ALL ON FUNCTION dq__stats_exact_limit() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Rows of one queue according to the planner's statistics (NULL when there are none yet).
 CREATE OR REPLACE FUNCTION dq__estimated_rows(queue text, due_fraction_of boolean)
@@ -56,8 +52,7 @@ BEGIN
          * (width_bucket(dq__now(), v_bounds) - 0.5) / (array_length(v_bounds, 1) - 1)::double precision;
 END;
 $$;
-COMMENT ON FUNCTION dq__estimated_rows(text, boolean) IS
-  'Internal: planner-statistics estimate of a queue''s rows (all, or the due share), for dq_queue_stats past its exact limit.';
+COMMENT ON FUNCTION dq__estimated_rows(text, boolean) IS 'Internal: planner-statistics estimate of a queue''s rows (all, or the due share), for dq_queue_stats past its exact limit.';
 REVOKE ALL ON FUNCTION dq__estimated_rows(text, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Live messages of a queue due in (after, until], counted up to up_to: each of the two indexes by due
@@ -85,8 +80,7 @@ BEGIN
         LIMIT up_to) s);
 END;
 $$;
-COMMENT ON FUNCTION dq__stats_due_count(text, timestamptz, timestamptz, integer) IS
-  'Internal: the live messages of a queue due in (after, until], counted up to up_to (dq_queue_stats).';
+COMMENT ON FUNCTION dq__stats_due_count(text, timestamptz, timestamptz, integer) IS 'Internal: the live messages of a queue due in (after, until], counted up to up_to (dq_queue_stats).';
 REVOKE ALL ON FUNCTION dq__stats_due_count(text, timestamptz, timestamptz, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- How long the oldest due message of a queue has waited at `at` (NULL: none is due), and the
@@ -119,8 +113,7 @@ BEGIN
            AND m.scheduled_at > at AND m.lock_token IS NULL) x;
 END;
 $$;
-COMMENT ON FUNCTION dq__stats_times(text, timestamptz) IS
-  'Internal: the age of the oldest due message of a queue and the due time of the next one not in flight (dq_queue_stats).';
+COMMENT ON FUNCTION dq__stats_times(text, timestamptz) IS 'Internal: the age of the oldest due message of a queue and the due time of the next one not in flight (dq_queue_stats).';
 REVOKE ALL ON FUNCTION dq__stats_times(text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Acknowledgements of a queue in the minute and the hour before `at`, from its archive: exact up to
@@ -153,8 +146,7 @@ BEGIN
     END IF;
 END;
 $$;
-COMMENT ON FUNCTION dq__stats_acked(text, timestamptz, integer) IS
-  'Internal: a queue''s acknowledgements in the last minute and hour from its archive, exact up to up_to rows, else extrapolated (dq_queue_stats).';
+COMMENT ON FUNCTION dq__stats_acked(text, timestamptz, integer) IS 'Internal: a queue''s acknowledgements in the last minute and hour from its archive, exact up to up_to rows, else extrapolated (dq_queue_stats).';
 REVOKE ALL ON FUNCTION dq__stats_acked(text, timestamptz, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
@@ -239,8 +231,7 @@ BEGIN
     RETURN r;
 END;
 $$;
-COMMENT ON FUNCTION dq_queue_stats(text) IS
-  'dq_queue_stats(queue text) -> dq_stats_row: the queue''s counts (ready, scheduled, in flight, redelivered, dead, held, expired, acknowledged in the last minute and hour), oldest_ready_age, next_due and paused; counts past 20000 rows are estimated (approximate). Errors: 22004/22023/22001 queue.';
+COMMENT ON FUNCTION dq_queue_stats(text) IS 'dq_queue_stats(queue text) -> dq_stats_row: the queue''s counts (ready, scheduled, in flight, redelivered, dead, held, expired, acknowledged in the last minute and hour), oldest_ready_age, next_due and paused; counts past 20000 rows are estimated (approximate). Errors: 22004/22023/22001 queue.';
 REVOKE ALL ON FUNCTION dq_queue_stats(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_queue_stats(text) TO dq_admin;
 
@@ -261,8 +252,7 @@ SELECT s.*
   FROM names
  CROSS JOIN LATERAL dq_queue_stats(names.queue) s
  ORDER BY s.queue;
-COMMENT ON VIEW dq_stats IS
-  'One row per queue: dq_queue_stats of every queue with messages and every configured queue.';
+COMMENT ON VIEW dq_stats IS 'One row per queue: dq_queue_stats of every queue with messages and every configured queue.';
 -- Reading it is an operator's business (the view runs with its owner's rights).
 REVOKE ALL ON dq_stats FROM PUBLIC;
 GRANT SELECT ON dq_stats TO dq_admin;

@@ -67,8 +67,7 @@ AS $$
      WHERE c.source = $1
      ORDER BY c.i
 $$;
-COMMENT ON FUNCTION dq__export_columns(text) IS
-  'Internal: the columns (name, expression over m, type) of an export of dq_messages (source messages) or dq_archive, the split id first.';
+COMMENT ON FUNCTION dq__export_columns(text) IS 'Internal: the columns (name, expression over m, type) of an export of dq_messages (source messages) or dq_archive, the split id first.';
 REVOKE ALL ON FUNCTION dq__export_columns(text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The query of one export: its columns (name, expression over the table aliased m, type) and the
@@ -153,8 +152,7 @@ BEGIN
                   CASE WHEN cardinality(v_where) = 0 THEN 'true' ELSE array_to_string(v_where, ' AND ') END);
 END;
 $$;
-COMMENT ON FUNCTION dq__export_query(text, text, jsonb, boolean, boolean, boolean) IS
-  'Internal: the SELECT (or, with bounds, the min and max id) of an export of dq_messages (source messages) or dq_archive, with the id range ($1, $2) and the filters ($3) as conditions on the table. Errors: 22004 filters NULL, 22023 a filter that is not [column, operator, value] with a column of the result and a known operator.';
+COMMENT ON FUNCTION dq__export_query(text, text, jsonb, boolean, boolean, boolean) IS 'Internal: the SELECT (or, with bounds, the min and max id) of an export of dq_messages (source messages) or dq_archive, with the id range ($1, $2) and the filters ($3) as conditions on the table. Errors: 22004 filters NULL, 22023 a filter that is not [column, operator, value] with a column of the result and a known operator.';
 REVOKE ALL ON FUNCTION dq__export_query(text, text, jsonb, boolean, boolean, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Open the cursor of an export (dq_export_messages, dq_export_archive), or read its bounds.
@@ -171,8 +169,7 @@ BEGIN
     RETURN v_cursor;
 END;
 $$;
-COMMENT ON FUNCTION dq__export_open(text, text, bigint, bigint, jsonb) IS
-  'Internal: opens the cursor of an export of source (messages or archive) over id_from <= id < id_to with the filters; returns its name. Errors: those of dq__export_query.';
+COMMENT ON FUNCTION dq__export_open(text, text, bigint, bigint, jsonb) IS 'Internal: opens the cursor of an export of source (messages or archive) over id_from <= id < id_to with the filters; returns its name. Errors: those of dq__export_query.';
 REVOKE ALL ON FUNCTION dq__export_open(text, text, bigint, bigint, jsonb) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 CREATE OR REPLACE FUNCTION dq__export_bounds(fn text, source text, filters jsonb)
@@ -184,8 +181,7 @@ BEGIN
     RETURN QUERY EXECUTE dq__export_query(fn, source, filters, false, false, true) USING NULL::bigint, NULL::bigint, filters;
 END;
 $$;
-COMMENT ON FUNCTION dq__export_bounds(text, text, jsonb) IS
-  'Internal: one row, the smallest and largest id of the rows of source (messages or archive) that match the filters, both NULL when none. Errors: those of dq__export_query.';
+COMMENT ON FUNCTION dq__export_bounds(text, text, jsonb) IS 'Internal: one row, the smallest and largest id of the rows of source (messages or archive) that match the filters, both NULL when none. Errors: those of dq__export_query.';
 REVOKE ALL ON FUNCTION dq__export_bounds(text, text, jsonb) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
@@ -195,8 +191,7 @@ RETURNS refcursor
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$ SELECT dq__export_open('dq_export_messages', 'messages', id_from, id_to, filters) $$;
-COMMENT ON FUNCTION dq_export_messages(bigint, bigint, jsonb) IS
-  'dq_export_messages(id_from bigint, id_to bigint, filters jsonb) -> refcursor: a cursor, open until the end of the transaction, over the live messages with id_from <= id < id_to that match the filters ([column, operator, value] arrays). Errors: 22004 filters NULL, 22023 a bad filter, the cast''s error for a value not of its column''s type.';
+COMMENT ON FUNCTION dq_export_messages(bigint, bigint, jsonb) IS 'dq_export_messages(id_from bigint, id_to bigint, filters jsonb) -> refcursor: a cursor, open until the end of the transaction, over the live messages with id_from <= id < id_to that match the filters ([column, operator, value] arrays). Errors: 22004 filters NULL, 22023 a bad filter, the cast''s error for a value not of its column''s type.';
 REVOKE ALL ON FUNCTION dq_export_messages(bigint, bigint, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_export_messages(bigint, bigint, jsonb) TO dq_consumer;
 
@@ -205,8 +200,7 @@ RETURNS TABLE (id_min bigint, id_max bigint)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$ SELECT * FROM dq__export_bounds('dq_export_messages_bounds', 'messages', filters) $$;
-COMMENT ON FUNCTION dq_export_messages_bounds(jsonb) IS
-  'dq_export_messages_bounds(filters jsonb) -> (id_min, id_max): the smallest and largest id of the live messages that match the filters, for splitting a read. Errors: those of dq_export_messages'' filters.';
+COMMENT ON FUNCTION dq_export_messages_bounds(jsonb) IS 'dq_export_messages_bounds(filters jsonb) -> (id_min, id_max): the smallest and largest id of the live messages that match the filters, for splitting a read. Errors: those of dq_export_messages'' filters.';
 REVOKE ALL ON FUNCTION dq_export_messages_bounds(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_export_messages_bounds(jsonb) TO dq_consumer;
 
@@ -216,8 +210,7 @@ RETURNS refcursor
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$ SELECT dq__export_open('dq_export_archive', 'archive', id_from, id_to, filters) $$;
-COMMENT ON FUNCTION dq_export_archive(bigint, bigint, jsonb) IS
-  'dq_export_archive(id_from bigint, id_to bigint, filters jsonb) -> refcursor: a cursor, open until the end of the transaction, over the archive rows with id_from <= archive_id < id_to that match the filters (as dq_export_messages). Errors: those of dq_export_messages.';
+COMMENT ON FUNCTION dq_export_archive(bigint, bigint, jsonb) IS 'dq_export_archive(id_from bigint, id_to bigint, filters jsonb) -> refcursor: a cursor, open until the end of the transaction, over the archive rows with id_from <= archive_id < id_to that match the filters (as dq_export_messages). Errors: those of dq_export_messages.';
 REVOKE ALL ON FUNCTION dq_export_archive(bigint, bigint, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_export_archive(bigint, bigint, jsonb) TO dq_admin;
 
@@ -226,8 +219,7 @@ RETURNS TABLE (id_min bigint, id_max bigint)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$ SELECT * FROM dq__export_bounds('dq_export_archive_bounds', 'archive', filters) $$;
-COMMENT ON FUNCTION dq_export_archive_bounds(jsonb) IS
-  'dq_export_archive_bounds(filters jsonb) -> (id_min, id_max): the smallest and largest archive_id of the archive rows that match the filters. Errors: those of dq_export_archive''s filters.';
+COMMENT ON FUNCTION dq_export_archive_bounds(jsonb) IS 'dq_export_archive_bounds(filters jsonb) -> (id_min, id_max): the smallest and largest archive_id of the archive rows that match the filters. Errors: those of dq_export_archive''s filters.';
 REVOKE ALL ON FUNCTION dq_export_archive_bounds(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_export_archive_bounds(jsonb) TO dq_admin;
 

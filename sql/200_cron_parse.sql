@@ -91,8 +91,7 @@ BEGIN
     RETURN ARRAY(SELECT DISTINCT x FROM unnest(v_out) x ORDER BY x);
 END;
 $$;
-COMMENT ON FUNCTION dq__cron_field(text, text, text, integer, integer, text[]) IS
-  'Internal: the sorted values of one cron field (lists, ranges, steps, names); 22023 naming schedule on bad syntax.';
+COMMENT ON FUNCTION dq__cron_field(text, text, text, integer, integer, text[]) IS 'Internal: the sorted values of one cron field (lists, ranges, steps, names); 22023 naming schedule on bad syntax.';
 REVOKE ALL ON FUNCTION dq__cron_field(text, text, text, integer, integer, text[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- 'every <interval>' (what follows 'every '): the parsed schedule, or NULL and what is wrong.
@@ -124,8 +123,7 @@ BEGIN
     END IF;
 END;
 $$;
-COMMENT ON FUNCTION dq__cron_parse_every(text, text) IS
-  'Internal: the parsed schedule of ''every <interval>'' (given what follows ''every ''), or NULL and the message of what is wrong.';
+COMMENT ON FUNCTION dq__cron_parse_every(text, text) IS 'Internal: the parsed schedule of ''every <interval>'' (given what follows ''every ''), or NULL and the message of what is wrong.';
 REVOKE ALL ON FUNCTION dq__cron_parse_every(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- 'daily at HH:MM[:SS][, ...]' (what follows 'daily at '): the parsed schedule, or NULL and what is wrong.
@@ -157,8 +155,7 @@ BEGIN
     spec.times := ARRAY(SELECT DISTINCT t FROM unnest(v_times) t ORDER BY t);
 END;
 $$;
-COMMENT ON FUNCTION dq__cron_parse_daily(text, text) IS
-  'Internal: the parsed schedule of ''daily at HH:MM[:SS][, ...]'' (given what follows ''daily at ''), or NULL and the message of what is wrong.';
+COMMENT ON FUNCTION dq__cron_parse_daily(text, text) IS 'Internal: the parsed schedule of ''daily at HH:MM[:SS][, ...]'' (given what follows ''daily at ''), or NULL and the message of what is wrong.';
 REVOKE ALL ON FUNCTION dq__cron_parse_daily(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- A schedule's parsed form (type dq_cron_spec, migrations/0005_cron.sql). 22023 naming `schedule`
@@ -229,8 +226,7 @@ BEGIN
     RETURN v_spec;
 END;
 $$;
-COMMENT ON FUNCTION dq__cron_parse(text, text) IS
-  'Internal: parses a schedule (5-field cron, @macros, every <interval>, daily at HH:MM[:SS][, ...]) into dq_cron_spec; 22023 naming schedule on bad syntax.';
+COMMENT ON FUNCTION dq__cron_parse(text, text) IS 'Internal: parses a schedule (5-field cron, @macros, every <interval>, daily at HH:MM[:SS][, ...]) into dq_cron_spec; 22023 naming schedule on bad syntax.';
 REVOKE ALL ON FUNCTION dq__cron_parse(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The canonical IANA name of a zone (as listed by pg_timezone_names, matched case-insensitively).
@@ -263,8 +259,7 @@ BEGIN
     RETURN v_name;
 END;
 $$;
-COMMENT ON FUNCTION dq__cron_zone(text, text) IS
-  'Internal: the canonical IANA name of timezone (pg_timezone_names, case-insensitive); 22004 NULL, 22023 unknown.';
+COMMENT ON FUNCTION dq__cron_zone(text, text) IS 'Internal: the canonical IANA name of timezone (pg_timezone_names, case-insensitive); 22004 NULL, 22023 unknown.';
 REVOKE ALL ON FUNCTION dq__cron_zone(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- A definition given to a public function (dq_cron_install, dq_cron_occurrences): the parsed
@@ -302,8 +297,7 @@ BEGIN
     END IF;
 END;
 $$;
-COMMENT ON FUNCTION dq__cron_definition(text, text, text) IS
-  'Internal: (spec, zone, NULL) for a valid schedule and timezone that fires, else (NULL, NULL, the error as {"sqlstate", "message"[, "hint"]}) naming fn.';
+COMMENT ON FUNCTION dq__cron_definition(text, text, text) IS 'Internal: (spec, zone, NULL) for a valid schedule and timezone that fires, else (NULL, NULL, the error as {"sqlstate", "message"[, "hint"]}) naming fn.';
 REVOKE ALL ON FUNCTION dq__cron_definition(text, text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
@@ -327,8 +321,7 @@ AS $$
                     || CASE WHEN $5 = 'json' THEN convert_to(convert_from($4, 'UTF8')::jsonb::text, 'UTF8') ELSE $4 END),
                'hex'), 16)
 $$;
-COMMENT ON FUNCTION dq_cron_config_hash(text, text, text, bytea, text) IS
-  'dq_cron_config_hash(queue, schedule, timezone, payload, payload_type) -> text: the config hash of a schedule''s definition, 16 hex digits of SHA-256; NULL when an argument is NULL. Errors: 22P02/22021 for a json payload that is not UTF-8 JSON.';
+COMMENT ON FUNCTION dq_cron_config_hash(text, text, text, bytea, text) IS 'dq_cron_config_hash(queue, schedule, timezone, payload, payload_type) -> text: the config hash of a schedule''s definition, 16 hex digits of SHA-256; NULL when an argument is NULL. Errors: 22P02/22021 for a json payload that is not UTF-8 JSON.';
 REVOKE ALL ON FUNCTION dq_cron_config_hash(text, text, text, bytea, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_config_hash(text, text, text, bytea, text) TO dq_admin;
 

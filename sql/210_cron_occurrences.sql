@@ -18,8 +18,7 @@ CREATE OR REPLACE FUNCTION dq__cron_offset(at timestamptz, timezone text)
 RETURNS interval
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT ($1 AT TIME ZONE $2) - ($1 AT TIME ZONE 'UTC') $$;
-COMMENT ON FUNCTION dq__cron_offset(timestamptz, text) IS
-  'Internal: the UTC offset of timezone at an instant (local time minus UTC).';
+COMMENT ON FUNCTION dq__cron_offset(timestamptz, text) IS 'Internal: the UTC offset of timezone at an instant (local time minus UTC).';
 REVOKE ALL ON FUNCTION dq__cron_offset(timestamptz, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The instant of a local time in a zone, by the DST rules at the top of this file. Away from a
@@ -46,8 +45,7 @@ BEGIN
     RETURN coalesce(v_first, v_t);
 END;
 $$;
-COMMENT ON FUNCTION dq__cron_resolve(timestamp, text) IS
-  'Internal: the instant of a local time in a zone: a nonexistent (gap) time is shifted forward by the gap (PostgreSQL''s AT TIME ZONE), an ambiguous (fall-back) time is its earlier instant.';
+COMMENT ON FUNCTION dq__cron_resolve(timestamp, text) IS 'Internal: the instant of a local time in a zone: a nonexistent (gap) time is shifted forward by the gap (PostgreSQL''s AT TIME ZONE), an ambiguous (fall-back) time is its earlier instant.';
 REVOKE ALL ON FUNCTION dq__cron_resolve(timestamp, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The occurrences of a parsed schedule in (after, until], earliest first, at most max_count.
@@ -145,9 +143,22 @@ BEGIN
     RETURN ARRAY(SELECT DISTINCT x FROM unnest(v_out) x WHERE x <= dq__max_time() ORDER BY x LIMIT max_count);
 END;
 $$;
-COMMENT ON FUNCTION dq__cron_between(dq_cron_spec, text, timestamptz, timestamptz, integer) IS
-  'Internal: the occurrences of a parsed schedule in (after, until], earliest first, at most max_count (an infinite until searches 50 years); never after 9999-12-30 UTC.';
+COMMENT ON FUNCTION dq__cron_between(dq_cron_spec, text, timestamptz, timestamptz, integer) IS 'Internal: the occurrences of a parsed schedule in (after, until], earliest first, at most max_count (an infinite until searches 50 years); never after 9999-12-30 UTC.';
 REVOKE ALL ON FUNCTION dq__cron_between(dq_cron_spec, text, timestamptz, timestamptz, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- An upper bound of the occurrences of a schedule in any window of length `span`: one per period
+-- for 'every'; for 'cron' and 'daily', the times of a day over every local date the window can
+-- touch (a window of n days touches at most n + 2 dates, DST days being 23 to 25 hours long).
+CREATE OR REPLACE FUNCTION dq__cron_max_in(spec dq_cron_spec, span interval)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN ($1).kind = 'every'
+                THEN ceil(extract(epoch FROM $2) * 1000 / ($1).period_ms)::bigint
+                ELSE cardinality(($1).times)::bigint * (ceil(extract(epoch FROM $2) / 86400)::bigint + 2) END
+$$;
+COMMENT ON FUNCTION dq__cron_max_in(dq_cron_spec, interval) IS 'Internal: an upper bound of the occurrences of a parsed schedule in any window of length span.';
+REVOKE ALL ON FUNCTION dq__cron_max_in(dq_cron_spec, interval) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
 CREATE OR REPLACE FUNCTION dq_cron_occurrences(
@@ -192,25 +203,10 @@ BEGIN
                                                         dq_cron_occurrences.until, dq_cron_occurrences.max_count)) x;
 END;
 $$;
-COMMENT ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) IS
-  'dq_cron_occurrences(schedule, timezone, after, until, max_count) -> SETOF timestamptz: the instants at which the schedule fires in (after, until], earliest first; changes nothing. Errors: 22004 NULL, 22023 bad schedule, timezone or max_count or a schedule that never fires, 22001 schedule too long, 22008 after or until out of range.';
+COMMENT ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) IS 'dq_cron_occurrences(schedule, timezone, after, until, max_count) -> SETOF timestamptz: the instants at which the schedule fires in (after, until], earliest first; changes nothing. Errors: 22004 NULL, 22023 bad schedule, timezone or max_count or a schedule that never fires, 22001 schedule too long, 22008 after or until out of range.';
 REVOKE ALL ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) TO dq_admin;
 
-SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
--- An upper bound of the occurrences of a schedule in any window of length `span`: one per period
--- for 'every'; for 'cron' and 'daily', the times of a day over every local date the window can
--- touch (a window of n days touches at most n + 2 dates, DST days being 23 to 25 hours long).
-CREATE OR REPLACE FUNCTION dq__cron_max_in(spec dq_cron_spec, span interval)
-RETURNS bigint
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-    SELECT CASE WHEN ($1).kind = 'every'
-                THEN ceil(extract(epoch FROM $2) * 1000 / ($1).period_ms)::bigint
-                ELSE cardinality(($1).times)::bigint * (ceil(extract(epoch FROM $2) / 86400)::bigint + 2) END
-$$;
-COMMENT ON FUNCTION dq__cron_max_in(dq_cron_spec, interval) IS
-  'Internal: an upper bound of the occurrences of a parsed schedule in any window of length span.';
-REVOKE ALL ON FUNCTION dq__cron_max_in(dq_cron_spec, interval) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+-- Re-pin the SECURITY DEFINER functions of this file to the private schema first (sql/000_common.sql).
 SELECT dq__search_path(internal => false);
 

@@ -19,8 +19,7 @@ AS $$
                  AND substr($1, char_length($2) + 2) ~ '^[^/]+/-?[0-9]+$'
                 THEN split_part(substr($1, char_length($2) + 2), '/', 1) END
 $$;
-COMMENT ON FUNCTION dq__cron_key_hash(text, text) IS
-  'Internal: the config hash of an occurrence key <key_prefix>/<hash>/<epoch ms>, or NULL when key is not one of key_prefix.';
+COMMENT ON FUNCTION dq__cron_key_hash(text, text) IS 'Internal: the config hash of an occurrence key <key_prefix>/<hash>/<epoch ms>, or NULL when key is not one of key_prefix.';
 REVOKE ALL ON FUNCTION dq__cron_key_hash(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Common argument checks of dq_install_tick and dq_uninstall_tick: the first error, NULL when none
@@ -39,8 +38,7 @@ AS $$
                     CASE WHEN strpos(config_hash, '/') > 0
                          THEN dq__error('22023', format('%s: config_hash must not contain "/"', fn)) END)
 $$;
-COMMENT ON FUNCTION dq__cron_prefix_error(text, text, text, text, boolean) IS
-  'Internal: NULL, or the 22004/22023/22001 error for queue (<=100), key_prefix (<=100), config_hash (<=64, no "/").';
+COMMENT ON FUNCTION dq__cron_prefix_error(text, text, text, text, boolean) IS 'Internal: NULL, or the 22004/22023/22001 error for queue (<=100), key_prefix (<=100), config_hash (<=64, no "/").';
 REVOKE ALL ON FUNCTION dq__cron_prefix_error(text, text, text, text, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The first error of dq_install_tick's arguments, NULL when none (the caller raises it). The
@@ -98,8 +96,7 @@ BEGIN
                                             'millisecond resolution)', v_dup)) END);
 END;
 $$;
-COMMENT ON FUNCTION dq__install_tick_error(text, text, text, timestamptz[], bytea[], text, boolean) IS
-  'Internal: the first error of dq_install_tick''s arguments (22004, 22023, 22001, 22008, 54000), NULL when none.';
+COMMENT ON FUNCTION dq__install_tick_error(text, text, text, timestamptz[], bytea[], text, boolean) IS 'Internal: the first error of dq_install_tick''s arguments (22004, 22023, 22001, 22008, 54000), NULL when none.';
 REVOKE ALL ON FUNCTION dq__install_tick_error(text, text, text, timestamptz[], bytea[], text, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Delete the future occurrences of key_prefix in queue: the messages this prefix created
@@ -143,8 +140,7 @@ BEGIN
     RETURN v_count;
 END;
 $$;
-COMMENT ON FUNCTION dq__cron_delete_future(text, text, text, text) IS
-  'Internal: deletes the future, not-in-flight occurrence messages key_prefix created in queue, of a hash other than except_hash and equal to only_hash (NULL: any), under the prefix''s advisory lock; returns how many.';
+COMMENT ON FUNCTION dq__cron_delete_future(text, text, text, text) IS 'Internal: deletes the future, not-in-flight occurrence messages key_prefix created in queue, of a hash other than except_hash and equal to only_hash (NULL: any), under the prefix''s advisory lock; returns how many.';
 REVOKE ALL ON FUNCTION dq__cron_delete_future(text, text, text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
@@ -223,8 +219,7 @@ BEGIN
     RETURN v_created;
 END;
 $$;
-COMMENT ON FUNCTION dq_install_tick(text, text, text, timestamptz[], bytea[], text, boolean) IS
-  'dq_install_tick(queue, key_prefix, config_hash, scheduled_ats, payloads, payload_type, can_update) -> integer: replaces the future occurrences of other hashes that key_prefix created in the queue by key_prefix/config_hash/<epoch ms>, one per time, and returns how many it created. Errors: 22004 NULL, 22023 invalid, 22001 too long, 22008 a time out of range, 54000 over 100000 times or a payload over the queue''s limit.';
+COMMENT ON FUNCTION dq_install_tick(text, text, text, timestamptz[], bytea[], text, boolean) IS 'dq_install_tick(queue, key_prefix, config_hash, scheduled_ats, payloads, payload_type, can_update) -> integer: replaces the future occurrences of other hashes that key_prefix created in the queue by key_prefix/config_hash/<epoch ms>, one per time, and returns how many it created. Errors: 22004 NULL, 22023 invalid, 22001 too long, 22008 a time out of range, 54000 over 100000 times or a payload over the queue''s limit.';
 REVOKE ALL ON FUNCTION dq_install_tick(text, text, text, timestamptz[], bytea[], text, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_install_tick(text, text, text, timestamptz[], bytea[], text, boolean) TO dq_admin;
 
@@ -247,8 +242,7 @@ BEGIN
                                   dq_uninstall_tick.config_hash);
 END;
 $$;
-COMMENT ON FUNCTION dq_uninstall_tick(text, text, text) IS
-  'dq_uninstall_tick(queue text, key_prefix text, config_hash text default NULL = every hash) -> integer: deletes the future, not-in-flight occurrence messages that dq_install_tick created for key_prefix in the queue, and returns how many. Errors: 22004 NULL, 22023 empty or a / in config_hash, 22001 too long.';
+COMMENT ON FUNCTION dq_uninstall_tick(text, text, text) IS 'dq_uninstall_tick(queue text, key_prefix text, config_hash text default NULL = every hash) -> integer: deletes the future, not-in-flight occurrence messages that dq_install_tick created for key_prefix in the queue, and returns how many. Errors: 22004 NULL, 22023 empty or a / in config_hash, 22001 too long.';
 REVOKE ALL ON FUNCTION dq_uninstall_tick(text, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_uninstall_tick(text, text, text) TO dq_admin;
 

@@ -5,22 +5,6 @@
 SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
 SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
--- At most this many pending (installed, not yet due) occurrences per schedule.
-CREATE OR REPLACE FUNCTION dq__cron_pending_limit() RETURNS integer
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 10000 $$;
-COMMENT ON FUNCTION dq__cron_pending_limit() IS 'Internal: the most pending occurrences a schedule holds (10000).';
-REVOKE ALL ON FUNCTION dq__cron_pending_limit() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-
--- Occurrences deleted less than this before they are due are not offered again (see dq__cron_advance).
-CREATE OR REPLACE FUNCTION dq__cron_refill_margin() RETURNS interval
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT interval '1 minute' $$;
-COMMENT ON FUNCTION dq__cron_refill_margin() IS 'Internal: deleted occurrences due within this of the clock are not offered again (1 minute).';
-REVOKE ALL ON FUNCTION dq__cron_refill_margin() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-SELECT dq__search_path(internal => false);
-
--- ----------------------------------------------------------------------------- named schedules
-
-SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- Install what a schedule lacks, as of p_now: the occurrences after installed_through up to
 -- p_now + lookahead (at most 10000 per call: the next tick continues), and always the next
 -- occurrence after p_now. The caller holds the schedule's row lock. Occurrences missed while no
@@ -98,8 +82,7 @@ BEGIN
     RETURN v_created;
 END;
 $$;
-COMMENT ON FUNCTION dq__cron_advance(text, timestamptz) IS
-  'Internal: installs the missing occurrences of one schedule (row locked by the caller) up to now + lookahead or the 10,000th pending occurrence, at least the next one, and those deleted by dq_cancel/dq_purge due more than 1 minute ahead; returns messages created.';
+COMMENT ON FUNCTION dq__cron_advance(text, timestamptz) IS 'Internal: installs the missing occurrences of one schedule (row locked by the caller) up to now + lookahead or the 10,000th pending occurrence, at least the next one, and those deleted by dq_cancel/dq_purge due more than 1 minute ahead; returns messages created.';
 REVOKE ALL ON FUNCTION dq__cron_advance(text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 -- dq_cancel and dq_purge call this before deleting: the named schedules owning future occurrences
 -- among the messages about to be deleted (queue, and key unless NULL) record the earliest of them in
@@ -138,8 +121,7 @@ BEGIN
      WHERE c.name = d.name AND c.queue = dq__cron_note_deleted.queue AND NOT c.paused;
 END;
 $$;
-COMMENT ON FUNCTION dq__cron_note_deleted(text, text) IS
-  'Internal: before dq_cancel/dq_purge delete messages, records in their schedules the earliest future occurrence deleted, for the next tick to offer again.';
+COMMENT ON FUNCTION dq__cron_note_deleted(text, text) IS 'Internal: before dq_cancel/dq_purge delete messages, records in their schedules the earliest future occurrence deleted, for the next tick to offer again.';
 REVOKE ALL ON FUNCTION dq__cron_note_deleted(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 -- Store a checked definition under the schedule's name and install its occurrences:
 -- 'installed' (a new schedule), 'unchanged' (the same definition: nothing changes), 'lookahead'
@@ -194,9 +176,26 @@ BEGIN
     RETURN 'replaced';
 END;
 $$;
-COMMENT ON FUNCTION dq__cron_store(text, text, text, text, bytea, text, interval, text) IS
-  'Internal: creates or replaces a named schedule and installs its occurrences (dq_cron_install); returns installed, unchanged, lookahead or replaced.';
+COMMENT ON FUNCTION dq__cron_store(text, text, text, text, bytea, text, interval, text) IS 'Internal: creates or replaces a named schedule and installs its occurrences (dq_cron_install); returns installed, unchanged, lookahead or replaced.';
 REVOKE ALL ON FUNCTION dq__cron_store(text, text, text, text, bytea, text, interval, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- The next occurrences of a stored schedule, or NULL when it cannot be evaluated (a zone that
+-- tzdata no longer has): one broken schedule must not hide the others from dq_cron_schedules (its
+-- error is in last_error once a tick has tried it). The exception block costs a subtransaction per
+-- schedule listed; this is an operator's read, not a hot path.
+CREATE OR REPLACE FUNCTION dq__cron_next(schedule text, timezone text, max_count integer)
+RETURNS timestamptz[]
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN dq__cron_between(dq__cron_parse('dq_cron_schedules', schedule), timezone, dq__now(), 'infinity', max_count);
+EXCEPTION WHEN data_exception OR invalid_parameter_value THEN
+    RETURN NULL;
+END;
+$$;
+COMMENT ON FUNCTION dq__cron_next(text, text, integer) IS 'Internal: the next max_count occurrences of a stored schedule after now, NULL when it cannot be evaluated.';
+REVOKE ALL ON FUNCTION dq__cron_next(text, text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
 CREATE OR REPLACE FUNCTION dq_cron_install(
@@ -273,44 +272,30 @@ BEGIN
     RETURN v_hash;
 END;
 $$;
-COMMENT ON FUNCTION dq_cron_install(text, text, text, bytea, text, text, interval) IS
-  'dq_cron_install(name, queue, schedule, payload bytea, timezone, payload_type, lookahead) -> text: creates or replaces the named schedule and installs its occurrences up to now + lookahead, and returns its config hash. Errors: 22004 NULL, 22023 bad schedule, timezone or lookahead or a schedule that never fires, 22001 too long, 54000 payload over the queue''s limit.';
+COMMENT ON FUNCTION dq_cron_install(text, text, text, bytea, text, text, interval) IS 'dq_cron_install(name, queue, schedule, payload bytea, timezone, payload_type, lookahead) -> text: creates or replaces the named schedule and installs its occurrences up to now + lookahead, and returns its config hash. Errors: 22004 NULL, 22023 bad schedule, timezone or lookahead or a schedule that never fires, 22001 too long, 54000 payload over the queue''s limit.';
 REVOKE ALL ON FUNCTION dq_cron_install(text, text, text, bytea, text, text, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_install(text, text, text, bytea, text, text, interval) TO dq_admin;
 
-CREATE OR REPLACE FUNCTION dq_cron_install(
-    name          text,
-    queue         text,
-    schedule      text,
-    payload       jsonb,
-    timezone      text DEFAULT 'UTC',
-    payload_type  text DEFAULT NULL,
-    lookahead     interval DEFAULT '1 hour')
+-- The jsonb and text forms: the bytea form with the payload's UTF-8 text.
+CREATE OR REPLACE FUNCTION dq_cron_install(name text, queue text, schedule text, payload jsonb, timezone text DEFAULT 'UTC',
+    payload_type text DEFAULT NULL, lookahead interval DEFAULT '1 hour')
 RETURNS text
 LANGUAGE sql VOLATILE
 SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$ SELECT dq_cron_install($1, $2, $3, convert_to($4::text, 'UTF8'), $5, coalesce($6, 'json'), $7) $$;
-COMMENT ON FUNCTION dq_cron_install(text, text, text, jsonb, text, text, interval) IS
-  'dq_cron_install with a jsonb payload: stored as its UTF-8 text, payload_type ''json'' unless given. Same result and errors as the bytea form.';
+COMMENT ON FUNCTION dq_cron_install(text, text, text, jsonb, text, text, interval) IS 'dq_cron_install with a jsonb payload: stored as its UTF-8 text, payload_type ''json'' unless given. Same result and errors as the bytea form.';
 REVOKE ALL ON FUNCTION dq_cron_install(text, text, text, jsonb, text, text, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_install(text, text, text, jsonb, text, text, interval) TO dq_admin;
 
-CREATE OR REPLACE FUNCTION dq_cron_install(
-    name          text,
-    queue         text,
-    schedule      text,
-    payload       text,
-    timezone      text DEFAULT 'UTC',
-    payload_type  text DEFAULT NULL,
-    lookahead     interval DEFAULT '1 hour')
+CREATE OR REPLACE FUNCTION dq_cron_install(name text, queue text, schedule text, payload text, timezone text DEFAULT 'UTC',
+    payload_type text DEFAULT NULL, lookahead interval DEFAULT '1 hour')
 RETURNS text
 LANGUAGE sql VOLATILE
 SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$ SELECT dq_cron_install($1, $2, $3, convert_to($4, 'UTF8'), $5, coalesce($6, 'text'), $7) $$;
-COMMENT ON FUNCTION dq_cron_install(text, text, text, text, text, text, interval) IS
-  'dq_cron_install with a text payload (also what an untyped literal resolves to): stored as UTF-8, payload_type ''text'' unless given. Same result and errors as the bytea form.';
+COMMENT ON FUNCTION dq_cron_install(text, text, text, text, text, text, interval) IS 'dq_cron_install with a text payload (also what an untyped literal resolves to): stored as UTF-8, payload_type ''text'' unless given. Same result and errors as the bytea form.';
 REVOKE ALL ON FUNCTION dq_cron_install(text, text, text, text, text, text, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_install(text, text, text, text, text, text, interval) TO dq_admin;
 
@@ -340,8 +325,7 @@ BEGIN
     RETURN true;
 END;
 $$;
-COMMENT ON FUNCTION dq_cron_uninstall(text) IS
-  'dq_cron_uninstall(name text) -> boolean: removes the schedule and its future occurrence messages; false when no schedule has that name. Errors: 22004/22023/22001 name.';
+COMMENT ON FUNCTION dq_cron_uninstall(text) IS 'dq_cron_uninstall(name text) -> boolean: removes the schedule and its future occurrence messages; false when no schedule has that name. Errors: 22004/22023/22001 name.';
 REVOKE ALL ON FUNCTION dq_cron_uninstall(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_uninstall(text) TO dq_admin;
 
@@ -375,8 +359,7 @@ BEGIN
     RETURN true;
 END;
 $$;
-COMMENT ON FUNCTION dq_cron_pause(text) IS
-  'dq_cron_pause(name text) -> boolean: stops the schedule and deletes its future occurrences; false when no schedule has that name. Errors: 22004/22023/22001 name.';
+COMMENT ON FUNCTION dq_cron_pause(text) IS 'dq_cron_pause(name text) -> boolean: stops the schedule and deletes its future occurrences; false when no schedule has that name. Errors: 22004/22023/22001 name.';
 REVOKE ALL ON FUNCTION dq_cron_pause(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_pause(text) TO dq_admin;
 
@@ -410,32 +393,10 @@ BEGIN
     RETURN true;
 END;
 $$;
-COMMENT ON FUNCTION dq_cron_resume(text) IS
-  'dq_cron_resume(name text) -> boolean: restarts a paused schedule from now and installs its occurrences; false when no schedule has that name. Errors: 22004/22023/22001 name.';
+COMMENT ON FUNCTION dq_cron_resume(text) IS 'dq_cron_resume(name text) -> boolean: restarts a paused schedule from now and installs its occurrences; false when no schedule has that name. Errors: 22004/22023/22001 name.';
 REVOKE ALL ON FUNCTION dq_cron_resume(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_resume(text) TO dq_admin;
 
-
-SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
--- The next occurrences of a stored schedule, or NULL when it cannot be evaluated (a zone that
--- tzdata no longer has): one broken schedule must not hide the others from dq_cron_schedules (its
--- error is in last_error once a tick has tried it). The exception block costs a subtransaction per
--- schedule listed; this is an operator's read, not a hot path.
-CREATE OR REPLACE FUNCTION dq__cron_next(schedule text, timezone text, max_count integer)
-RETURNS timestamptz[]
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
-AS $$
-BEGIN
-    RETURN dq__cron_between(dq__cron_parse('dq_cron_schedules', schedule), timezone, dq__now(), 'infinity', max_count);
-EXCEPTION WHEN data_exception OR invalid_parameter_value THEN
-    RETURN NULL;
-END;
-$$;
-COMMENT ON FUNCTION dq__cron_next(text, text, integer) IS
-  'Internal: the next max_count occurrences of a stored schedule after now, NULL when it cannot be evaluated.';
-REVOKE ALL ON FUNCTION dq__cron_next(text, text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-SELECT dq__search_path(internal => false);
 
 -- The schedules with their next occurrences, for dq_cron_schedules. SECURITY DEFINER (granted to
 -- dq_admin): the evaluation calls internal functions that no application role may execute, and a
@@ -455,8 +416,7 @@ SELECT c.name, c.queue, c.schedule, c.timezone, c.payload_type, c.lookahead, c.c
   FROM dq_cron c
  ORDER BY c.name
 $$;
-COMMENT ON FUNCTION dq_cron_list() IS
-  'dq_cron_list() -> the named schedules (the rows of the view dq_cron_schedules) with their next 5 occurrences and the tick''s bookkeeping. Errors: none.';
+COMMENT ON FUNCTION dq_cron_list() IS 'dq_cron_list() -> the named schedules (the rows of the view dq_cron_schedules) with their next 5 occurrences and the tick''s bookkeeping. Errors: none.';
 REVOKE ALL ON FUNCTION dq_cron_list() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_list() TO dq_admin;
 
@@ -465,8 +425,7 @@ SELECT l.name, l.queue, l.schedule, l.timezone, l.payload_type, l.lookahead, l.c
        l.next_occurrences, l.installed_through, l.last_installed_at, l.next_uninstalled_at, l.created_at,
        l.updated_at, l.last_error, l.last_error_at
   FROM dq_cron_list() l;
-COMMENT ON VIEW dq_cron_schedules IS
-  'The named schedules (dq_cron_install) with their next 5 occurrences, the tick''s bookkeeping and the last evaluation error.';
+COMMENT ON VIEW dq_cron_schedules IS 'The named schedules (dq_cron_install) with their next 5 occurrences, the tick''s bookkeeping and the last evaluation error.';
 -- Reading it is an operator's business (the view runs with its owner's rights).
 REVOKE ALL ON dq_cron_schedules FROM PUBLIC;
 GRANT SELECT ON dq_cron_schedules TO dq_admin;

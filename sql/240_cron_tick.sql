@@ -66,8 +66,7 @@ BEGIN
     END LOOP;
 END;
 $$;
-COMMENT ON FUNCTION dq_cron_tick() IS
-  'dq_cron_tick() -> integer: installs the occurrences every active schedule lacks (run every minute by the pg_cron job dq-cron-tick) and returns how many messages it created. Errors: none of its own: a schedule that fails is skipped with a WARNING and its last_error set.';
+COMMENT ON FUNCTION dq_cron_tick() IS 'dq_cron_tick() -> integer: installs the occurrences every active schedule lacks (run every minute by the pg_cron job dq-cron-tick) and returns how many messages it created. Errors: none of its own: a schedule that fails is skipped with a WARNING and its last_error set.';
 REVOKE ALL ON FUNCTION dq_cron_tick() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_tick() TO dq_admin;
 

@@ -24,8 +24,7 @@ AS $$
                    ('dq-cron-prune-history', '17 3 * * *', 'SELECT %sdq_cron_prune_run_details()'))
            AS j(base, schedule, command)
 $$;
-COMMENT ON FUNCTION dq__pg_cron_jobs() IS
-  'Internal: the pg_cron jobs of this install (jobname, schedule, command): dq-cron-tick, dq-archive-prune and dq-cron-prune-history, suffixed with @<schema> outside public, calling schema-qualified functions.';
+COMMENT ON FUNCTION dq__pg_cron_jobs() IS 'Internal: the pg_cron jobs of this install (jobname, schedule, command): dq-cron-tick, dq-archive-prune and dq-cron-prune-history, suffixed with @<schema> outside public, calling schema-qualified functions.';
 REVOKE ALL ON FUNCTION dq__pg_cron_jobs() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
@@ -91,8 +90,7 @@ BEGIN
     RETURN v_count;
 END;
 $$;
-COMMENT ON FUNCTION dq_cron_prune_run_details(interval) IS
-  'dq_cron_prune_run_details(keep interval default 7 days) -> bigint: deletes the cron.job_run_details rows of this install''s pg_cron jobs that ended more than keep ago, and returns how many. Errors: 22004 keep NULL, 22023 keep negative.';
+COMMENT ON FUNCTION dq_cron_prune_run_details(interval) IS 'dq_cron_prune_run_details(keep interval default 7 days) -> bigint: deletes the cron.job_run_details rows of this install''s pg_cron jobs that ended more than keep ago, and returns how many. Errors: 22004 keep NULL, 22023 keep negative.';
 REVOKE ALL ON FUNCTION dq_cron_prune_run_details(interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_prune_run_details(interval) TO dq_admin;
 
