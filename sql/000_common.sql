@@ -220,9 +220,7 @@ $$;
 -- channel of earlier releases, so consumers and producers of two releases meet during a deploy.
 CREATE OR REPLACE FUNCTION dq_channel(queue text)
 RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
     SELECT 'dq_' || md5(CASE WHEN dq__schema() = 'public' THEN queue ELSE quote_ident(dq__schema()) || '.' || queue END)
 $$;
@@ -235,9 +233,7 @@ GRANT EXECUTE ON FUNCTION dq_channel(text) TO dq_consumer;
 -- dq_offer_many and dq_cron_occurrences call it as the caller).
 CREATE OR REPLACE FUNCTION dq_now()
 RETURNS timestamptz
-LANGUAGE sql STABLE PARALLEL SAFE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$ SELECT dq__now() $$;
 COMMENT ON FUNCTION dq_now() IS 'dq_now() -> timestamptz: the queue''s time, the start of the current transaction as now(), which is the default scheduled_at of dq_offer and dq_offer_many. Errors: none.';
 REVOKE ALL ON FUNCTION dq_now() FROM PUBLIC;

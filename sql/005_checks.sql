@@ -111,8 +111,7 @@ REVOKE ALL ON FUNCTION dq__interval_text(interval) FROM PUBLIC, dq_producer, dq_
 CREATE OR REPLACE FUNCTION dq__time_after_error(fn text, param text, value interval, base timestamptz,
                                                 allow_zero boolean, max_value interval DEFAULT NULL)
 RETURNS jsonb
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
+LANGUAGE plpgsql SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_at timestamptz;

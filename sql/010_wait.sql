@@ -22,9 +22,7 @@ SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, p
 
 CREATE OR REPLACE FUNCTION dq_wait(queue text, max_wait interval DEFAULT '5 seconds')
 RETURNS interval
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -101,9 +99,7 @@ GRANT EXECUTE ON FUNCTION dq_wait(text, interval) TO dq_consumer;
 
 CREATE OR REPLACE FUNCTION dq_wait_done(queue text)
 RETURNS void
-LANGUAGE sql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$ DELETE FROM dq_waiters w WHERE w.queue = dq_wait_done.queue AND w.pid = pg_backend_pid() $$;
 COMMENT ON FUNCTION dq_wait_done(text) IS 'dq_wait_done(queue text) -> void: the calling session stops waiting on queue (offers stop notifying on its behalf). Errors: none.';
 REVOKE ALL ON FUNCTION dq_wait_done(text) FROM PUBLIC;

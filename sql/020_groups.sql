@@ -67,8 +67,7 @@ DROP FUNCTION IF EXISTS dq__settle_groups(text[], text[]);
 CREATE OR REPLACE FUNCTION dq__settle_group_heads(queues text[], message_groups text[],
                                                   dues timestamptz[] DEFAULT NULL, defer boolean DEFAULT true)
 RETURNS TABLE (queue text, due timestamptz)
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 SET jit = off
@@ -262,8 +261,7 @@ REVOKE ALL ON FUNCTION dq__settle_group_heads(text[], text[], timestamptz[], boo
 -- another transaction inserting the same row (the primary key decides), as offers of one new key do.
 CREATE OR REPLACE FUNCTION dq__create_group_rows(queues text[], message_groups text[])
 RETURNS TABLE (queue text, message_group text, head_id bigint, priority smallint, due_at timestamptz)
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -284,8 +282,7 @@ REVOKE ALL ON FUNCTION dq__create_group_rows(text[], text[]) FROM PUBLIC, dq_pro
 -- below; the caller catches 55P03 lock_not_available and queues its settle instead).
 CREATE OR REPLACE FUNCTION dq__create_group_rows_soon(queues text[], message_groups text[])
 RETURNS TABLE (queue text, message_group text, head_id bigint, priority smallint, due_at timestamptz)
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 SET lock_timeout = '1ms'
 AS $$
 BEGIN
@@ -299,8 +296,7 @@ REVOKE ALL ON FUNCTION dq__create_group_rows_soon(text[], text[]) FROM PUBLIC, d
 -- queued), else NULL.
 CREATE OR REPLACE FUNCTION dq__settle_group(queue text, message_group text)
 RETURNS timestamptz
-LANGUAGE sql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE sql VOLATILE SET search_path FROM CURRENT
 AS $$
     SELECT min(s.due) FROM dq__settle_group_heads(ARRAY[$1], ARRAY[$2]) s
 $$;
@@ -314,8 +310,7 @@ REVOKE ALL ON FUNCTION dq__settle_group(text, text) FROM PUBLIC, dq_producer, dq
 -- time). Returns the number of groups settled or queued.
 CREATE OR REPLACE FUNCTION dq__settle_groups(queues text[], message_groups text[], dues timestamptz[] DEFAULT NULL)
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 AS $$
 DECLARE
     r       record;
@@ -345,8 +340,7 @@ REVOKE ALL ON FUNCTION dq__settle_groups(text[], text[], timestamptz[]) FROM PUB
 -- then; without queued settles due, none of this runs.
 CREATE OR REPLACE FUNCTION dq__settle_deferred(queue text, at timestamptz)
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 SET lock_timeout = '1ms'
 AS $$
 #variable_conflict use_column
@@ -404,8 +398,7 @@ REVOKE ALL ON FUNCTION dq__settle_deferred(text, timestamptz) FROM PUBLIC, dq_pr
 -- was updated now.
 CREATE OR REPLACE FUNCTION dq__set_group_due(queue text, message_group text, head_id bigint, due timestamptz)
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -434,8 +427,7 @@ REVOKE ALL ON FUNCTION dq__set_group_due(text, text, bigint, timestamptz) FROM P
 -- read that index one level at a time (its order is priority, then due time).
 CREATE OR REPLACE FUNCTION dq__levels(queue text)
 RETURNS SETOF smallint
-LANGUAGE sql STABLE
-SET search_path FROM CURRENT
+LANGUAGE sql STABLE SET search_path FROM CURRENT
 SET enable_seqscan = off
 AS $$
     WITH RECURSIVE levels(p) AS (
@@ -463,8 +455,7 @@ REVOKE ALL ON FUNCTION dq__levels(text) FROM PUBLIC, dq_producer, dq_consumer, d
 -- cost 281 ms, where this costs a few ms (the same bound as dq_poll_many's level walk).
 CREATE OR REPLACE FUNCTION dq__next_deliverable(queue text)
 RETURNS timestamptz
-LANGUAGE sql STABLE
-SET search_path FROM CURRENT
+LANGUAGE sql STABLE SET search_path FROM CURRENT
 SET enable_seqscan = off
 AS $$
     WITH RECURSIVE levels(p, t, n) AS (
@@ -499,8 +490,7 @@ REVOKE ALL ON FUNCTION dq__next_deliverable(text) FROM PUBLIC, dq_producer, dq_c
 -- acquisition committed by the previous holder.
 CREATE OR REPLACE FUNCTION dq__in_flight(queue text, at timestamptz, up_to integer)
 RETURNS integer
-LANGUAGE sql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE sql VOLATILE SET search_path FROM CURRENT
 AS $$
     SELECT count(*)::integer FROM (
         SELECT 1 FROM dq_messages m

@@ -30,8 +30,7 @@ REVOKE ALL ON FUNCTION dq__headers_error(text, text, jsonb) FROM PUBLIC, dq_prod
 CREATE OR REPLACE FUNCTION dq__controls_error(fn text, suffix text, priority integer, message_group text,
                                               scheduled_at timestamptz, expires_at timestamptz, headers jsonb)
 RETURNS jsonb
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_param text := CASE WHEN suffix = '' THEN 'expires_at' ELSE 'expires_ats' || suffix END;
@@ -55,8 +54,7 @@ REVOKE ALL ON FUNCTION dq__controls_error(text, text, integer, text, timestamptz
 -- The payload limit of a queue, in bytes.
 CREATE OR REPLACE FUNCTION dq__max_payload_bytes(queue text)
 RETURNS integer
-LANGUAGE sql STABLE
-SET search_path FROM CURRENT
+LANGUAGE sql STABLE SET search_path FROM CURRENT
 AS $$
     SELECT coalesce((SELECT q.max_payload_bytes FROM dq_queues q WHERE q.queue = $1), dq__limit_payload_bytes_default())
 $$;
@@ -78,8 +76,7 @@ REVOKE ALL ON FUNCTION dq__payload_too_large_error(text, text, text, integer, in
 -- payloads over the floor (it reads the queue's configuration).
 CREATE OR REPLACE FUNCTION dq__payload_size_error(fn text, param text, queue text, size integer)
 RETURNS jsonb
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_limit integer := dq__max_payload_bytes(queue);
@@ -96,8 +93,7 @@ CREATE OR REPLACE FUNCTION dq__offer_many_shape_error(
     fn text, queue text, keys text[], payloads bytea[], scheduled_ats timestamptz[], can_update boolean,
     payload_types text[], priorities integer[], message_groups text[], expires_ats timestamptz[], headers jsonb[])
 RETURNS jsonb
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_n  integer := coalesce(cardinality(keys), 0);
@@ -133,8 +129,8 @@ CREATE OR REPLACE FUNCTION dq__offer_many_controls_error(fn text, scheduled_ats 
                                                          message_groups text[], expires_ats timestamptz[],
                                                          headers jsonb[], at timestamptz)
 RETURNS jsonb
-LANGUAGE plpgsql STABLE  -- not SQL: PL/pgSQL keeps the query's plan from one call to the next
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
+-- Not SQL: PL/pgSQL keeps the query's plan from one call to the next (an SQL function plans it each call).
 AS $$
 BEGIN
     RETURN (
@@ -156,8 +152,7 @@ REVOKE ALL ON FUNCTION dq__offer_many_controls_error(text, timestamptz[], intege
 -- The first element of payloads over the queue's payload limit, as the 54000 error, NULL when none.
 CREATE OR REPLACE FUNCTION dq__offer_many_payload_error(fn text, queue text, payloads bytea[])
 RETURNS jsonb
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_limit  integer := dq__max_payload_bytes(queue);
@@ -190,8 +185,7 @@ CREATE OR REPLACE FUNCTION dq__offer_many_error(
     expires_ats     timestamptz[] DEFAULT NULL,
     headers         jsonb[] DEFAULT NULL)
 RETURNS jsonb
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_variable
 DECLARE

@@ -38,9 +38,7 @@ CREATE OR REPLACE FUNCTION dq_offer(
     expires_at     timestamptz DEFAULT NULL,
     headers        jsonb DEFAULT NULL)
 RETURNS text
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -144,9 +142,7 @@ CREATE OR REPLACE FUNCTION dq_offer(queue text, key text, payload jsonb, schedul
     can_update boolean DEFAULT true, payload_type text DEFAULT NULL, priority integer DEFAULT 0,
     message_group text DEFAULT NULL, expires_at timestamptz DEFAULT NULL, headers jsonb DEFAULT NULL)
 RETURNS text
-LANGUAGE sql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$ SELECT dq_offer($1, $2, convert_to($3::text, 'UTF8'), $4, $5, coalesce($6, 'json'), $7, $8, $9, $10) $$;
 COMMENT ON FUNCTION dq_offer(text, text, jsonb, timestamptz, boolean, text, integer, text, timestamptz, jsonb) IS 'dq_offer with a jsonb payload: stored as its UTF-8 text, payload_type ''json'' unless given. Same result and errors as the bytea form.';
 REVOKE ALL ON FUNCTION dq_offer(text, text, jsonb, timestamptz, boolean, text, integer, text, timestamptz, jsonb) FROM PUBLIC;
@@ -156,9 +152,7 @@ CREATE OR REPLACE FUNCTION dq_offer(queue text, key text, payload text, schedule
     can_update boolean DEFAULT true, payload_type text DEFAULT NULL, priority integer DEFAULT 0,
     message_group text DEFAULT NULL, expires_at timestamptz DEFAULT NULL, headers jsonb DEFAULT NULL)
 RETURNS text
-LANGUAGE sql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$ SELECT dq_offer($1, $2, convert_to($3, 'UTF8'), $4, $5, coalesce($6, 'text'), $7, $8, $9, $10) $$;
 COMMENT ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text, integer, text, timestamptz, jsonb) IS 'dq_offer with a text payload (also what an untyped literal resolves to): stored as UTF-8, payload_type ''text'' unless given. Same result and errors as the bytea form.';
 REVOKE ALL ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text, integer, text, timestamptz, jsonb) FROM PUBLIC;
@@ -191,8 +185,7 @@ CREATE OR REPLACE FUNCTION dq__offer_many(
     expires_ats     timestamptz[] DEFAULT NULL,
     headers         jsonb[] DEFAULT NULL)
 RETURNS TABLE (key text, outcome text)
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -318,9 +311,7 @@ CREATE OR REPLACE FUNCTION dq_offer_many(
     expires_ats     timestamptz[] DEFAULT NULL,
     headers         jsonb[] DEFAULT NULL)
 RETURNS TABLE (key text, outcome text)
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE

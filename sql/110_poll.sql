@@ -17,9 +17,7 @@ CREATE OR REPLACE FUNCTION dq_poll_many(
     max_count     integer DEFAULT 1,
     lock_timeout  interval DEFAULT '5 minutes')
 RETURNS SETOF dq_delivery
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 -- The statements are planned once per session (generic plans: re-planning cost 0.2-0.3 ms per call).
 -- A session that first polls an empty table would keep the plan that is cheapest for an empty
 -- table (sequential scan and sort) until the next ANALYZE, and later poll a backlog of 100,000 rows
@@ -294,8 +292,7 @@ REVOKE ALL ON FUNCTION dq__poll_admit(text, integer, interval, timestamptz) FROM
 CREATE OR REPLACE FUNCTION dq__poll_remove(ids bigint[], dues timestamptz[], cfg dq_queues, at timestamptz,
                                            expire boolean, dead boolean,
                                            OUT kept bigint[], OUT kept_dues timestamptz[])
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_gone     dq_messages[];
@@ -338,8 +335,7 @@ REVOKE ALL ON FUNCTION dq__poll_remove(bigint[], timestamptz[], dq_queues, times
 CREATE OR REPLACE FUNCTION dq__poll_account(queue text, ids bigint[], until timestamptz, at timestamptz,
                                             grouped boolean, slots integer[], touch boolean)
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -375,8 +371,7 @@ REVOKE ALL ON FUNCTION dq__poll_account(text, bigint[], timestamptz, timestamptz
 -- caller holds the lock of every group it is given the head of, to the end of its transaction.
 CREATE OR REPLACE FUNCTION dq__poll_level(queue text, p smallint, at timestamptz, max_count integer,
                                           OUT ids bigint[], OUT due timestamptz[])
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 SET jit = off

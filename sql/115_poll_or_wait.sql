@@ -32,9 +32,7 @@ RETURNS TABLE (
     expires_at              timestamptz,
     headers                 jsonb,
     wake_in                 interval)
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_variable
 DECLARE

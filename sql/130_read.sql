@@ -8,8 +8,7 @@ SELECT dq__search_path(internal => true);  -- internal helpers: created in the p
 -- in a block with an exception handler (a subtransaction per call: for reading a few rows only).
 CREATE OR REPLACE FUNCTION dq__payload_text(payload bytea)
 RETURNS text
-LANGUAGE plpgsql IMMUTABLE STRICT
-SET search_path FROM CURRENT
+LANGUAGE plpgsql IMMUTABLE STRICT SET search_path FROM CURRENT
 AS $$
 BEGIN
     RETURN pg_catalog.convert_from(payload, 'UTF8');
@@ -31,9 +30,7 @@ SELECT dq__search_path(internal => false);
 -- never holds a message lock while waiting for a schedule's row.
 CREATE OR REPLACE FUNCTION dq_cancel(queue text, key text)
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -61,9 +58,7 @@ GRANT EXECUTE ON FUNCTION dq_cancel(text, text) TO dq_producer;
 
 CREATE OR REPLACE FUNCTION dq_get(queue text, key text)
 RETURNS SETOF dq_message
-LANGUAGE plpgsql VOLATILE  -- reads dq__clock()
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT  -- reads dq__clock()
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -98,9 +93,7 @@ RETURNS TABLE (key text, state text, scheduled_at timestamptz, delivery_count in
                locked_until timestamptz, last_error text, last_error_at timestamptz,
                created_at timestamptz, priority integer, message_group text, dead_from text,
                payload_type text, payload_text text)
-LANGUAGE plpgsql VOLATILE  -- reads dq__clock()
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT  -- reads dq__clock()
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -138,9 +131,7 @@ GRANT EXECUTE ON FUNCTION dq_list_messages(text, text, integer) TO dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_next_due(queue text)
 RETURNS timestamptz
-LANGUAGE plpgsql STABLE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path FROM CURRENT
 SET enable_seqscan = off
 AS $$
 #variable_conflict use_column

@@ -31,8 +31,7 @@ SELECT dq__search_path(internal => true);  -- internal helpers: created in the p
 -- conflict (dead_from_id is the unique id of the row that died).
 CREATE OR REPLACE FUNCTION dq__dead_letter(ids bigint[], dead_letter_queue text, at timestamptz)
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -79,9 +78,7 @@ SELECT dq__search_path(internal => false);
 -- a key.
 CREATE OR REPLACE FUNCTION dq_redrive(dead_letter_queue text, max_count integer DEFAULT 1000)
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -151,9 +148,7 @@ RETURNS TABLE (key text, dead_from text, dead_from_id bigint, dead_at timestampt
                dead_delivery_count integer, delivery_count integer, last_error text,
                last_error_at timestamptz, payload_type text, payload_text text, headers jsonb,
                locked_until timestamptz)
-LANGUAGE plpgsql VOLATILE  -- reads dq__clock()
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT  -- reads dq__clock()
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -29,8 +29,7 @@ REVOKE ALL ON FUNCTION dq__configure_settings() FROM PUBLIC, dq_producer, dq_con
 -- value or NULL, as a row of dq_queues; clear: the settings named in clear), NULL when there is none.
 CREATE OR REPLACE FUNCTION dq__configure_error(given dq_queues, clear text[])
 RETURNS jsonb
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_settings  text[] := dq__configure_settings();
@@ -97,8 +96,7 @@ REVOKE ALL ON FUNCTION dq__configure_error(dq_queues, text[]) FROM PUBLIC, dq_pr
 -- second one (a new statement snapshot under READ COMMITTED) sees the first one's row and fails.
 CREATE OR REPLACE FUNCTION dq__dead_letter_cycle_error(queue text, dead_letter_queue text)
 RETURNS jsonb
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_chain  text[] := ARRAY[queue, dead_letter_queue];
@@ -130,8 +128,7 @@ REVOKE ALL ON FUNCTION dq__dead_letter_cycle_error(text, text) FROM PUBLIC, dq_p
 -- (clearing rate_limit clears its period: the two exist together, a table constraint).
 CREATE OR REPLACE FUNCTION dq__configure_merge(old dq_queues, given dq_queues, clear text[],
                                                OUT merged dq_queues, OUT error jsonb)
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
 AS $$
 BEGIN
     merged := old;
@@ -180,8 +177,7 @@ REVOKE ALL ON FUNCTION dq__configure_merge(dq_queues, dq_queues, text[]) FROM PU
 -- with a concurrency limit takes before any token, and a poll never waits for a token (no cycle).
 CREATE OR REPLACE FUNCTION dq__rate_tokens_resize(queue text, rate_limit integer)
 RETURNS void
-LANGUAGE sql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE sql VOLATILE SET search_path FROM CURRENT
 AS $$
     DELETE FROM dq_rate_tokens t
      WHERE t.queue = $1
@@ -221,9 +217,7 @@ CREATE OR REPLACE FUNCTION dq_configure_queue(
     rate_period        interval DEFAULT NULL,
     clear              text[] DEFAULT NULL)
 RETURNS dq_queues
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -11,9 +11,7 @@ SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, p
 -- read the row before the pause committed may still deliver its batch.
 CREATE OR REPLACE FUNCTION dq_pause_queue(queue text)
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -41,9 +39,7 @@ GRANT EXECUTE ON FUNCTION dq_pause_queue(text) TO dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_resume_queue(queue text)
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -74,9 +70,7 @@ GRANT EXECUTE ON FUNCTION dq_resume_queue(text) TO dq_admin;
 -- one DELETE; rows locked by a poll in progress are deleted once that transaction ends.
 CREATE OR REPLACE FUNCTION dq_purge(queue text, confirm boolean DEFAULT false)
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -117,9 +111,7 @@ GRANT EXECUTE ON FUNCTION dq_purge(text, boolean) TO dq_admin;
 -- not stranded; a holder that is still alive loses its lock (its ack returns false).
 CREATE OR REPLACE FUNCTION dq_release_locks(queue text)
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -6,9 +6,7 @@ SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, p
 -- batch_size per call (one short transaction; the index (queue, acked_at) finds them).
 CREATE OR REPLACE FUNCTION dq_prune_archive(batch_size integer DEFAULT 10000)
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -14,8 +14,7 @@ SELECT dq__search_path(internal => true);  -- internal helpers: created in the p
 -- Rows of one queue according to the planner's statistics (NULL when there are none yet).
 CREATE OR REPLACE FUNCTION dq__estimated_rows(queue text, due_fraction_of boolean)
 RETURNS double precision
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_tuples  double precision;
@@ -61,8 +60,7 @@ REVOKE ALL ON FUNCTION dq__estimated_rows(text, boolean) FROM PUBLIC, dq_produce
 -- dq_messages_grouped_idx).
 CREATE OR REPLACE FUNCTION dq__stats_due_count(queue text, after timestamptz, until timestamptz, up_to integer)
 RETURNS bigint
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_variable
 BEGIN
@@ -87,8 +85,7 @@ REVOKE ALL ON FUNCTION dq__stats_due_count(text, timestamptz, timestamptz, integ
 -- earliest due time after `at` of a message not in flight (NULL: none).
 CREATE OR REPLACE FUNCTION dq__stats_times(queue text, at timestamptz,
                                            OUT oldest_ready_age interval, OUT next_due timestamptz)
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_variable
 BEGIN
@@ -121,8 +118,7 @@ REVOKE ALL ON FUNCTION dq__stats_times(text, timestamptz) FROM PUBLIC, dq_produc
 -- (approximate).
 CREATE OR REPLACE FUNCTION dq__stats_acked(queue text, at timestamptz, up_to integer,
                                            OUT last_minute bigint, OUT last_hour bigint, OUT approximate boolean)
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -152,9 +148,7 @@ SELECT dq__search_path(internal => false);
 
 CREATE OR REPLACE FUNCTION dq_queue_stats(queue text)
 RETURNS dq_stats_row
-LANGUAGE plpgsql STABLE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path FROM CURRENT
 SET enable_seqscan = off
 SET jit = off
 AS $$

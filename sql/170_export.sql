@@ -75,8 +75,7 @@ REVOKE ALL ON FUNCTION dq__export_columns(text) FROM PUBLIC, dq_producer, dq_con
 CREATE OR REPLACE FUNCTION dq__export_query(fn text, source text, filters jsonb, has_from boolean, has_to boolean,
                                             bounds boolean)
 RETURNS text
-LANGUAGE plpgsql IMMUTABLE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql IMMUTABLE SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_error    jsonb;
@@ -158,8 +157,7 @@ REVOKE ALL ON FUNCTION dq__export_query(text, text, jsonb, boolean, boolean, boo
 -- Open the cursor of an export (dq_export_messages, dq_export_archive), or read its bounds.
 CREATE OR REPLACE FUNCTION dq__export_open(fn text, source text, id_from bigint, id_to bigint, filters jsonb)
 RETURNS refcursor
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_cursor refcursor;
@@ -174,8 +172,7 @@ REVOKE ALL ON FUNCTION dq__export_open(text, text, bigint, bigint, jsonb) FROM P
 
 CREATE OR REPLACE FUNCTION dq__export_bounds(fn text, source text, filters jsonb)
 RETURNS TABLE (id_min bigint, id_max bigint)
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
 AS $$
 BEGIN
     RETURN QUERY EXECUTE dq__export_query(fn, source, filters, false, false, true) USING NULL::bigint, NULL::bigint, filters;
@@ -188,8 +185,7 @@ SELECT dq__search_path(internal => false);
 CREATE OR REPLACE FUNCTION dq_export_messages(id_from bigint DEFAULT NULL, id_to bigint DEFAULT NULL,
                                               filters jsonb DEFAULT '[]')
 RETURNS refcursor
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$ SELECT dq__export_open('dq_export_messages', 'messages', id_from, id_to, filters) $$;
 COMMENT ON FUNCTION dq_export_messages(bigint, bigint, jsonb) IS 'dq_export_messages(id_from bigint, id_to bigint, filters jsonb) -> refcursor: a cursor, open until the end of the transaction, over the live messages with id_from <= id < id_to that match the filters ([column, operator, value] arrays). Errors: 22004 filters NULL, 22023 a bad filter, the cast''s error for a value not of its column''s type.';
 REVOKE ALL ON FUNCTION dq_export_messages(bigint, bigint, jsonb) FROM PUBLIC;
@@ -197,8 +193,7 @@ GRANT EXECUTE ON FUNCTION dq_export_messages(bigint, bigint, jsonb) TO dq_consum
 
 CREATE OR REPLACE FUNCTION dq_export_messages_bounds(filters jsonb DEFAULT '[]')
 RETURNS TABLE (id_min bigint, id_max bigint)
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$ SELECT * FROM dq__export_bounds('dq_export_messages_bounds', 'messages', filters) $$;
 COMMENT ON FUNCTION dq_export_messages_bounds(jsonb) IS 'dq_export_messages_bounds(filters jsonb) -> (id_min, id_max): the smallest and largest id of the live messages that match the filters, for splitting a read. Errors: those of dq_export_messages'' filters.';
 REVOKE ALL ON FUNCTION dq_export_messages_bounds(jsonb) FROM PUBLIC;
@@ -207,8 +202,7 @@ GRANT EXECUTE ON FUNCTION dq_export_messages_bounds(jsonb) TO dq_consumer;
 CREATE OR REPLACE FUNCTION dq_export_archive(id_from bigint DEFAULT NULL, id_to bigint DEFAULT NULL,
                                              filters jsonb DEFAULT '[]')
 RETURNS refcursor
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$ SELECT dq__export_open('dq_export_archive', 'archive', id_from, id_to, filters) $$;
 COMMENT ON FUNCTION dq_export_archive(bigint, bigint, jsonb) IS 'dq_export_archive(id_from bigint, id_to bigint, filters jsonb) -> refcursor: a cursor, open until the end of the transaction, over the archive rows with id_from <= archive_id < id_to that match the filters (as dq_export_messages). Errors: those of dq_export_messages.';
 REVOKE ALL ON FUNCTION dq_export_archive(bigint, bigint, jsonb) FROM PUBLIC;
@@ -216,8 +210,7 @@ GRANT EXECUTE ON FUNCTION dq_export_archive(bigint, bigint, jsonb) TO dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_export_archive_bounds(filters jsonb DEFAULT '[]')
 RETURNS TABLE (id_min bigint, id_max bigint)
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$ SELECT * FROM dq__export_bounds('dq_export_archive_bounds', 'archive', filters) $$;
 COMMENT ON FUNCTION dq_export_archive_bounds(jsonb) IS 'dq_export_archive_bounds(filters jsonb) -> (id_min, id_max): the smallest and largest archive_id of the archive rows that match the filters. Errors: those of dq_export_archive''s filters.';
 REVOKE ALL ON FUNCTION dq_export_archive_bounds(jsonb) FROM PUBLIC;

@@ -26,8 +26,7 @@ SELECT dq__search_path(internal => true);  -- internal helpers: created in the p
 -- Returns the sorted distinct values. `what` names the field in error messages.
 CREATE OR REPLACE FUNCTION dq__cron_field(fn text, field text, what text, lo integer, hi integer, names text[])
 RETURNS integer[]
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_item  text;
@@ -96,8 +95,7 @@ REVOKE ALL ON FUNCTION dq__cron_field(text, text, text, integer, integer, text[]
 
 -- 'every <interval>' (what follows 'every '): the parsed schedule, or NULL and what is wrong.
 CREATE OR REPLACE FUNCTION dq__cron_parse_every(fn text, every text, OUT spec dq_cron_spec, OUT error text)
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_iv  interval;
@@ -128,8 +126,7 @@ REVOKE ALL ON FUNCTION dq__cron_parse_every(text, text) FROM PUBLIC, dq_producer
 
 -- 'daily at HH:MM[:SS][, ...]' (what follows 'daily at '): the parsed schedule, or NULL and what is wrong.
 CREATE OR REPLACE FUNCTION dq__cron_parse_daily(fn text, times text, OUT spec dq_cron_spec, OUT error text)
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_item   text;
@@ -162,8 +159,7 @@ REVOKE ALL ON FUNCTION dq__cron_parse_daily(text, text) FROM PUBLIC, dq_producer
 -- and what is wrong; `fn` is the public function reported in the message.
 CREATE OR REPLACE FUNCTION dq__cron_parse(fn text, schedule text)
 RETURNS dq_cron_spec
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_s       text := lower(btrim(regexp_replace(schedule, '\s+', ' ', 'g')));
@@ -236,8 +232,7 @@ REVOKE ALL ON FUNCTION dq__cron_parse(text, text) FROM PUBLIC, dq_producer, dq_c
 -- as it is: installing 1,000 schedules in a few zones reads the zone files a few times.
 CREATE OR REPLACE FUNCTION dq__cron_zone(fn text, timezone text)
 RETURNS text
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_error    jsonb;
@@ -271,8 +266,7 @@ REVOKE ALL ON FUNCTION dq__cron_zone(text, text) FROM PUBLIC, dq_producer, dq_co
 -- 50 years, such as 30 February) is an error too (22023).
 CREATE OR REPLACE FUNCTION dq__cron_definition(fn text, schedule text, timezone text,
                                                OUT spec dq_cron_spec, OUT zone text, OUT error jsonb)
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_state text;
@@ -309,9 +303,8 @@ SELECT dq__search_path(internal => false);
 -- which instants exist or what they carry, so changing it must not replace installed messages.
 CREATE OR REPLACE FUNCTION dq_cron_config_hash(queue text, schedule text, timezone text, payload bytea, payload_type text)
 RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT  -- NULL for a NULL argument (format() would hash it as '')
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT SECURITY DEFINER SET search_path FROM CURRENT
+-- STRICT: NULL for a NULL argument (format() would hash it as '').
 AS $$
     SELECT left(encode(sha256(convert_to(format('dq-cron-v1|%s:%s|%s:%s|%s:%s|%s:%s|',
                     char_length($1), $1,

@@ -25,8 +25,7 @@ REVOKE ALL ON FUNCTION dq__cron_offset(timestamptz, text) FROM PUBLIC, dq_produc
 -- transition (the offsets a day before and a day after agree) it is `local AT TIME ZONE zone`.
 CREATE OR REPLACE FUNCTION dq__cron_resolve(local timestamp, timezone text)
 RETURNS timestamptz
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_t       timestamptz := local AT TIME ZONE timezone;
@@ -58,8 +57,7 @@ REVOKE ALL ON FUNCTION dq__cron_resolve(timestamp, text) FROM PUBLIC, dq_produce
 CREATE OR REPLACE FUNCTION dq__cron_between(spec dq_cron_spec, timezone text, after timestamptz,
                                             until timestamptz, max_count integer)
 RETURNS timestamptz[]
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_out     timestamptz[] := '{}';
@@ -168,9 +166,7 @@ CREATE OR REPLACE FUNCTION dq_cron_occurrences(
     until      timestamptz DEFAULT 'infinity',
     max_count  integer DEFAULT 10)
 RETURNS SETOF timestamptz
-LANGUAGE plpgsql STABLE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -47,8 +47,7 @@ CREATE OR REPLACE FUNCTION dq__install_tick_error(queue text, key_prefix text, c
                                                   scheduled_ats timestamptz[], payloads bytea[], payload_type text,
                                                   can_update boolean)
 RETURNS jsonb
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
 AS $$
 DECLARE
     c_fn     CONSTANT text := 'dq_install_tick';
@@ -113,8 +112,7 @@ REVOKE ALL ON FUNCTION dq__install_tick_error(text, text, text, timestamptz[], b
 -- each other); installs in two schemas share the key and only serialise.
 CREATE OR REPLACE FUNCTION dq__cron_delete_future(queue text, key_prefix text, except_hash text, only_hash text)
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -162,9 +160,7 @@ CREATE OR REPLACE FUNCTION dq_install_tick(
     payload_type   text DEFAULT NULL,
     can_update     boolean DEFAULT false)
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -225,9 +221,7 @@ GRANT EXECUTE ON FUNCTION dq_install_tick(text, text, text, timestamptz[], bytea
 
 CREATE OR REPLACE FUNCTION dq_uninstall_tick(queue text, key_prefix text, config_hash text DEFAULT NULL)
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE

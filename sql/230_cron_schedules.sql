@@ -22,8 +22,7 @@ SELECT dq__search_path(internal => true);  -- internal helpers: created in the p
 -- delivery (the insert would have to be delayed past the margin).
 CREATE OR REPLACE FUNCTION dq__cron_advance(p_name text, p_now timestamptz)
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 AS $$
 DECLARE
     r          dq_cron;
@@ -91,8 +90,7 @@ REVOKE ALL ON FUNCTION dq__cron_advance(text, timestamptz) FROM PUBLIC, dq_produ
 -- while waiting for a schedule (a tick holds the schedule, then the messages: no cycle).
 CREATE OR REPLACE FUNCTION dq__cron_note_deleted(queue text, key text)
 RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -133,8 +131,7 @@ REVOKE ALL ON FUNCTION dq__cron_note_deleted(text, text) FROM PUBLIC, dq_produce
 CREATE OR REPLACE FUNCTION dq__cron_store(name text, queue text, schedule text, timezone text, payload bytea,
                                           payload_type text, lookahead interval, config_hash text)
 RETURNS text
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -185,8 +182,7 @@ REVOKE ALL ON FUNCTION dq__cron_store(text, text, text, text, bytea, text, inter
 -- schedule listed; this is an operator's read, not a hot path.
 CREATE OR REPLACE FUNCTION dq__cron_next(schedule text, timezone text, max_count integer)
 RETURNS timestamptz[]
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
 AS $$
 BEGIN
     RETURN dq__cron_between(dq__cron_parse('dq_cron_schedules', schedule), timezone, dq__now(), 'infinity', max_count);
@@ -207,9 +203,7 @@ CREATE OR REPLACE FUNCTION dq_cron_install(
     payload_type  text DEFAULT NULL,
     lookahead     interval DEFAULT '1 hour')
 RETURNS text
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -280,9 +274,7 @@ GRANT EXECUTE ON FUNCTION dq_cron_install(text, text, text, bytea, text, text, i
 CREATE OR REPLACE FUNCTION dq_cron_install(name text, queue text, schedule text, payload jsonb, timezone text DEFAULT 'UTC',
     payload_type text DEFAULT NULL, lookahead interval DEFAULT '1 hour')
 RETURNS text
-LANGUAGE sql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$ SELECT dq_cron_install($1, $2, $3, convert_to($4::text, 'UTF8'), $5, coalesce($6, 'json'), $7) $$;
 COMMENT ON FUNCTION dq_cron_install(text, text, text, jsonb, text, text, interval) IS 'dq_cron_install with a jsonb payload: stored as its UTF-8 text, payload_type ''json'' unless given. Same result and errors as the bytea form.';
 REVOKE ALL ON FUNCTION dq_cron_install(text, text, text, jsonb, text, text, interval) FROM PUBLIC;
@@ -291,9 +283,7 @@ GRANT EXECUTE ON FUNCTION dq_cron_install(text, text, text, jsonb, text, text, i
 CREATE OR REPLACE FUNCTION dq_cron_install(name text, queue text, schedule text, payload text, timezone text DEFAULT 'UTC',
     payload_type text DEFAULT NULL, lookahead interval DEFAULT '1 hour')
 RETURNS text
-LANGUAGE sql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$ SELECT dq_cron_install($1, $2, $3, convert_to($4, 'UTF8'), $5, coalesce($6, 'text'), $7) $$;
 COMMENT ON FUNCTION dq_cron_install(text, text, text, text, text, text, interval) IS 'dq_cron_install with a text payload (also what an untyped literal resolves to): stored as UTF-8, payload_type ''text'' unless given. Same result and errors as the bytea form.';
 REVOKE ALL ON FUNCTION dq_cron_install(text, text, text, text, text, text, interval) FROM PUBLIC;
@@ -301,9 +291,7 @@ GRANT EXECUTE ON FUNCTION dq_cron_install(text, text, text, text, text, text, in
 
 CREATE OR REPLACE FUNCTION dq_cron_uninstall(name text)
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -331,9 +319,7 @@ GRANT EXECUTE ON FUNCTION dq_cron_uninstall(text) TO dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_cron_pause(name text)
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -365,9 +351,7 @@ GRANT EXECUTE ON FUNCTION dq_cron_pause(text) TO dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_cron_resume(name text)
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -406,9 +390,7 @@ RETURNS TABLE (name text, queue text, schedule text, timezone text, payload_type
                config_hash text, paused boolean, next_occurrences timestamptz[], installed_through timestamptz,
                last_installed_at timestamptz, next_uninstalled_at timestamptz, created_at timestamptz,
                updated_at timestamptz, last_error text, last_error_at timestamptz)
-LANGUAGE sql STABLE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 SELECT c.name, c.queue, c.schedule, c.timezone, c.payload_type, c.lookahead, c.config_hash, c.paused,
        CASE WHEN NOT c.paused THEN dq__cron_next(c.schedule, c.timezone, 5) END,

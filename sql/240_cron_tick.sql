@@ -21,9 +21,7 @@ SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, p
 -- the pass runs again without it. A later tick tries it again; success clears last_error.
 CREATE OR REPLACE FUNCTION dq_cron_tick()
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_now      timestamptz := dq__now();

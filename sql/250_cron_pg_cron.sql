@@ -13,8 +13,7 @@ SELECT dq__search_path(internal => true);  -- internal helpers: created in the p
 -- otherwise plant a function named like ours in a schema named after the installing role.
 CREATE OR REPLACE FUNCTION dq__pg_cron_jobs()
 RETURNS TABLE (jobname text, schedule text, command text)
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path FROM CURRENT
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path FROM CURRENT
 AS $$
     SELECT j.base || CASE WHEN dq__schema() = 'public' THEN '' ELSE '@' || dq__schema() END,
            j.schedule,
@@ -63,9 +62,7 @@ $$;
 -- migrating role, owner of the jobs: pg_cron's row security shows a role its own runs).
 CREATE OR REPLACE FUNCTION dq_cron_prune_run_details(keep interval DEFAULT '7 days')
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_error    jsonb;
