@@ -96,9 +96,16 @@ RETURNS jsonb
 LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_n  integer := coalesce(cardinality(keys), 0);
+    v_n      integer := coalesce(cardinality(keys), 0);
+    -- The arrays that must be as long as keys, in the order of the parameters, and their lengths.
+    v_names  CONSTANT text[] := ARRAY['payloads', 'scheduled_ats', 'payload_types', 'priorities', 'message_groups',
+                                      'expires_ats', 'headers'];
+    v_lens   integer[] := ARRAY[coalesce(cardinality(payloads), 0), cardinality(scheduled_ats), cardinality(payload_types),
+                                cardinality(priorities), cardinality(message_groups), cardinality(expires_ats),
+                                cardinality(headers)];
+    v_error  jsonb;
 BEGIN
-    RETURN coalesce(
+    v_error := coalesce(
         dq__name_error(fn, 'queue', queue, dq__limit_queue_chars()),
         CASE WHEN keys IS NULL THEN dq__null_error(fn, 'keys') END,
         CASE WHEN payloads IS NULL THEN dq__null_error(fn, 'payloads') END,
@@ -109,14 +116,14 @@ BEGIN
              THEN dq__error('22023', format('%s: arrays must be one-dimensional', fn)) END,
         CASE WHEN v_n > dq__limit_offer_many_max_items()
              THEN dq__error('54000', format('%s: keys has %s elements, the limit is %s', fn, v_n,
-                                            dq__limit_offer_many_max_items())) END,
-        (SELECT dq__error('22023', format('%s: %s has %s elements, keys has %s', fn, a.name, a.n, v_n))
-           FROM (VALUES (1, 'payloads', coalesce(cardinality(payloads), 0)),
-                        (2, 'scheduled_ats', cardinality(scheduled_ats)), (3, 'payload_types', cardinality(payload_types)),
-                        (4, 'priorities', cardinality(priorities)), (5, 'message_groups', cardinality(message_groups)),
-                        (6, 'expires_ats', cardinality(expires_ats)), (7, 'headers', cardinality(headers))) AS a(i, name, n)
-          WHERE a.n IS NOT NULL AND a.n <> v_n
-          ORDER BY a.i LIMIT 1));
+                                            dq__limit_offer_many_max_items())) END);
+    FOR i IN 1 .. cardinality(v_names) LOOP
+        EXIT WHEN v_error IS NOT NULL;
+        IF v_lens[i] <> v_n THEN
+            v_error := dq__error('22023', format('%s: %s has %s elements, keys has %s', fn, v_names[i], v_lens[i], v_n));
+        END IF;
+    END LOOP;
+    RETURN v_error;
 END;
 $$;
 COMMENT ON FUNCTION dq__offer_many_shape_error(text, text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) IS 'Internal: the first error of the arrays of a dq_offer_many call as a whole (NULL arrays, dimensions, count, lengths), NULL when none.';
@@ -196,6 +203,7 @@ DECLARE
     v_bad_sched  bigint;
     v_bad_type   bigint;
     v_distinct   bigint;
+    v_dup        text;
     v_bad_time   bigint;
     v_big        bigint;
 BEGIN
@@ -213,6 +221,9 @@ BEGIN
            min(u.i) FILTER (WHERE octet_length(u.p) > dq__limit_payload_bytes_min())
       INTO v_bad_key, v_bad_pay, v_bad_sched, v_bad_type, v_distinct, v_bad_time, v_big
       FROM unnest(keys, payloads, scheduled_ats, payload_types) WITH ORDINALITY AS u(k, p, s, t, i);
+    IF v_distinct <> v_n THEN
+        SELECT u.k INTO v_dup FROM unnest(keys) AS u(k) GROUP BY u.k HAVING count(*) > 1 ORDER BY u.k LIMIT 1;
+    END IF;
     RETURN coalesce(
         CASE WHEN v_bad_key IS NOT NULL
              THEN dq__name_error(fn, format('keys[%s]', v_bad_key), keys[array_lower(keys, 1) + v_bad_key - 1],
@@ -230,10 +241,8 @@ BEGIN
         CASE WHEN priorities IS NOT NULL OR message_groups IS NOT NULL OR expires_ats IS NOT NULL OR headers IS NOT NULL
              THEN dq__offer_many_controls_error(fn, scheduled_ats, priorities, message_groups, expires_ats, headers,
                                                 dq__now()) END,
-        CASE WHEN v_distinct <> v_n
-             THEN dq__error('22023', format('%s: key "%s" appears more than once in keys', fn,
-                                            (SELECT u.k FROM unnest(keys) AS u(k) GROUP BY u.k HAVING count(*) > 1
-                                              ORDER BY u.k LIMIT 1))) END);
+        CASE WHEN v_dup IS NOT NULL
+             THEN dq__error('22023', format('%s: key "%s" appears more than once in keys', fn, v_dup)) END);
 END;
 $$;
 COMMENT ON FUNCTION dq__offer_many_error(text, text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) IS 'Internal: the first error of a dq_offer_many (or dq_install_tick, fn) input as {"sqlstate", "message"[, "hint"]}, NULL when the input is valid.';
