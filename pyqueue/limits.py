@@ -5,7 +5,9 @@ docs/api.md); the binding checks a few of them itself before any I/O (the queue 
 :class:`pyqueue.DelayedQueue`, a payload type registered in a
 :class:`pyqueue.SerializerRegistry`, a worker's batch size, an offer's priority) and names them
 in its docstrings.
-``tests/install/test_parity.py`` checks that the database enforces exactly these values.
+The database names each of them once, as ``dq__limit_<name>()`` in ``sql/003_limits.sql``;
+``tests/install/test_parity.py`` checks that those are exactly these values and that the database enforces
+them.
 
 Lengths are in characters (``char_length``), counts in elements or messages, sizes in bytes.
 """

@@ -1,5 +1,5 @@
--- Shared helpers: the install schema, roles, input checks (raised only on the error path) and the
--- wake-up channel.
+-- The install: its schema and private schema, the roles' access, the row types' attributes, the
+-- queue's clock and the wake-up channel.
 --
 -- Every file under sql/ is re-runnable (CREATE OR REPLACE) and self-contained: it pins the
 -- session's search_path to the install schema (its first statement), creates its functions with
@@ -145,9 +145,30 @@ $$;
 SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 COMMENT ON FUNCTION dq__schema() IS 'Internal: the name of the schema this install lives in.';
 REVOKE ALL ON FUNCTION dq__schema() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-COMMENT ON FUNCTION dq__search_path(boolean) IS
-  'Internal: sets the search_path with which the files of sql/ create functions: the private schema first (true), else the install schema first.';
+COMMENT ON FUNCTION dq__search_path(boolean) IS 'Internal: sets the search_path with which the files of sql/ create functions: the private schema first (true), else the install schema first.';
 REVOKE ALL ON FUNCTION dq__search_path(boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- ----------------------------------------------------------------------------- the clock
+-- Every function of the queue reads the time through these two, never through now() or
+-- clock_timestamp() directly:
+--  * dq__now() -> timestamptz: the start of the current transaction (now()), for what a transaction
+--    writes as one instant: default due times, created_at, updated_at, the cron horizon;
+--  * dq__clock() -> timestamptz: the current instant (clock_timestamp()), for what must not lag
+--    behind a long transaction: polls, lock deadlines, acknowledgements, waits.
+-- Both are SQL with no SET clause, so PostgreSQL inlines them and a call costs what now() costs.
+-- In an install they read the server's clock and nothing else: no setting, table or role can shift
+-- them. A test suite (as the owner, in a test database) may replace both with bodies that add an
+-- offset it controls, to drive lock expiry and schedules without sleeping; an application role can
+-- neither replace them (it may not use this schema) nor shadow them (the callers' search_path is
+-- pinned, and functions are never looked up in pg_temp).
+CREATE OR REPLACE FUNCTION dq__now() RETURNS timestamptz
+LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT pg_catalog.now() $$;
+COMMENT ON FUNCTION dq__now() IS 'Internal: the queue''s clock at the start of the transaction (now()).';
+REVOKE ALL ON FUNCTION dq__now() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+CREATE OR REPLACE FUNCTION dq__clock() RETURNS timestamptz
+LANGUAGE sql VOLATILE PARALLEL SAFE AS $$ SELECT pg_catalog.clock_timestamp() $$;
+COMMENT ON FUNCTION dq__clock() IS 'Internal: the queue''s clock at this instant (clock_timestamp()).';
+REVOKE ALL ON FUNCTION dq__clock() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
 GRANT dq_producer, dq_consumer TO dq_admin;
@@ -191,80 +212,6 @@ BEGIN
 END;
 $$;
 
-SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
--- ----------------------------------------------------------------------------- argument checks
--- A bad argument is raised by the public function the user called, never by a helper, so the error's
--- CONTEXT names only that function. The helpers below describe the error instead: they return it as
--- jsonb {"sqlstate": ..., "message": ...} (NULL when the value is valid), and the caller raises it:
---
---     v_error := dq__name_error('dq_offer', 'queue', dq_offer.queue, 100);
---     IF v_error IS NOT NULL THEN
---         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
---     END IF;
---
--- The checks are SQL expressions that PostgreSQL inlines (SQL, no SET clause): a valid value costs
--- the comparisons of the CASE, and the message is built only in its branch, on the error path.
--- PL/pgSQL evaluates the assignment as a simple expression (PERFORM would run a whole query:
--- measured, about 2 us a check).
-
--- An error as the callers raise it.
-CREATE OR REPLACE FUNCTION dq__error(sqlstate text, message text)
-RETURNS jsonb
-LANGUAGE sql STABLE
-AS $$ SELECT jsonb_build_object('sqlstate', sqlstate, 'message', message) $$;
-COMMENT ON FUNCTION dq__error(text, text) IS
-  'Internal: an error for the public function to raise: {"sqlstate": ..., "message": ...}.';
-REVOKE ALL ON FUNCTION dq__error(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-
--- 22004 for a NULL argument (the caller found it NULL).
-CREATE OR REPLACE FUNCTION dq__null_error(fn text, param text)
-RETURNS jsonb
-LANGUAGE sql STABLE
-AS $$ SELECT dq__error('22004', format('%s: %s must not be NULL', fn, param)) $$;
-COMMENT ON FUNCTION dq__null_error(text, text) IS 'Internal: the 22004 null_value_not_allowed error naming the parameter.';
-REVOKE ALL ON FUNCTION dq__null_error(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-
--- A queue name, key or other name: not NULL (22004), not empty (22023), at most max_len characters (22001).
-CREATE OR REPLACE FUNCTION dq__name_error(fn text, param text, value text, max_len integer)
-RETURNS jsonb
-LANGUAGE sql STABLE
-AS $$
-    SELECT CASE WHEN value IS NULL THEN dq__null_error(fn, param)
-                WHEN value = '' THEN dq__error('22023', format('%s: %s must not be empty', fn, param))
-                WHEN char_length(value) > max_len
-                THEN dq__error('22001', format('%s: %s is %s characters, the limit is %s', fn, param,
-                                               char_length(value), max_len)) END
-$$;
-COMMENT ON FUNCTION dq__name_error(text, text, text, integer) IS
-  'Internal: NULL when value is not NULL, not empty and at most max_len characters; else the 22004, 22023 or 22001 error naming fn and param.';
-REVOKE ALL ON FUNCTION dq__name_error(text, text, text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-
--- A text that may be empty: not NULL (22004), at most max_len characters (22001).
-CREATE OR REPLACE FUNCTION dq__text_error(fn text, param text, value text, max_len integer)
-RETURNS jsonb
-LANGUAGE sql STABLE
-AS $$
-    SELECT CASE WHEN value IS NULL OR char_length(value) > max_len THEN dq__name_error(fn, param, value, max_len) END
-$$;
-COMMENT ON FUNCTION dq__text_error(text, text, text, integer) IS
-  'Internal: NULL when value is not NULL and at most max_len characters; else the 22004 or 22001 error naming fn and param.';
-REVOKE ALL ON FUNCTION dq__text_error(text, text, text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-
--- A count or size: not NULL (22004), between lo and hi inclusive (22023).
-CREATE OR REPLACE FUNCTION dq__range_error(fn text, param text, value bigint, lo bigint, hi bigint)
-RETURNS jsonb
-LANGUAGE sql STABLE
-AS $$
-    SELECT CASE WHEN value IS NULL THEN dq__null_error(fn, param)
-                WHEN value < lo OR value > hi
-                THEN dq__error('22023', format('%s: %s is %s, it must be between %s and %s', fn, param, value, lo, hi)) END
-$$;
-COMMENT ON FUNCTION dq__range_error(text, text, bigint, bigint, bigint) IS
-  'Internal: NULL when value is not NULL and in [lo, hi]; else the 22004 or 22023 error naming fn and param.';
-REVOKE ALL ON FUNCTION dq__range_error(text, text, bigint, bigint, bigint) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-
-SELECT dq__search_path(internal => false);
-
 -- The LISTEN channel of a queue: 'dq_' || md5(queue). Queue names may be 100 characters
 -- and contain anything, channel names are identifiers of at most 63 bytes, hence the hash.
 -- Channels are per database: an install outside public hashes its schema's quoted name with the
@@ -273,129 +220,22 @@ SELECT dq__search_path(internal => false);
 -- channel of earlier releases, so consumers and producers of two releases meet during a deploy.
 CREATE OR REPLACE FUNCTION dq_channel(queue text)
 RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
     SELECT 'dq_' || md5(CASE WHEN dq__schema() = 'public' THEN queue ELSE quote_ident(dq__schema()) || '.' || queue END)
 $$;
-COMMENT ON FUNCTION dq_channel(text) IS
-  'dq_channel(queue text) -> text: the LISTEN channel on which offers wake consumers of this queue: ''dq_'' || md5(queue) for an install in schema public, ''dq_'' || md5(quote_ident(schema) || ''.'' || queue) for an install in another schema; the notification payload is the queue name. Errors: none (NULL for a NULL queue). Source: PostgreSQL manual, LISTEN and NOTIFY (a channel name is an identifier, at most 63 bytes).';
+COMMENT ON FUNCTION dq_channel(text) IS 'dq_channel(queue text) -> text: the LISTEN channel on which offers wake the consumers of queue (''dq_'' and an md5 hash of the queue, and of the schema outside public); NULL for a NULL queue. Errors: none.';
 REVOKE ALL ON FUNCTION dq_channel(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_channel(text) TO dq_consumer;
-
-SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
-
--- ----------------------------------------------------------------------------- time bounds
--- Every timestamp the queue stores or returns lies in [dq__min_time(), dq__max_time()]: finite, and
--- within years 1-9999 with a day of margin, so that every client can read it in any time zone
--- (Python's datetime and most drivers stop at 9999-12-31). Every function that writes a time checks
--- it (no CHECK constraint: measured, it costs a fifth of a single dq_offer; see migration 0009).
--- These two are inlined and folded to constants (SQL, IMMUTABLE, no SET clause).
-CREATE OR REPLACE FUNCTION dq__min_time() RETURNS timestamptz
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT timestamptz '0001-01-02 00:00:00+00' $$;
-COMMENT ON FUNCTION dq__min_time() IS 'Internal: the earliest timestamp the queue stores (0001-01-02 UTC).';
-REVOKE ALL ON FUNCTION dq__min_time() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-CREATE OR REPLACE FUNCTION dq__max_time() RETURNS timestamptz
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT timestamptz '9999-12-30 00:00:00+00' $$;
-COMMENT ON FUNCTION dq__max_time() IS 'Internal: the latest timestamp the queue stores (9999-12-30 UTC).';
-REVOKE ALL ON FUNCTION dq__max_time() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-
--- A timestamp argument: not NULL (22004), within the stored range (22008). NULL when valid.
-CREATE OR REPLACE FUNCTION dq__time_error(fn text, param text, value timestamptz)
-RETURNS jsonb
-LANGUAGE sql STABLE
-AS $$
-    SELECT CASE WHEN value IS NULL THEN dq__null_error(fn, param)
-                WHEN NOT (value BETWEEN dq__min_time() AND dq__max_time())
-                THEN dq__error('22008', format('%s: %s is %s, it must be a finite time between 0001-01-02 and 9999-12-30 UTC',
-                                               fn, param, value)) END
-$$;
-COMMENT ON FUNCTION dq__time_error(text, text, timestamptz) IS
-  'Internal: NULL for a time in 0001-01-02 .. 9999-12-30 UTC; else the 22004 (NULL) or 22008 datetime_field_overflow error naming the parameter.';
-REVOKE ALL ON FUNCTION dq__time_error(text, text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-
--- An interval applied to a time: base + value, checked by its effect rather than by comparing the
--- interval with zero: an interval with months is not a fixed length ('1 mon -29 days' compares as
--- positive but lands in the past on 31 January; PostgreSQL manual, 9.9 "Date/Time Functions and
--- Operators"). NULL when base + value is valid, which the caller then computes; else 22004 for
--- NULL, 22023 when base + value is before base (or equal, unless allow_zero) or after base +
--- max_value, 22008 when it would leave the stored range. Each field of the interval is bounded
--- first, so the addition itself cannot overflow.
-CREATE OR REPLACE FUNCTION dq__time_after_error(fn text, param text, value interval, base timestamptz,
-                                                allow_zero boolean, max_value interval DEFAULT NULL,
-                                                max_text text DEFAULT NULL)
-RETURNS jsonb
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_at timestamptz;
-BEGIN
-    IF value IS NULL THEN
-        RETURN dq__null_error(fn, param);
-    END IF;
-    IF abs(extract(year FROM value)) > 10000 OR abs(extract(day FROM value)) > 3660000
-       OR abs(extract(hour FROM value)) > 87660000 THEN
-        IF value >= interval '0' THEN
-            RETURN dq__error('22008', format('%s: %s is %s, now + %s would be after 9999-12-30 UTC', fn, param, value, param));
-        END IF;
-        v_at := NULL;  -- hugely negative: reported as negative below
-    ELSE
-        v_at := base + value;
-    END IF;
-    IF v_at IS NULL OR v_at < base OR (v_at = base AND NOT allow_zero) THEN
-        RETURN dq__error('22023', format('%s: %s is %s, it must %s: now + %s must be %s now', fn, param, value,
-            CASE WHEN allow_zero THEN 'not be negative' ELSE 'be positive' END, param,
-            CASE WHEN allow_zero THEN 'at or after' ELSE 'after' END));
-    END IF;
-    IF max_value IS NOT NULL AND v_at > base + max_value THEN
-        RETURN dq__error('22023', format('%s: %s is %s, the limit is %s', fn, param, value, coalesce(max_text, max_value::text)));
-    END IF;
-    IF v_at > dq__max_time() THEN
-        RETURN dq__error('22008', format('%s: %s is %s, now + %s would be after 9999-12-30 UTC', fn, param, value, param));
-    END IF;
-    RETURN NULL;
-END;
-$$;
-COMMENT ON FUNCTION dq__time_after_error(text, text, interval, timestamptz, boolean, interval, text) IS
-  'Internal: NULL when base + value is valid; else the error: 22004 NULL, 22023 before base (or at it unless allow_zero) or past max_value, 22008 past 9999-12-30 UTC.';
-REVOKE ALL ON FUNCTION dq__time_after_error(text, text, interval, timestamptz, boolean, interval, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-
--- ----------------------------------------------------------------------------- the clock
--- Every function of the queue reads the time through these two, never through now() or
--- clock_timestamp() directly:
---  * dq__now() -> timestamptz: the start of the current transaction (now()), for what a transaction
---    writes as one instant: default due times, created_at, updated_at, the cron horizon;
---  * dq__clock() -> timestamptz: the current instant (clock_timestamp()), for what must not lag
---    behind a long transaction: polls, lock deadlines, acknowledgements, waits.
--- Both are SQL with no SET clause, so PostgreSQL inlines them and a call costs what now() costs.
--- In an install they read the server's clock and nothing else: no setting, table or role can shift
--- them. A test suite (as the owner, in a test database) may replace both with bodies that add an
--- offset it controls, to drive lock expiry and schedules without sleeping; an application role can
--- neither replace them (it may not use this schema) nor shadow them (the callers' search_path is
--- pinned, and functions are never looked up in pg_temp).
-CREATE OR REPLACE FUNCTION dq__now() RETURNS timestamptz
-LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT pg_catalog.now() $$;
-COMMENT ON FUNCTION dq__now() IS 'Internal: the queue''s clock at the start of the transaction (now()).';
-REVOKE ALL ON FUNCTION dq__now() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-CREATE OR REPLACE FUNCTION dq__clock() RETURNS timestamptz
-LANGUAGE sql VOLATILE PARALLEL SAFE AS $$ SELECT pg_catalog.clock_timestamp() $$;
-COMMENT ON FUNCTION dq__clock() IS 'Internal: the queue''s clock at this instant (clock_timestamp()).';
-REVOKE ALL ON FUNCTION dq__clock() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-SELECT dq__search_path(internal => false);
 
 -- The queue's time, for clients: the default due time of an offer, and the base to which the Python
 -- client adds a delay. Every role that offers or polls may execute it (the defaults of dq_offer,
 -- dq_offer_many and dq_cron_occurrences call it as the caller).
 CREATE OR REPLACE FUNCTION dq_now()
 RETURNS timestamptz
-LANGUAGE sql STABLE PARALLEL SAFE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$ SELECT dq__now() $$;
-COMMENT ON FUNCTION dq_now() IS
-  'dq_now() -> timestamptz: the queue''s time, which every dq_* function uses: the start of the current transaction, as now() (PostgreSQL manual, 9.9.5 "Current Date/Time"). The default scheduled_at of dq_offer and dq_offer_many; the Python client offers a delay as dq_now() + delay. Changes nothing. Errors: none.';
+COMMENT ON FUNCTION dq_now() IS 'dq_now() -> timestamptz: the queue''s time, the start of the current transaction as now(), which is the default scheduled_at of dq_offer and dq_offer_many. Errors: none.';
 REVOKE ALL ON FUNCTION dq_now() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_now() TO dq_producer, dq_consumer;
 

@@ -22,9 +22,7 @@ SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, p
 
 CREATE OR REPLACE FUNCTION dq_wait(queue text, max_wait interval DEFAULT '5 seconds')
 RETURNS interval
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -37,8 +35,8 @@ DECLARE
     v_busy        integer;
     v_token       timestamptz;
 BEGIN
-    v_error := coalesce(dq__name_error('dq_wait', 'queue', dq_wait.queue, 100),
-                        dq__time_after_error('dq_wait', 'max_wait', max_wait, v_now, false, interval '1 hour', '1 hour'));
+    v_error := coalesce(dq__name_error('dq_wait', 'queue', dq_wait.queue, dq__limit_queue_chars()),
+                        dq__time_after_error('dq_wait', 'max_wait', max_wait, v_now, false, dq__limit_wait_max()));
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -95,19 +93,15 @@ BEGIN
     RETURN greatest(v_wake - v_now, interval '0');
 END;
 $$;
-COMMENT ON FUNCTION dq_wait(text, interval) IS
-  'dq_wait(queue text, max_wait interval default 5 s) -> interval: registers the calling session (which must LISTEN on dq_channel(queue)) as waiting until the earlier of now + max_wait and the next moment a message can be delivered, and returns how long to sleep (0 when one can be delivered now). That moment takes the queue''s controls into account: nothing while it is paused (dq_resume_queue notifies), the next lock expiry while it is at its max_in_flight (the end of a delivery notifies), the next rate token under a rate limit, and only group heads of FIFO groups. Also removes the queue''s waiter rows of sessions that no longer exist. Errors: 22004/22023/22001 queue, 22004 max_wait NULL, 22023 max_wait not positive or over 1 hour.';
+COMMENT ON FUNCTION dq_wait(text, interval) IS 'dq_wait(queue text, max_wait interval default 5 s) -> interval: registers the calling session, which must LISTEN on dq_channel(queue), as waiting, and returns how long to sleep: until the next moment a message can be delivered (the queue''s controls included), at most max_wait. Errors: 22004/22023/22001 queue; 22004 max_wait NULL, 22023 max_wait not positive or over 1 hour, 22008 now + max_wait past 9999-12-30.';
 REVOKE ALL ON FUNCTION dq_wait(text, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_wait(text, interval) TO dq_consumer;
 
 CREATE OR REPLACE FUNCTION dq_wait_done(queue text)
 RETURNS void
-LANGUAGE sql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$ DELETE FROM dq_waiters w WHERE w.queue = dq_wait_done.queue AND w.pid = pg_backend_pid() $$;
-COMMENT ON FUNCTION dq_wait_done(text) IS
-  'dq_wait_done(queue text) -> void: the calling session stops waiting on queue (offers stop notifying on its behalf). Errors: none (a NULL or unknown queue changes nothing). Source: PostgreSQL manual, LISTEN and NOTIFY.';
+COMMENT ON FUNCTION dq_wait_done(text) IS 'dq_wait_done(queue text) -> void: the calling session stops waiting on queue (offers stop notifying on its behalf). Errors: none.';
 REVOKE ALL ON FUNCTION dq_wait_done(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_wait_done(text) TO dq_consumer;
 
@@ -144,8 +138,7 @@ BEGIN
     RETURN false;
 END;
 $$;
-COMMENT ON FUNCTION dq__wake(text, timestamptz) IS
-  'Internal: NOTIFY dq_channel(queue) when a live waiter (its session exists) would sleep past due (NULL: nobody) and past its not_before; returns whether it notified.';
+COMMENT ON FUNCTION dq__wake(text, timestamptz) IS 'Internal: NOTIFY dq_channel(queue) when a live waiter (its session exists) would sleep past due (NULL: nobody) and past its not_before; returns whether it notified.';
 REVOKE ALL ON FUNCTION dq__wake(text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Wake the live waiters of a queue that a control held back (not_before set by dq_wait): a delivery
@@ -165,7 +158,6 @@ BEGIN
     RETURN false;
 END;
 $$;
-COMMENT ON FUNCTION dq__wake_blocked(text) IS
-  'Internal: NOTIFY dq_channel(queue) when the queue has a live waiter held back by a control (not_before set); returns whether it notified.';
+COMMENT ON FUNCTION dq__wake_blocked(text) IS 'Internal: NOTIFY dq_channel(queue) when the queue has a live waiter held back by a control (not_before set); returns whether it notified.';
 REVOKE ALL ON FUNCTION dq__wake_blocked(text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);

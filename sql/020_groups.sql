@@ -1,4 +1,4 @@
--- FIFO message groups and what a consumer may be given next.
+-- FIFO message groups.
 --
 -- Messages of one queue that share a message_group are delivered one at a time, in order of
 -- scheduled_at_initially, then id (the order they were offered in), like the message groups of
@@ -67,8 +67,7 @@ DROP FUNCTION IF EXISTS dq__settle_groups(text[], text[]);
 CREATE OR REPLACE FUNCTION dq__settle_group_heads(queues text[], message_groups text[],
                                                   dues timestamptz[] DEFAULT NULL, defer boolean DEFAULT true)
 RETURNS TABLE (queue text, due timestamptz)
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 SET jit = off
@@ -253,8 +252,7 @@ BEGIN
     RETURNING x.queue, x.due_at;
 END;
 $$;
-COMMENT ON FUNCTION dq__settle_group_heads(text[], text[], timestamptz[], boolean) IS
-  'Internal: sets the heads of FIFO groups from their messages (locking their dq_groups rows, SKIP LOCKED); a group whose row another transaction holds gets a queued settle (dq_group_settles) unless defer is false; returns (queue, due) for each group whose head changed or whose settle was queued.';
+COMMENT ON FUNCTION dq__settle_group_heads(text[], text[], timestamptz[], boolean) IS 'Internal: sets the heads of FIFO groups from their messages (locking their dq_groups rows, SKIP LOCKED); a group whose row another transaction holds gets a queued settle (dq_group_settles) unless defer is false; returns (queue, due) for each group whose head changed or whose settle was queued.';
 REVOKE ALL ON FUNCTION dq__settle_group_heads(text[], text[], timestamptz[], boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Insert the dq_groups rows of new groups (queues[i], message_groups[i]), in (queue, message_group)
@@ -263,8 +261,7 @@ REVOKE ALL ON FUNCTION dq__settle_group_heads(text[], text[], timestamptz[], boo
 -- another transaction inserting the same row (the primary key decides), as offers of one new key do.
 CREATE OR REPLACE FUNCTION dq__create_group_rows(queues text[], message_groups text[])
 RETURNS TABLE (queue text, message_group text, head_id bigint, priority smallint, due_at timestamptz)
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -277,8 +274,7 @@ BEGIN
     RETURNING g.queue, g.message_group, g.head_id, g.priority, g.due_at;
 END;
 $$;
-COMMENT ON FUNCTION dq__create_group_rows(text[], text[]) IS
-  'Internal: inserts the dq_groups rows of new FIFO groups (head NULL, not due) and returns those inserted.';
+COMMENT ON FUNCTION dq__create_group_rows(text[], text[]) IS 'Internal: inserts the dq_groups rows of new FIFO groups (head NULL, not due) and returns those inserted.';
 REVOKE ALL ON FUNCTION dq__create_group_rows(text[], text[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- dq__create_group_rows when settles of the groups are queued, so the next poll may be inserting the
@@ -286,29 +282,25 @@ REVOKE ALL ON FUNCTION dq__create_group_rows(text[], text[]) FROM PUBLIC, dq_pro
 -- below; the caller catches 55P03 lock_not_available and queues its settle instead).
 CREATE OR REPLACE FUNCTION dq__create_group_rows_soon(queues text[], message_groups text[])
 RETURNS TABLE (queue text, message_group text, head_id bigint, priority smallint, due_at timestamptz)
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 SET lock_timeout = '1ms'
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM dq__create_group_rows($1, $2);
 END;
 $$;
-COMMENT ON FUNCTION dq__create_group_rows_soon(text[], text[]) IS
-  'Internal: dq__create_group_rows with lock_timeout 1 ms (55P03 when another transaction is inserting one of the rows).';
+COMMENT ON FUNCTION dq__create_group_rows_soon(text[], text[]) IS 'Internal: dq__create_group_rows with lock_timeout 1 ms (55P03 when another transaction is inserting one of the rows).';
 REVOKE ALL ON FUNCTION dq__create_group_rows_soon(text[], text[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- dq__settle_group_heads for one group: the head's due time when it changed (or the settle was
 -- queued), else NULL.
 CREATE OR REPLACE FUNCTION dq__settle_group(queue text, message_group text)
 RETURNS timestamptz
-LANGUAGE sql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE sql VOLATILE SET search_path FROM CURRENT
 AS $$
     SELECT min(s.due) FROM dq__settle_group_heads(ARRAY[$1], ARRAY[$2]) s
 $$;
-COMMENT ON FUNCTION dq__settle_group(text, text) IS
-  'Internal: sets the head of a FIFO group from its messages (locking the group''s dq_groups row, or queueing the settle when another transaction holds it); returns the head''s due time when it changed.';
+COMMENT ON FUNCTION dq__settle_group(text, text) IS 'Internal: sets the head of a FIFO group from its messages (locking the group''s dq_groups row, or queueing the settle when another transaction holds it); returns the head''s due time when it changed.';
 REVOKE ALL ON FUNCTION dq__settle_group(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Settle the groups (queues[i], message_groups[i]) (NULL groups are ignored) with
@@ -318,8 +310,7 @@ REVOKE ALL ON FUNCTION dq__settle_group(text, text) FROM PUBLIC, dq_producer, dq
 -- time). Returns the number of groups settled or queued.
 CREATE OR REPLACE FUNCTION dq__settle_groups(queues text[], message_groups text[], dues timestamptz[] DEFAULT NULL)
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 AS $$
 DECLARE
     r       record;
@@ -332,8 +323,7 @@ BEGIN
     RETURN (SELECT count(DISTINCT (u.q, u.g)) FROM unnest(queues, message_groups) AS u(q, g) WHERE u.g IS NOT NULL);
 END;
 $$;
-COMMENT ON FUNCTION dq__settle_groups(text[], text[], timestamptz[]) IS
-  'Internal: dq__settle_group_heads for each distinct (queue, message_group) pair (dues: when the change can make something deliverable, for a queued settle), waking waiters when a head changed or a settle was queued.';
+COMMENT ON FUNCTION dq__settle_groups(text[], text[], timestamptz[]) IS 'Internal: dq__settle_group_heads for each distinct (queue, message_group) pair (dues: when the change can make something deliverable, for a queued settle), waking waiters when a head changed or a settle was queued.';
 REVOKE ALL ON FUNCTION dq__settle_groups(text[], text[], timestamptz[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Apply the queued settles of a queue that are due by at (at most 100 groups a call), for each group
@@ -350,8 +340,7 @@ REVOKE ALL ON FUNCTION dq__settle_groups(text[], text[], timestamptz[]) FROM PUB
 -- then; without queued settles due, none of this runs.
 CREATE OR REPLACE FUNCTION dq__settle_deferred(queue text, at timestamptz)
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 SET lock_timeout = '1ms'
 AS $$
 #variable_conflict use_column
@@ -399,8 +388,7 @@ BEGIN
     RETURN v_done;
 END;
 $$;
-COMMENT ON FUNCTION dq__settle_deferred(text, timestamptz) IS
-  'Internal: applies the queued settles (dq_group_settles) of a queue due by at, for the groups whose dq_groups row no other transaction holds; returns how many groups were tried.';
+COMMENT ON FUNCTION dq__settle_deferred(text, timestamptz) IS 'Internal: applies the queued settles (dq_group_settles) of a queue due by at, for the groups whose dq_groups row no other transaction holds; returns how many groups were tried.';
 REVOKE ALL ON FUNCTION dq__settle_deferred(text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Move the due time of a FIFO group whose head is head_id (still in flight or just given back) to due:
@@ -410,8 +398,7 @@ REVOKE ALL ON FUNCTION dq__settle_deferred(text, timestamptz) FROM PUBLIC, dq_pr
 -- was updated now.
 CREATE OR REPLACE FUNCTION dq__set_group_due(queue text, message_group text, head_id bigint, due timestamptz)
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -432,91 +419,6 @@ BEGIN
     RETURN false;
 END;
 $$;
-COMMENT ON FUNCTION dq__set_group_due(text, text, bigint, timestamptz) IS
-  'Internal: sets the due time of the FIFO group headed by head_id, or queues a settle of the group when another transaction holds its dq_groups row; returns whether the row was updated.';
+COMMENT ON FUNCTION dq__set_group_due(text, text, bigint, timestamptz) IS 'Internal: sets the due time of the FIFO group headed by head_id, or queues a settle of the group when another transaction holds its dq_groups row; returns whether the row was updated.';
 REVOKE ALL ON FUNCTION dq__set_group_due(text, text, bigint, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-
--- The priority levels of a queue's ungrouped messages (and dead letters), highest first: a skip scan
--- of dq_messages_ready_idx, one index probe per level, however many messages a level holds. Used to
--- read that index one level at a time (its order is priority, then due time).
-CREATE OR REPLACE FUNCTION dq__levels(queue text)
-RETURNS SETOF smallint
-LANGUAGE sql STABLE
-SET search_path FROM CURRENT
-SET enable_seqscan = off
-AS $$
-    WITH RECURSIVE levels(p) AS (
-        SELECT (SELECT d.priority FROM dq_messages d
-                 WHERE d.queue = $1 AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
-                 ORDER BY d.priority DESC LIMIT 1)
-        UNION ALL
-        SELECT (SELECT d.priority FROM dq_messages d
-                 WHERE d.queue = $1 AND (d.message_group IS NULL OR d.dead_from IS NOT NULL) AND d.priority < levels.p
-                 ORDER BY d.priority DESC LIMIT 1)
-          FROM levels WHERE levels.p IS NOT NULL
-    )
-    SELECT levels.p FROM levels WHERE levels.p IS NOT NULL
-$$;
-COMMENT ON FUNCTION dq__levels(text) IS
-  'Internal: the distinct priorities of a queue''s ungrouped messages and dead letters, highest first (a skip scan).';
-REVOKE ALL ON FUNCTION dq__levels(text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-
--- When the next message of a queue can be delivered as far as its messages go (pause and limits
--- aside): the earliest due time of its ungrouped messages and of its groups' heads, in-flight
--- messages counting at their lock expiry. NULL when there is none. The ungrouped messages are read
--- one priority level at a time for the first 128 levels (a skip scan of dq_messages_ready_idx: a
--- level's first entry is its earliest, so a large backlog at one level costs one index probe), then
--- in one pass over the index entries of the levels below the 128th (about 30 ns an entry, no row
--- read): one probe per level made every dq_wait of a queue with 65,536 levels of future messages
--- cost 281 ms, where this costs a few ms (the same bound as dq_poll_many's level walk).
-CREATE OR REPLACE FUNCTION dq__next_deliverable(queue text)
-RETURNS timestamptz
-LANGUAGE sql STABLE
-SET search_path FROM CURRENT
-SET enable_seqscan = off
-AS $$
-    WITH RECURSIVE levels(p, t, n) AS (
-        SELECT f.priority, f.scheduled_at, 1
-          FROM (SELECT d.priority, d.scheduled_at FROM dq_messages d
-                 WHERE d.queue = $1 AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
-                 ORDER BY d.priority DESC, d.scheduled_at LIMIT 1) f
-        UNION ALL
-        SELECT f.priority, f.scheduled_at, levels.n + 1
-          FROM levels
-         CROSS JOIN LATERAL (SELECT d.priority, d.scheduled_at FROM dq_messages d
-                              WHERE d.queue = $1 AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
-                                AND d.priority < levels.p
-                              ORDER BY d.priority DESC, d.scheduled_at LIMIT 1) f
-         WHERE levels.n < 128
-    )
-    SELECT least(
-        (SELECT min(levels.t) FROM levels),
-        (SELECT min(d.scheduled_at) FROM dq_messages d
-          WHERE d.queue = $1 AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
-            AND d.priority < (SELECT levels.p FROM levels WHERE levels.n = 128)),
-        (SELECT g.due_at FROM dq_groups g WHERE g.queue = $1 ORDER BY g.due_at LIMIT 1),
-        (SELECT s.due_at FROM dq_group_settles s WHERE s.queue = $1 ORDER BY s.due_at LIMIT 1))
-$$;
-COMMENT ON FUNCTION dq__next_deliverable(text) IS
-  'Internal: the earliest time a message of the queue can be delivered (ungrouped messages and group heads; locks count at their expiry), pause and limits aside; NULL when none.';
-REVOKE ALL ON FUNCTION dq__next_deliverable(text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-
--- How many messages of a queue are in flight at a time (a lock token, the lock not expired), counted
--- up to up_to (the concurrency limit: more need not be counted), from dq_messages_in_flight_idx.
--- Used by dq_poll_many (under the configuration row's lock) and dq_wait. VOLATILE: its query takes a
--- snapshot of its own, so a poll that waited for the configuration row's lock counts every
--- acquisition committed by the previous holder.
-CREATE OR REPLACE FUNCTION dq__in_flight(queue text, at timestamptz, up_to integer)
-RETURNS integer
-LANGUAGE sql VOLATILE
-SET search_path FROM CURRENT
-AS $$
-    SELECT count(*)::integer FROM (
-        SELECT 1 FROM dq_messages m
-         WHERE m.queue = $1 AND m.lock_token IS NOT NULL AND m.scheduled_at > $2
-         LIMIT $3) s
-$$;
-COMMENT ON FUNCTION dq__in_flight(text, timestamptz, integer) IS
-  'Internal: the number of messages of a queue in flight at a time (lock not expired), counted up to up_to.';
-REVOKE ALL ON FUNCTION dq__in_flight(text, timestamptz, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);

@@ -17,9 +17,7 @@ CREATE OR REPLACE FUNCTION dq_poll_many(
     max_count     integer DEFAULT 1,
     lock_timeout  interval DEFAULT '5 minutes')
 RETURNS SETOF dq_delivery
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 -- The statements are planned once per session (generic plans: re-planning cost 0.2-0.3 ms per call).
 -- A session that first polls an empty table would keep the plan that is cheapest for an empty
 -- table (sequential scan and sort) until the next ANALYZE, and later poll a backlog of 100,000 rows
@@ -35,12 +33,12 @@ AS $$
 DECLARE
     v_error    jsonb;
     v_now      timestamptz := dq__clock();
+    v_admit    record;
     v_until    timestamptz;
     v_cfg      dq_queues;
     v_want     integer;
-    v_busy     integer;
     v_slots    integer[];
-    v_level    integer := 32767;
+    v_level    integer := dq__limit_priority_max();
     v_p        integer;          -- the next level of ungrouped messages, and its earliest due time
     v_pdue     timestamptz;
     v_gp       integer;          -- the next level of FIFO groups, and its earliest due time
@@ -51,82 +49,33 @@ DECLARE
     v_due      timestamptz[] := '{}';
     v_lids     bigint[];
     v_ldue     timestamptz[];
-    v_gone     dq_messages[];
-    v_dead     bigint[];
-    v_removed  bigint[];          -- candidates expired or dead-lettered instead of delivered
+    v_kept     record;
     v_got      integer;
     v_done     integer;
     v_grouped  boolean := false;  -- some candidate came from dq__poll_level (a group head may be among them)
     v_expiring boolean := false;  -- some ungrouped candidate is past its expires_at
     v_maxcount integer := 0;      -- the highest delivery_count of the ungrouped candidates
 BEGIN
-    v_error := coalesce(dq__name_error('dq_poll_many', 'queue', dq_poll_many.queue, 100),
-                        dq__range_error('dq_poll_many', 'max_count', dq_poll_many.max_count, 1, 10000));
+    v_error := coalesce(
+        dq__name_error('dq_poll_many', 'queue', dq_poll_many.queue, dq__limit_queue_chars()),
+        dq__range_error('dq_poll_many', 'max_count', dq_poll_many.max_count, 1, dq__limit_poll_max_count()),
+        -- The lock expiry, checked by its effect (positive, within the stored range).
+        dq__time_after_error('dq_poll_many', 'lock_timeout', dq_poll_many.lock_timeout, v_now, false));
+    IF v_error IS NULL THEN
+        v_admit := dq__poll_admit(dq_poll_many.queue, dq_poll_many.max_count, dq_poll_many.lock_timeout, v_now);
+        v_error := v_admit.error;
+    END IF;
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    -- The lock expiry, checked by its effect (positive, within the stored range).
-    v_error := dq__time_after_error('dq_poll_many', 'lock_timeout', dq_poll_many.lock_timeout, v_now, false);
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    v_until := v_now + dq_poll_many.lock_timeout;
-    v_want := dq_poll_many.max_count;
-
-    -- The queue's controls (one probe; an unconfigured queue has none).
-    SELECT q.* INTO v_cfg FROM dq_queues q WHERE q.queue = dq_poll_many.queue;
-    IF v_cfg.paused THEN
+    IF v_admit.want = 0 THEN
         RETURN;
     END IF;
-    IF v_cfg.max_in_flight IS NOT NULL THEN
-        -- Concurrency limit. The pollers of the queue take its configuration row's lock in turn (FOR
-        -- NO KEY UPDATE, held to the end of the transaction), then count the messages in flight: a new
-        -- statement under READ COMMITTED, it sees every acquisition committed by the previous holder,
-        -- so the limit holds across all sessions. Acks, nacks and offers do not take this lock.
-        SELECT q.* INTO v_cfg FROM dq_queues q WHERE q.queue = dq_poll_many.queue FOR NO KEY UPDATE;
-        IF v_cfg.paused THEN
-            RETURN;
-        END IF;
-        -- That lock may have waited for another poller's transaction: every time this poll stores
-        -- (locked_until, claimed_at, rate tokens, archive times) is read after it, or a lock would be
-        -- handed out already expired (and the message delivered twice).
-        v_now := dq__clock();
-        v_error := dq__time_after_error('dq_poll_many', 'lock_timeout', dq_poll_many.lock_timeout, v_now, false);
-        IF v_error IS NOT NULL THEN
-            RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-        END IF;
-        v_until := v_now + dq_poll_many.lock_timeout;
-        IF v_cfg.max_in_flight IS NOT NULL THEN
-            v_busy := dq__in_flight(dq_poll_many.queue, v_now, v_cfg.max_in_flight);
-            v_want := least(v_want, v_cfg.max_in_flight - v_busy);
-            IF v_want <= 0 THEN
-                RETURN;
-            END IF;
-        END IF;
-    END IF;
-    IF v_cfg.rate_limit IS NOT NULL THEN
-        -- Rate limit, a sliding-window log: the queue has rate_limit rows in dq_rate_tokens, each the
-        -- start of one recent delivery; a delivery takes a row whose start is at least rate_period old
-        -- and writes its own (v_now) into it. Rows are taken FOR UPDATE SKIP LOCKED and re-checked on
-        -- their latest version, so each row is used at most once in any window of rate_period: at most
-        -- rate_limit deliveries start in any such window, whatever the number of pollers.
-        SELECT array_agg(t.slot ORDER BY t.used_at, t.slot) INTO v_slots FROM (
-            SELECT t.slot, t.used_at FROM dq_rate_tokens t
-             WHERE t.queue = dq_poll_many.queue AND t.used_at <= v_now - v_cfg.rate_period
-             ORDER BY t.used_at
-             LIMIT v_want
-               FOR UPDATE SKIP LOCKED) t;
-        v_want := coalesce(cardinality(v_slots), 0);
-        IF v_want = 0 THEN
-            RETURN;
-        END IF;
-    END IF;
-
-    -- FIFO groups whose settle was queued while another transaction held their row get their heads
-    -- before any is delivered (sql/020_groups.sql); without queued settles this is one index probe.
-    IF EXISTS (SELECT 1 FROM dq_group_settles s WHERE s.queue = dq_poll_many.queue AND s.due_at <= v_now) THEN
-        v_done := dq__settle_deferred(dq_poll_many.queue, v_now);
-    END IF;
+    v_cfg := v_admit.cfg;
+    v_now := v_admit.clock;
+    v_want := v_admit.want;
+    v_slots := v_admit.slots;
+    v_until := v_now + dq_poll_many.lock_timeout;
 
     -- Candidates, one priority level at a time from the highest. At each level: due ungrouped messages
     -- from dq_messages_ready_idx, and due FIFO groups from dq_groups, whose rows and heads are locked FOR
@@ -202,36 +151,20 @@ BEGIN
         IF cardinality(v_ids) = v_got THEN
             v_passed := v_passed + 1;
         END IF;
-        EXIT WHEN cardinality(v_ids) >= v_want OR v_top <= -32768;
+        EXIT WHEN cardinality(v_ids) >= v_want OR v_top <= dq__limit_priority_min();
         v_level := v_top - 1;
     END LOOP;
     IF cardinality(v_ids) = 0 THEN
         RETURN;
     END IF;
 
-    -- Expired candidates leave the queue instead of being delivered (archived with outcome expired);
-    -- a candidate already delivered max_deliveries times goes to the dead-letter queue
-    -- (sql/140_dead_letters.sql). Both keep their place in no group (dq__gone settles them). Both are
-    -- left out of v_ids (v_removed) before the rest is acquired.
-    IF v_expiring OR v_grouped THEN
-        WITH gone AS (
-            DELETE FROM dq_messages m WHERE m.id = ANY (v_ids) AND m.expires_at <= v_now RETURNING m
-        )
-        SELECT array_agg(gone.m), array_agg((gone.m).id) INTO v_gone, v_removed FROM gone;
-        v_done := dq__gone(v_gone, 'expired', v_now);
-    END IF;
-    IF v_cfg.max_deliveries IS NOT NULL AND (v_grouped OR v_maxcount >= v_cfg.max_deliveries) THEN
-        SELECT array_agg(m.id) INTO v_dead FROM dq_messages m
-         WHERE m.id = ANY (v_ids) AND m.delivery_count >= v_cfg.max_deliveries;
-        IF v_dead IS NOT NULL THEN
-            v_done := dq__dead_letter(v_dead, v_cfg.dead_letter_queue, v_now);
-            v_removed := v_removed || v_dead;
-        END IF;
-    END IF;
-    IF v_removed IS NOT NULL THEN
-        SELECT array_agg(u.id ORDER BY u.o), array_agg(u.due ORDER BY u.o) INTO v_ids, v_due
-          FROM unnest(v_ids, v_due) WITH ORDINALITY AS u(id, due, o)
-         WHERE u.id <> ALL (v_removed);
+    -- Expired candidates and those already delivered max_deliveries times leave the queue instead of
+    -- being delivered (dq__poll_remove); only a poll whose candidates may hold one looks.
+    IF v_expiring OR v_grouped OR v_maxcount >= v_cfg.max_deliveries THEN
+        v_kept := dq__poll_remove(v_ids, v_due, v_cfg, v_now, v_expiring OR v_grouped,
+                                  v_grouped OR v_maxcount >= v_cfg.max_deliveries);
+        v_ids := v_kept.kept;
+        v_due := v_kept.kept_dues;
         IF v_ids IS NULL THEN
             RETURN;
         END IF;
@@ -258,35 +191,179 @@ BEGIN
       FROM acquired a
      ORDER BY a.n;
     GET DIAGNOSTICS v_got = ROW_COUNT;
-    IF v_grouped THEN
-        -- A group whose head was acquired is due again when the head's lock expires.
-        UPDATE dq_groups g SET due_at = v_until
+    IF v_grouped OR v_slots IS NOT NULL OR (v_cfg.max_in_flight IS NOT NULL AND v_got > 0) THEN
+        v_done := dq__poll_account(dq_poll_many.queue, v_ids, v_until, v_now, v_grouped, v_slots[1:v_got],
+                                   v_cfg.max_in_flight IS NOT NULL AND v_got > 0);
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION dq_poll_many(text, integer, interval) IS 'dq_poll_many(queue text, max_count integer default 1, lock_timeout interval default 5 min) -> SETOF dq_delivery: acquires up to max_count due messages as the queue''s controls and FIFO groups allow, each with a fresh lock_token, invisible until locked_until. Errors: 22004 NULL, 22023 max_count out of 1..10000 or lock_timeout not positive, 22008 now + lock_timeout past 9999-12-30.';
+REVOKE ALL ON FUNCTION dq_poll_many(text, integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_poll_many(text, integer, interval) TO dq_consumer;
+
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
+-- Admission: what the queue's controls let this poll of queue take at `at` (the clock its arguments
+-- were checked at). Returns the queue's configuration (cfg, all NULL for a queue never configured),
+-- the poll's clock (clock: read again when the configuration row's lock was waited for), how many
+-- messages it may take (want, 0 for none: paused, at its max_in_flight, or no rate token), the rate
+-- tokens it took (slots, oldest first; NULL without a rate limit), and error: lock_timeout checked
+-- again at the new clock. FIFO groups whose settle was queued while another transaction held their
+-- row get their heads before any is delivered (sql/020_groups.sql).
+-- No SET clause: it runs only inside dq_poll_many, with its settings (search_path, generic plans,
+-- no sequential scan, no JIT), and a SET clause would cost every poll (measured, 1.5 us each).
+CREATE OR REPLACE FUNCTION dq__poll_admit(queue text, max_count integer, lock_timeout interval, at timestamptz,
+                                          OUT cfg dq_queues, OUT clock timestamptz, OUT want integer,
+                                          OUT slots integer[], OUT error jsonb)
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_busy  integer;
+    v_done  integer;
+BEGIN
+    clock := at;
+    want := max_count;
+    -- The queue's controls (one probe; an unconfigured queue has none).
+    SELECT q.* INTO cfg FROM dq_queues q WHERE q.queue = dq__poll_admit.queue;
+    IF cfg.paused THEN
+        want := 0;
+        RETURN;
+    END IF;
+    IF cfg.max_in_flight IS NOT NULL THEN
+        -- Concurrency limit. The pollers of the queue take its configuration row's lock in turn (FOR
+        -- NO KEY UPDATE, held to the end of the transaction), then count the messages in flight: a new
+        -- statement under READ COMMITTED, it sees every acquisition committed by the previous holder,
+        -- so the limit holds across all sessions. Acks, nacks and offers do not take this lock.
+        SELECT q.* INTO cfg FROM dq_queues q WHERE q.queue = dq__poll_admit.queue FOR NO KEY UPDATE;
+        IF cfg.paused THEN
+            want := 0;
+            RETURN;
+        END IF;
+        -- That lock may have waited for another poller's transaction: every time this poll stores
+        -- (locked_until, claimed_at, rate tokens, archive times) is read after it, or a lock would be
+        -- handed out already expired (and the message delivered twice).
+        clock := dq__clock();
+        error := dq__time_after_error('dq_poll_many', 'lock_timeout', lock_timeout, clock, false);
+        IF error IS NOT NULL THEN
+            want := 0;
+            RETURN;
+        END IF;
+        IF cfg.max_in_flight IS NOT NULL THEN
+            v_busy := dq__in_flight(dq__poll_admit.queue, clock, cfg.max_in_flight);
+            want := greatest(least(want, cfg.max_in_flight - v_busy), 0);
+            IF want = 0 THEN
+                RETURN;
+            END IF;
+        END IF;
+    END IF;
+    IF cfg.rate_limit IS NOT NULL THEN
+        -- Rate limit, a sliding-window log: the queue has rate_limit rows in dq_rate_tokens, each the
+        -- start of one recent delivery; a delivery takes a row whose start is at least rate_period old
+        -- and writes its own (the poll's clock) into it (dq__poll_account). Rows are taken FOR UPDATE
+        -- SKIP LOCKED and re-checked on their latest version, so each row is used at most once in any
+        -- window of rate_period: at most rate_limit deliveries start in any such window, whatever the
+        -- number of pollers.
+        SELECT array_agg(t.slot ORDER BY t.used_at, t.slot) INTO slots FROM (
+            SELECT t.slot, t.used_at FROM dq_rate_tokens t
+             WHERE t.queue = dq__poll_admit.queue AND t.used_at <= clock - cfg.rate_period
+             ORDER BY t.used_at
+             LIMIT want
+               FOR UPDATE SKIP LOCKED) t;
+        want := coalesce(cardinality(slots), 0);
+        IF want = 0 THEN
+            RETURN;
+        END IF;
+    END IF;
+    -- Without queued settles due this is one index probe.
+    IF EXISTS (SELECT 1 FROM dq_group_settles s WHERE s.queue = dq__poll_admit.queue AND s.due_at <= clock) THEN
+        v_done := dq__settle_deferred(dq__poll_admit.queue, clock);
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION dq__poll_admit(text, integer, interval, timestamptz) IS 'Internal: what the queue''s controls (pause, max_in_flight, rate_limit) let a poll take now: (cfg, clock, want, rate token slots, lock_timeout error at the new clock); applies the queued FIFO group settles (dq_poll_many).';
+REVOKE ALL ON FUNCTION dq__poll_admit(text, integer, interval, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- The candidates ids (due: their due times) of a poll without those that leave the queue instead
+-- of being delivered: when expire, those past their expires_at (archived with outcome expired);
+-- when dead and the queue has a max_deliveries, those already delivered max_deliveries times, which
+-- go to the dead-letter queue (sql/140_dead_letters.sql). Both keep their place in no group
+-- (dq__gone settles them). The rest keep their order; both NULL when none is left. The caller holds
+-- the candidates' row locks. Called only when a candidate may leave (dq_poll_many).
+CREATE OR REPLACE FUNCTION dq__poll_remove(ids bigint[], dues timestamptz[], cfg dq_queues, at timestamptz,
+                                           expire boolean, dead boolean,
+                                           OUT kept bigint[], OUT kept_dues timestamptz[])
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_gone     dq_messages[];
+    v_dead     bigint[];
+    v_removed  bigint[];
+    v_done     integer;
+BEGIN
+    kept := ids;
+    kept_dues := dues;
+    IF expire THEN
+        WITH gone AS (
+            DELETE FROM dq_messages m WHERE m.id = ANY (ids) AND m.expires_at <= at RETURNING m
+        )
+        SELECT array_agg(gone.m), array_agg((gone.m).id) INTO v_gone, v_removed FROM gone;
+        v_done := dq__gone(v_gone, 'expired', at);
+    END IF;
+    IF dead AND cfg.max_deliveries IS NOT NULL THEN
+        SELECT array_agg(m.id) INTO v_dead FROM dq_messages m
+         WHERE m.id = ANY (ids) AND m.delivery_count >= cfg.max_deliveries;
+        IF v_dead IS NOT NULL THEN
+            v_done := dq__dead_letter(v_dead, cfg.dead_letter_queue, at);
+            v_removed := v_removed || v_dead;
+        END IF;
+    END IF;
+    IF v_removed IS NOT NULL THEN
+        SELECT array_agg(u.id ORDER BY u.o), array_agg(u.due ORDER BY u.o) INTO kept, kept_dues
+          FROM unnest(ids, dues) WITH ORDINALITY AS u(id, due, o)
+         WHERE u.id <> ALL (v_removed);
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION dq__poll_remove(bigint[], timestamptz[], dq_queues, timestamptz, boolean, boolean) IS 'Internal: expires (archived as expired) and dead-letters (at max_deliveries) the candidates of a poll that must not be delivered; returns the others, in order (dq_poll_many).';
+REVOKE ALL ON FUNCTION dq__poll_remove(bigint[], timestamptz[], dq_queues, timestamptz, boolean, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- What a poll of queue that acquired the messages ids (locked until `until`, at `at`) records besides
+-- them: when grouped, the due time of each FIFO group whose head it acquired (due again when the
+-- head's lock expires); one rate token (slots, oldest first) per delivery; when touch (messages went
+-- in flight in a queue with max_in_flight), a new version of the queue's row. Called only when one
+-- of them applies (dq_poll_many).
+CREATE OR REPLACE FUNCTION dq__poll_account(queue text, ids bigint[], until timestamptz, at timestamptz,
+                                            grouped boolean, slots integer[], touch boolean)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF grouped THEN
+        UPDATE dq_groups g SET due_at = dq__poll_account.until
           FROM dq_messages m
-         WHERE m.id = ANY (v_ids) AND m.message_group IS NOT NULL AND m.dead_from IS NULL
+         WHERE m.id = ANY (dq__poll_account.ids) AND m.message_group IS NOT NULL AND m.dead_from IS NULL
            AND g.queue = m.queue AND g.message_group = m.message_group AND g.head_id = m.id;
     END IF;
-    IF v_slots IS NOT NULL THEN
-        -- One rate token per delivery, the oldest first.
-        UPDATE dq_rate_tokens t SET used_at = v_now
-         WHERE t.queue = dq_poll_many.queue AND t.slot = ANY (v_slots[1:v_got]);
+    IF slots IS NOT NULL THEN
+        UPDATE dq_rate_tokens t SET used_at = dq__poll_account.at
+         WHERE t.queue = dq__poll_account.queue AND t.slot = ANY (dq__poll_account.slots);
     END IF;
-    IF v_cfg.max_in_flight IS NOT NULL AND v_got > 0 THEN
+    IF touch THEN
         -- A poll that put messages in flight writes the queue's row (a new version of it, changing no
         -- value), so that a poller under REPEATABLE READ or SERIALIZABLE whose snapshot predates this
         -- transaction's commit fails to lock the row with 40001 (could not serialize access due to
         -- concurrent update; PostgreSQL manual, 13.2.2 "Repeatable Read Isolation Level") instead of
         -- counting the messages in flight with its older snapshot and exceeding max_in_flight. Under
         -- READ COMMITTED the next poller waits for the row as before and counts with a new snapshot.
-        UPDATE dq_queues q SET max_in_flight = q.max_in_flight WHERE q.queue = dq_poll_many.queue;
+        UPDATE dq_queues q SET max_in_flight = q.max_in_flight WHERE q.queue = dq__poll_account.queue;
     END IF;
+    RETURN cardinality(ids);
 END;
 $$;
-COMMENT ON FUNCTION dq_poll_many(text, integer, interval) IS
-  'dq_poll_many(queue text, max_count integer 1..10000 default 1, lock_timeout interval > 0 default 5 min) -> SETOF dq_delivery (id, queue, key, payload, payload_type, scheduled_at = due time of this delivery, scheduled_at_initially, created_at, delivery_count (>1 = redelivery), lock_token uuid, locked_until timestamptz, claimed_at timestamptz, priority integer, message_group text, expires_at timestamptz, headers jsonb): acquires up to max_count due messages, highest priority first, then earliest due, FOR UPDATE SKIP LOCKED; each gets a fresh lock token and stays invisible until locked_until. Of a FIFO message group only its first message is delivered, one at a time. Nothing while the queue is paused; at most max_in_flight messages of the queue in flight and at most rate_limit deliveries per rate_period (dq_configure_queue). A due message past its expires_at is removed instead (archived as expired), and one already delivered max_deliveries times goes to the dead-letter queue. Errors: 22004 NULL, 22023 max_count out of range or lock_timeout not positive (by its effect: now + lock_timeout after now), 22008 now + lock_timeout after 9999-12-30. Source: the visibility timeout and FIFO message groups of Amazon SQS (SQS Developer Guide, "Amazon SQS visibility timeout", "Using the message group ID").';
-REVOKE ALL ON FUNCTION dq_poll_many(text, integer, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION dq_poll_many(text, integer, interval) TO dq_consumer;
+COMMENT ON FUNCTION dq__poll_account(text, bigint[], timestamptz, timestamptz, boolean, integer[], boolean) IS 'Internal: records a poll''s deliveries in the FIFO groups'' due times, the rate tokens and the queue''s row (dq_poll_many).';
+REVOKE ALL ON FUNCTION dq__poll_account(text, bigint[], timestamptz, timestamptz, boolean, integer[], boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
-SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- One priority level of a queue that has FIFO groups at it: the due ungrouped messages and the due
 -- group heads of priority p, earliest due first, at most max_count, locked (FOR UPDATE SKIP LOCKED:
 -- the group rows, then their heads). A locked group whose head is not due (its lock was extended)
@@ -294,8 +371,7 @@ SELECT dq__search_path(internal => true);  -- internal helpers: created in the p
 -- caller holds the lock of every group it is given the head of, to the end of its transaction.
 CREATE OR REPLACE FUNCTION dq__poll_level(queue text, p smallint, at timestamptz, max_count integer,
                                           OUT ids bigint[], OUT due timestamptz[])
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 SET jit = off
@@ -359,7 +435,6 @@ BEGIN
     END IF;
 END;
 $$;
-COMMENT ON FUNCTION dq__poll_level(text, smallint, timestamptz, integer) IS
-  'Internal: the due ungrouped messages and FIFO group heads of one priority level of a queue, locked, earliest due first (dq_poll_many).';
+COMMENT ON FUNCTION dq__poll_level(text, smallint, timestamptz, integer) IS 'Internal: the due ungrouped messages and FIFO group heads of one priority level of a queue, locked, earliest due first (dq_poll_many).';
 REVOKE ALL ON FUNCTION dq__poll_level(text, smallint, timestamptz, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);

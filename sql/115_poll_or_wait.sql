@@ -32,9 +32,7 @@ RETURNS TABLE (
     expires_at              timestamptz,
     headers                 jsonb,
     wake_in                 interval)
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -43,7 +41,7 @@ DECLARE
     v_q     text := $1;
 BEGIN
     -- max_wait is checked on every call, not only when nothing was acquired (dq_wait's rule).
-    v_error := dq__time_after_error('dq_poll_or_wait', 'max_wait', $4, dq__clock(), false, interval '1 hour', '1 hour');
+    v_error := dq__time_after_error('dq_poll_or_wait', 'max_wait', $4, dq__clock(), false, dq__limit_wait_max());
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -62,8 +60,7 @@ BEGIN
     END IF;
 END;
 $$;
-COMMENT ON FUNCTION dq_poll_or_wait(text, integer, interval, interval) IS
-  'dq_poll_or_wait(queue text, max_count integer, lock_timeout interval, max_wait interval default 5 s) -> the rows of dq_poll_many without queue (wake_in NULL), or, when nothing was acquired, one row with id NULL and wake_in = how long to sleep on LISTEN dq_channel(queue) (the caller is registered as waiting, as by dq_wait). One statement per idle cycle. Errors: those of dq_poll_many and dq_wait (max_wait positive and at most 1 hour, checked on every call).';
+COMMENT ON FUNCTION dq_poll_or_wait(text, integer, interval, interval) IS 'dq_poll_or_wait(queue, max_count, lock_timeout, max_wait interval default 5 s) -> the rows of dq_poll_many (wake_in NULL), or, when nothing was acquired, one row with id NULL and wake_in: how long to sleep on LISTEN dq_channel(queue), the session registered as by dq_wait. Errors: those of dq_poll_many and dq_wait.';
 REVOKE ALL ON FUNCTION dq_poll_or_wait(text, integer, interval, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_poll_or_wait(text, integer, interval, interval) TO dq_consumer;
 

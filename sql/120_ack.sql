@@ -36,8 +36,7 @@ DROP FUNCTION IF EXISTS dq__archive(dq_messages[], text, timestamptz);
 SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 CREATE OR REPLACE FUNCTION dq__gone(gone dq_messages[], outcome text, at timestamptz, grouped boolean DEFAULT NULL)
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
@@ -82,8 +81,7 @@ BEGIN
     RETURN v_count;
 END;
 $$;
-COMMENT ON FUNCTION dq__gone(dq_messages[], text, timestamptz, boolean) IS
-  'Internal: what follows from deleted rows leaving the queue: archived with outcome (acked, cancelled, expired, dead) at the given time when their queue archives, their FIFO groups settled (grouped false: the caller knows none was grouped), waiters of queues with a concurrency limit woken; returns how many were archived.';
+COMMENT ON FUNCTION dq__gone(dq_messages[], text, timestamptz, boolean) IS 'Internal: what follows from deleted rows leaving the queue: archived with outcome (acked, cancelled, expired, dead) at the given time when their queue archives, their FIFO groups settled (grouped false: the caller knows none was grouped), waiters of queues with a concurrency limit woken; returns how many were archived.';
 REVOKE ALL ON FUNCTION dq__gone(dq_messages[], text, timestamptz, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
@@ -91,9 +89,7 @@ SELECT dq__search_path(internal => false);
 -- (measured: 29 -> 51 us).
 CREATE OR REPLACE FUNCTION dq_ack(lock_token uuid)
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 SET enable_seqscan = off
 SET jit = off
 AS $$
@@ -116,8 +112,7 @@ BEGIN
     RETURN v_gone IS NOT NULL;
 END;
 $$;
-COMMENT ON FUNCTION dq_ack(uuid) IS
-  'dq_ack(lock_token uuid) -> boolean: deletes the message still held under this token (archived with outcome acked when its queue archives, scheduled_at = when this delivery was due); false for a stale token (nothing deleted). Errors: 22004 NULL. Source: DeleteMessage with a receipt handle (SQS Developer Guide).';
+COMMENT ON FUNCTION dq_ack(uuid) IS 'dq_ack(lock_token uuid) -> boolean: deletes the message still held under this token (archived as acked when its queue archives); false for a stale token. Errors: 22004 NULL.';
 REVOKE ALL ON FUNCTION dq_ack(uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_ack(uuid) TO dq_consumer;
 
@@ -127,9 +122,7 @@ GRANT EXECUTE ON FUNCTION dq_ack(uuid) TO dq_consumer;
 DROP FUNCTION IF EXISTS dq_ack(uuid[]);
 CREATE OR REPLACE FUNCTION dq_ack_many(lock_tokens uuid[])
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 SET enable_seqscan = off
 SET jit = off
 AS $$
@@ -153,16 +146,13 @@ BEGIN
     RETURN coalesce(cardinality(v_gone), 0);
 END;
 $$;
-COMMENT ON FUNCTION dq_ack_many(uuid[]) IS
-  'dq_ack_many(lock_tokens uuid[]) -> integer: deletes the messages still held under these tokens (archived like dq_ack) and returns how many; stale tokens and NULL elements delete nothing. Errors: 22004 NULL array. Source: DeleteMessageBatch (SQS Developer Guide).';
+COMMENT ON FUNCTION dq_ack_many(uuid[]) IS 'dq_ack_many(lock_tokens uuid[]) -> integer: dq_ack for each token, in one statement; returns how many messages were deleted. Errors: 22004 NULL array.';
 REVOKE ALL ON FUNCTION dq_ack_many(uuid[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_ack_many(uuid[]) TO dq_consumer;
 
 CREATE OR REPLACE FUNCTION dq_nack(lock_token uuid, delay interval DEFAULT '0', error text DEFAULT NULL)
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 SET enable_seqscan = off
 SET jit = off
 AS $$
@@ -182,28 +172,23 @@ DECLARE
     v_limit  integer;
     v_set    boolean;
 BEGIN
-    IF dq_nack.lock_token IS NULL THEN
-        v_error := dq__null_error('dq_nack', 'lock_token');
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
     v_now := dq__clock();
-    v_error := dq__time_after_error('dq_nack', 'delay', dq_nack.delay, v_now, true);
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    v_error := coalesce(
+        CASE WHEN dq_nack.lock_token IS NULL THEN dq__null_error('dq_nack', 'lock_token') END,
+        dq__time_after_error('dq_nack', 'delay', dq_nack.delay, v_now, true),
+        CASE WHEN char_length(dq_nack.error) > dq__limit_error_chars()
+             THEN dq__text_error('dq_nack', 'error', dq_nack.error, dq__limit_error_chars()) END);
+    IF v_error IS NULL THEN
+        -- The row lock first (FOR UPDATE waits for a transaction holding the message, then
+        -- re-checks the token on the row's latest version), then the clock: a wait does not move the
+        -- stored due time and error time into the past. The delay is checked again at that time.
+        SELECT m.id INTO v_id FROM dq_messages m WHERE m.lock_token = dq_nack.lock_token FOR UPDATE;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        v_now := dq__clock();
+        v_error := dq__time_after_error('dq_nack', 'delay', dq_nack.delay, v_now, true);
     END IF;
-    IF char_length(dq_nack.error) > 10000 THEN
-        RAISE EXCEPTION 'dq_nack: error is % characters, the limit is 10000', char_length(dq_nack.error)
-            USING ERRCODE = '22001';
-    END IF;
-    -- The row lock first (FOR UPDATE waits for a transaction holding the message, then
-    -- re-checks the token on the row's latest version), then the clock: a wait does not move the
-    -- stored due time and error time into the past.
-    SELECT m.id INTO v_id FROM dq_messages m WHERE m.lock_token = dq_nack.lock_token FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    v_now := dq__clock();
-    v_error := dq__time_after_error('dq_nack', 'delay', dq_nack.delay, v_now, true);
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -238,16 +223,13 @@ BEGIN
     RETURN true;
 END;
 $$;
-COMMENT ON FUNCTION dq_nack(uuid, interval, text) IS
-  'dq_nack(lock_token uuid, delay interval >= 0 default 0, error text <= 10000 chars default NULL) -> boolean: gives the message back, visible again at now + delay, keeping its delivery_count and recording error as last_error; at the queue''s max_deliveries it goes to the dead-letter queue instead. False for a stale token. Errors: 22004 NULL, 22023 delay whose effect is negative (now + delay before now), 22008 now + delay after 9999-12-30, 22001 error too long. Source: ChangeMessageVisibility and dead-letter queues (SQS Developer Guide).';
+COMMENT ON FUNCTION dq_nack(uuid, interval, text) IS 'dq_nack(lock_token uuid, delay interval default 0, error text default NULL) -> boolean: gives the message back, due again at now + delay with error as its last_error, or moves it to the dead-letter queue at the queue''s max_deliveries; false for a stale token. Errors: 22004 NULL, 22023 delay negative, 22008 now + delay past 9999-12-30, 22001 error over 10000 characters.';
 REVOKE ALL ON FUNCTION dq_nack(uuid, interval, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_nack(uuid, interval, text) TO dq_consumer;
 
 CREATE OR REPLACE FUNCTION dq_extend(lock_token uuid, lock_timeout interval)
 RETURNS timestamptz
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 SET enable_seqscan = off
 SET jit = off
 AS $$
@@ -261,22 +243,19 @@ DECLARE
     v_dead  boolean;
     v_set   boolean;
 BEGIN
-    IF dq_extend.lock_token IS NULL THEN
-        v_error := dq__null_error('dq_extend', 'lock_token');
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    v_error := coalesce(
+        CASE WHEN dq_extend.lock_token IS NULL THEN dq__null_error('dq_extend', 'lock_token') END,
+        dq__time_after_error('dq_extend', 'lock_timeout', dq_extend.lock_timeout, dq__clock(), false));
+    IF v_error IS NULL THEN
+        -- Safe with concurrent calls: the row lock (FOR UPDATE re-checks the token on the row's
+        -- latest version after a wait; a stale token matches no row), taken before the clock is read,
+        -- so a wait for another transaction does not shorten the new lock (checked again then).
+        SELECT m.id INTO v_id FROM dq_messages m WHERE m.lock_token = dq_extend.lock_token FOR UPDATE;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+        v_error := dq__time_after_error('dq_extend', 'lock_timeout', dq_extend.lock_timeout, dq__clock(), false);
     END IF;
-    v_error := dq__time_after_error('dq_extend', 'lock_timeout', dq_extend.lock_timeout, dq__clock(), false);
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    -- Safe with concurrent calls: the row lock (FOR UPDATE re-checks the token on the row's
-    -- latest version after a wait; a stale token matches no row), taken before the clock is read, so
-    -- a wait for another transaction does not shorten the new lock.
-    SELECT m.id INTO v_id FROM dq_messages m WHERE m.lock_token = dq_extend.lock_token FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
-    v_error := dq__time_after_error('dq_extend', 'lock_timeout', dq_extend.lock_timeout, dq__clock(), false);
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -295,8 +274,7 @@ BEGIN
     RETURN v_until;
 END;
 $$;
-COMMENT ON FUNCTION dq_extend(uuid, interval) IS
-  'dq_extend(lock_token uuid, lock_timeout interval > 0) -> timestamptz: heartbeat; the message stays invisible until the returned now + lock_timeout; NULL when the token no longer holds the message. Errors: 22004 NULL, 22023 lock_timeout not positive (by its effect), 22008 now + lock_timeout after 9999-12-30. Source: ChangeMessageVisibility (SQS Developer Guide).';
+COMMENT ON FUNCTION dq_extend(uuid, interval) IS 'dq_extend(lock_token uuid, lock_timeout interval) -> timestamptz: keeps the message invisible until the returned now + lock_timeout (a heartbeat); NULL when the token no longer holds it. Errors: 22004 NULL, 22023 lock_timeout not positive, 22008 now + lock_timeout past 9999-12-30.';
 REVOKE ALL ON FUNCTION dq_extend(uuid, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_extend(uuid, interval) TO dq_consumer;
 

@@ -2,9 +2,27 @@
 -- Pin the search_path to the install schema (sql/000_common.sql).
 SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
+-- Payload bytes as text for people: the bytes decoded as UTF-8 when they are valid UTF-8 (JSON and
+-- text payloads), else '\x' and their hex digits (what psql shows for bytea). The decode is tried
+-- in a block with an exception handler (a subtransaction per call: for reading a few rows only).
+CREATE OR REPLACE FUNCTION dq__payload_text(payload bytea)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN pg_catalog.convert_from(payload, 'UTF8');
+EXCEPTION WHEN character_not_in_repertoire OR untranslatable_character THEN
+    RETURN '\x' || pg_catalog.encode(payload, 'hex');
+END;
+$$;
+COMMENT ON FUNCTION dq__payload_text(bytea) IS 'Internal: a payload as text: decoded as UTF-8 when valid, else \x and hex digits.';
+REVOKE ALL ON FUNCTION dq__payload_text(bytea) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
+
 -- dq_cancel deletes every message of the queue with this key: the ordinary message and any dead
 -- letters that share the key. A deleted future occurrence of a named schedule is offered again by
--- the next dq_cron_tick (dq__cron_note_deleted, sql/200_cron.sql): cancelling an occurrence does not
+-- the next dq_cron_tick (dq__cron_note_deleted, sql/230_cron_schedules.sql): cancelling an occurrence does not
 -- skip it; pause the schedule for that.
 -- Concurrency: a plain DELETE by (queue, key); if a poller holds the row lock it waits for
 -- that transaction, then deletes whatever version is current (a cancelled message in flight
@@ -12,9 +30,7 @@ SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, p
 -- never holds a message lock while waiting for a schedule's row.
 CREATE OR REPLACE FUNCTION dq_cancel(queue text, key text)
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -22,8 +38,8 @@ DECLARE
     v_gone     dq_messages[];
     v_archived integer;
 BEGIN
-    v_error := coalesce(dq__name_error('dq_cancel', 'queue', dq_cancel.queue, 100),
-                        dq__name_error('dq_cancel', 'key', dq_cancel.key, 200));
+    v_error := coalesce(dq__name_error('dq_cancel', 'queue', dq_cancel.queue, dq__limit_queue_chars()),
+                        dq__name_error('dq_cancel', 'key', dq_cancel.key, dq__limit_key_chars()));
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -36,23 +52,20 @@ BEGIN
     RETURN v_gone IS NOT NULL;
 END;
 $$;
-COMMENT ON FUNCTION dq_cancel(text, text) IS
-  'dq_cancel(queue text, key text) -> boolean: deletes the messages with this key in the queue (the ordinary one and any dead letters sharing the key), in flight or not (archived with outcome cancelled when the queue archives); false when absent. A future occurrence of a named schedule comes back at the next dq_cron_tick. Errors: 22004/22023/22001 queue or key.';
+COMMENT ON FUNCTION dq_cancel(text, text) IS 'dq_cancel(queue text, key text) -> boolean: deletes the messages with this key in the queue, in flight or not, dead letters included (archived as cancelled when the queue archives); false when there is none. Errors: 22004/22023/22001 queue or key.';
 REVOKE ALL ON FUNCTION dq_cancel(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cancel(text, text) TO dq_producer;
 
 CREATE OR REPLACE FUNCTION dq_get(queue text, key text)
 RETURNS SETOF dq_message
-LANGUAGE plpgsql VOLATILE  -- reads dq__clock()
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT  -- reads dq__clock()
 AS $$
 #variable_conflict use_column
 DECLARE
     v_error    jsonb;
 BEGIN
-    v_error := coalesce(dq__name_error('dq_get', 'queue', dq_get.queue, 100),
-                        dq__name_error('dq_get', 'key', dq_get.key, 200));
+    v_error := coalesce(dq__name_error('dq_get', 'queue', dq_get.queue, dq__limit_queue_chars()),
+                        dq__name_error('dq_get', 'key', dq_get.key, dq__limit_key_chars()));
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -67,8 +80,7 @@ BEGIN
      ORDER BY m.dead_at NULLS FIRST, m.id;
 END;
 $$;
-COMMENT ON FUNCTION dq_get(text, text) IS
-  'dq_get(queue text, key text) -> the messages with this key (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, delivery_count, locked_until = NULL unless in flight, priority, message_group, expires_at, headers): the ordinary message first, then dead letters sharing the key (dead-letter queues), oldest first; a plain read, no lock, no lock token. Errors: 22004/22023/22001 queue or key.';
+COMMENT ON FUNCTION dq_get(text, text) IS 'dq_get(queue text, key text) -> SETOF dq_message: the messages with this key, the ordinary one first, then dead letters; a plain read, no lock. Errors: 22004/22023/22001 queue or key.';
 REVOKE ALL ON FUNCTION dq_get(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_get(text, text) TO dq_consumer;
 
@@ -81,23 +93,21 @@ RETURNS TABLE (key text, state text, scheduled_at timestamptz, delivery_count in
                locked_until timestamptz, last_error text, last_error_at timestamptz,
                created_at timestamptz, priority integer, message_group text, dead_from text,
                payload_type text, payload_text text)
-LANGUAGE plpgsql VOLATILE  -- reads dq__clock()
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT  -- reads dq__clock()
 AS $$
 #variable_conflict use_column
 DECLARE
     v_error jsonb;
     v_now   timestamptz := dq__clock();
 BEGIN
-    v_error := coalesce(dq__name_error('dq_list_messages', 'queue', dq_list_messages.queue, 100),
-                        dq__range_error('dq_list_messages', 'max_rows', dq_list_messages.max_rows, 1, 10000));
+    v_error := coalesce(
+        dq__name_error('dq_list_messages', 'queue', dq_list_messages.queue, dq__limit_queue_chars()),
+        dq__range_error('dq_list_messages', 'max_rows', dq_list_messages.max_rows, 1, dq__limit_list_messages_max_rows()),
+        CASE WHEN dq_list_messages.in_state NOT IN ('ready', 'scheduled', 'in_flight', 'redelivered')
+             THEN dq__error('22023', format('dq_list_messages: in_state is "%s", it must be ready, scheduled, in_flight, '
+                                            'redelivered or NULL (all)', left(dq_list_messages.in_state, 40))) END);
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF dq_list_messages.in_state NOT IN ('ready', 'scheduled', 'in_flight', 'redelivered') THEN
-        RAISE EXCEPTION 'dq_list_messages: in_state is "%", it must be ready, scheduled, in_flight, redelivered or NULL (all)',
-            left(dq_list_messages.in_state, 40) USING ERRCODE = '22023';
     END IF;
     RETURN QUERY
     SELECT m.key, s.state, m.scheduled_at, m.delivery_count,
@@ -115,16 +125,13 @@ BEGIN
      LIMIT dq_list_messages.max_rows;
 END;
 $$;
-COMMENT ON FUNCTION dq_list_messages(text, text, integer) IS
-  'dq_list_messages(queue text, in_state text default NULL = all: ready, scheduled, in_flight or redelivered (delivered more than once, in any state), max_rows integer 1..10000 default 100) -> the messages of the queue (dead letters included, dead_from set), by due time (scheduled_at; for one in flight, when its lock expires): key, state, scheduled_at, delivery_count, locked_until (in flight only), last_error, last_error_at, created_at, priority, message_group, dead_from, payload_type, payload_text (the payload decoded as UTF-8, or \x and hex digits). A plain read, no lock, no lock token. Errors: 22004/22023/22001 queue, 22004/22023 max_rows, 22023 in_state.';
+COMMENT ON FUNCTION dq_list_messages(text, text, integer) IS 'dq_list_messages(queue text, in_state text default NULL, max_rows integer default 100) -> the queue''s messages by due time, of one state (ready, scheduled, in_flight, redelivered) or all, payloads as text; a plain read. Errors: 22004/22023/22001 queue, 22004/22023 max_rows (1..10000), 22023 in_state.';
 REVOKE ALL ON FUNCTION dq_list_messages(text, text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_list_messages(text, text, integer) TO dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_next_due(queue text)
 RETURNS timestamptz
-LANGUAGE plpgsql STABLE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path FROM CURRENT
 SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
@@ -132,7 +139,7 @@ DECLARE
     v_error    jsonb;
     v_next timestamptz;
 BEGIN
-    v_error := dq__name_error('dq_next_due', 'queue', dq_next_due.queue, 100);
+    v_error := dq__name_error('dq_next_due', 'queue', dq_next_due.queue, dq__limit_queue_chars());
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -140,8 +147,7 @@ BEGIN
     RETURN v_next;
 END;
 $$;
-COMMENT ON FUNCTION dq_next_due(text) IS
-  'dq_next_due(queue text) -> timestamptz: when the next message of the queue becomes visible (a due one, or an in-flight one whose lock expires; of a FIFO group only its first message counts), NULL when the queue is empty. Pause and limits are not taken into account (dq_wait does). Errors: 22004/22023/22001 queue.';
+COMMENT ON FUNCTION dq_next_due(text) IS 'dq_next_due(queue text) -> timestamptz: when the next message of the queue becomes visible (of a FIFO group only its head counts), NULL when there is none; pause and limits aside. Errors: 22004/22023/22001 queue.';
 REVOKE ALL ON FUNCTION dq_next_due(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_next_due(text) TO dq_consumer;
 

@@ -1,4 +1,4 @@
--- Per-queue configuration and dead letters.
+-- Dead letters: moving a message to its queue's dead-letter queue, dq_redrive and dq_dead_letters.
 --
 -- A queue configured with max_deliveries N and a dead-letter queue D: a message delivered N times
 -- that comes due again (its handler failed and dq_nack gave it back, or its lock expired again
@@ -31,8 +31,7 @@ SELECT dq__search_path(internal => true);  -- internal helpers: created in the p
 -- conflict (dead_from_id is the unique id of the row that died).
 CREATE OR REPLACE FUNCTION dq__dead_letter(ids bigint[], dead_letter_queue text, at timestamptz)
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -65,8 +64,7 @@ BEGIN
     RETURN v_count;
 END;
 $$;
-COMMENT ON FUNCTION dq__dead_letter(bigint[], text, timestamptz) IS
-  'Internal: moves locked rows to a dead-letter queue (see sql/140_dead_letters.sql).';
+COMMENT ON FUNCTION dq__dead_letter(bigint[], text, timestamptz) IS 'Internal: moves locked rows to a dead-letter queue (see sql/140_dead_letters.sql).';
 REVOKE ALL ON FUNCTION dq__dead_letter(bigint[], text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
@@ -80,9 +78,7 @@ SELECT dq__search_path(internal => false);
 -- a key.
 CREATE OR REPLACE FUNCTION dq_redrive(dead_letter_queue text, max_count integer DEFAULT 1000)
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -93,8 +89,8 @@ DECLARE
     v_groups  text[];
     v_settled integer;
 BEGIN
-    v_error := coalesce(dq__name_error('dq_redrive', 'dead_letter_queue', dq_redrive.dead_letter_queue, 100),
-                        dq__range_error('dq_redrive', 'max_count', dq_redrive.max_count, 1, 100000));
+    v_error := coalesce(dq__name_error('dq_redrive', 'dead_letter_queue', dq_redrive.dead_letter_queue, dq__limit_queue_chars()),
+                        dq__range_error('dq_redrive', 'max_count', dq_redrive.max_count, 1, dq__limit_redrive_max_count()));
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -140,30 +136,10 @@ BEGIN
     RETURN v_count;
 END;
 $$;
-COMMENT ON FUNCTION dq_redrive(text, integer) IS
-  'dq_redrive(dead_letter_queue text, max_count integer 1..100000 default 1000) -> integer: sends up to max_count dead letters back to the queues they died in (each to its own, due now, delivery_count 0, as ordinary messages); one whose key is live again there stays in the dead-letter queue, and one held by a consumer (lock not expired) is skipped. Errors: 22004/22023/22001 dead_letter_queue, 22004/22023 max_count. Source: dead-letter queue redrive (SQS Developer Guide).';
+COMMENT ON FUNCTION dq_redrive(text, integer) IS 'dq_redrive(dead_letter_queue text, max_count integer default 1000) -> integer: sends up to max_count dead letters back to the queues they died in, due now, and returns how many. Errors: 22004/22023/22001 dead_letter_queue, 22004/22023 max_count (1..100000).';
 REVOKE ALL ON FUNCTION dq_redrive(text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_redrive(text, integer) TO dq_admin;
 
-SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
--- Payload bytes as text for people: the bytes decoded as UTF-8 when they are valid UTF-8 (JSON and
--- text payloads), else '\x' and their hex digits (what psql shows for bytea). The decode is tried
--- in a block with an exception handler (a subtransaction per call: for reading a few rows only).
-CREATE OR REPLACE FUNCTION dq__payload_text(payload bytea)
-RETURNS text
-LANGUAGE plpgsql IMMUTABLE STRICT
-SET search_path FROM CURRENT
-AS $$
-BEGIN
-    RETURN pg_catalog.convert_from(payload, 'UTF8');
-EXCEPTION WHEN character_not_in_repertoire OR untranslatable_character THEN
-    RETURN '\x' || pg_catalog.encode(payload, 'hex');
-END;
-$$;
-COMMENT ON FUNCTION dq__payload_text(bytea) IS
-  'Internal: a payload as text: decoded as UTF-8 when valid, else \x and hex digits.';
-REVOKE ALL ON FUNCTION dq__payload_text(bytea) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-SELECT dq__search_path(internal => false);
 
 -- The dead letters of a dead-letter queue, for operators (dq_admin may not read dq_messages):
 -- oldest death first. A plain read: no lock is taken, nothing changes.
@@ -172,16 +148,16 @@ RETURNS TABLE (key text, dead_from text, dead_from_id bigint, dead_at timestampt
                dead_delivery_count integer, delivery_count integer, last_error text,
                last_error_at timestamptz, payload_type text, payload_text text, headers jsonb,
                locked_until timestamptz)
-LANGUAGE plpgsql VOLATILE  -- reads dq__clock()
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT  -- reads dq__clock()
 AS $$
 #variable_conflict use_column
 DECLARE
     v_error    jsonb;
 BEGIN
-    v_error := coalesce(dq__name_error('dq_dead_letters', 'dead_letter_queue', dq_dead_letters.dead_letter_queue, 100),
-                        dq__range_error('dq_dead_letters', 'max_rows', dq_dead_letters.max_rows, 1, 100000));
+    v_error := coalesce(dq__name_error('dq_dead_letters', 'dead_letter_queue', dq_dead_letters.dead_letter_queue,
+                                                       dq__limit_queue_chars()),
+                        dq__range_error('dq_dead_letters', 'max_rows', dq_dead_letters.max_rows, 1,
+                                        dq__limit_dead_letters_max_rows()));
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -195,8 +171,7 @@ BEGIN
      LIMIT dq_dead_letters.max_rows;
 END;
 $$;
-COMMENT ON FUNCTION dq_dead_letters(text, integer) IS
-  'dq_dead_letters(dead_letter_queue text, max_rows integer 1..100000 default 100) -> the dead letters of the queue, oldest death first: key, dead_from (the queue it died in), dead_from_id (its id there), dead_at (timestamptz), dead_delivery_count (deliveries there), delivery_count (deliveries from the dead-letter queue), last_error and last_error_at (the handler''s error, or the lock expiry), payload_type, payload_text (the payload decoded as UTF-8, or \x and hex digits when it is not UTF-8), headers, locked_until (NULL unless a consumer holds it). A plain read, no lock. Errors: 22004/22023/22001 dead_letter_queue, 22004/22023 max_rows. Source: dead-letter queues (SQS Developer Guide).';
+COMMENT ON FUNCTION dq_dead_letters(text, integer) IS 'dq_dead_letters(dead_letter_queue text, max_rows integer default 100) -> the dead letters of the queue, oldest death first, with where and why they died; a plain read. Errors: 22004/22023/22001 dead_letter_queue, 22004/22023 max_rows (1..100000).';
 REVOKE ALL ON FUNCTION dq_dead_letters(text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_dead_letters(text, integer) TO dq_admin;
 

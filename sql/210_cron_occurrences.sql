@@ -18,16 +18,14 @@ CREATE OR REPLACE FUNCTION dq__cron_offset(at timestamptz, timezone text)
 RETURNS interval
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT ($1 AT TIME ZONE $2) - ($1 AT TIME ZONE 'UTC') $$;
-COMMENT ON FUNCTION dq__cron_offset(timestamptz, text) IS
-  'Internal: the UTC offset of timezone at an instant (local time minus UTC).';
+COMMENT ON FUNCTION dq__cron_offset(timestamptz, text) IS 'Internal: the UTC offset of timezone at an instant (local time minus UTC).';
 REVOKE ALL ON FUNCTION dq__cron_offset(timestamptz, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The instant of a local time in a zone, by the DST rules at the top of this file. Away from a
 -- transition (the offsets a day before and a day after agree) it is `local AT TIME ZONE zone`.
 CREATE OR REPLACE FUNCTION dq__cron_resolve(local timestamp, timezone text)
 RETURNS timestamptz
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_t       timestamptz := local AT TIME ZONE timezone;
@@ -46,8 +44,7 @@ BEGIN
     RETURN coalesce(v_first, v_t);
 END;
 $$;
-COMMENT ON FUNCTION dq__cron_resolve(timestamp, text) IS
-  'Internal: the instant of a local time in a zone: a nonexistent (gap) time is shifted forward by the gap (PostgreSQL''s AT TIME ZONE), an ambiguous (fall-back) time is its earlier instant.';
+COMMENT ON FUNCTION dq__cron_resolve(timestamp, text) IS 'Internal: the instant of a local time in a zone: a nonexistent (gap) time is shifted forward by the gap (PostgreSQL''s AT TIME ZONE), an ambiguous (fall-back) time is its earlier instant.';
 REVOKE ALL ON FUNCTION dq__cron_resolve(timestamp, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The occurrences of a parsed schedule in (after, until], earliest first, at most max_count.
@@ -60,8 +57,7 @@ REVOKE ALL ON FUNCTION dq__cron_resolve(timestamp, text) FROM PUBLIC, dq_produce
 CREATE OR REPLACE FUNCTION dq__cron_between(spec dq_cron_spec, timezone text, after timestamptz,
                                             until timestamptz, max_count integer)
 RETURNS timestamptz[]
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_out     timestamptz[] := '{}';
@@ -145,81 +141,9 @@ BEGIN
     RETURN ARRAY(SELECT DISTINCT x FROM unnest(v_out) x WHERE x <= dq__max_time() ORDER BY x LIMIT max_count);
 END;
 $$;
-COMMENT ON FUNCTION dq__cron_between(dq_cron_spec, text, timestamptz, timestamptz, integer) IS
-  'Internal: the occurrences of a parsed schedule in (after, until], earliest first, at most max_count (an infinite until searches 50 years); never after 9999-12-30 UTC.';
+COMMENT ON FUNCTION dq__cron_between(dq_cron_spec, text, timestamptz, timestamptz, integer) IS 'Internal: the occurrences of a parsed schedule in (after, until], earliest first, at most max_count (an infinite until searches 50 years); never after 9999-12-30 UTC.';
 REVOKE ALL ON FUNCTION dq__cron_between(dq_cron_spec, text, timestamptz, timestamptz, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-SELECT dq__search_path(internal => false);
 
-CREATE OR REPLACE FUNCTION dq_cron_occurrences(
-    schedule   text,
-    timezone   text DEFAULT 'UTC',
-    after      timestamptz DEFAULT dq_now(),
-    until      timestamptz DEFAULT 'infinity',
-    max_count  integer DEFAULT 10)
-RETURNS SETOF timestamptz
-LANGUAGE plpgsql STABLE
-SECURITY DEFINER
-SET search_path FROM CURRENT
-AS $$
-#variable_conflict use_column
-DECLARE
-    v_error    jsonb;
-    v_def      record;
-    v_spec  dq_cron_spec;
-    v_zone  text;
-    v_times timestamptz[];
-BEGIN
-    v_error := dq__text_error('dq_cron_occurrences', 'schedule', dq_cron_occurrences.schedule, 1000);
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF dq_cron_occurrences.after IS NULL THEN
-        v_error := dq__null_error('dq_cron_occurrences', 'after');
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF dq_cron_occurrences.until IS NULL THEN
-        v_error := dq__null_error('dq_cron_occurrences', 'until');
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF NOT (dq_cron_occurrences.after BETWEEN dq__min_time() AND dq__max_time()) THEN
-        v_error := dq__time_error('dq_cron_occurrences', 'after', dq_cron_occurrences.after);
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF dq_cron_occurrences.until <> 'infinity'
-       AND NOT (dq_cron_occurrences.until BETWEEN dq__min_time() AND dq__max_time()) THEN
-        RAISE EXCEPTION 'dq_cron_occurrences: until is %, it must be ''infinity'' or a finite time between 0001-01-02 and 9999-12-30 UTC',
-            dq_cron_occurrences.until USING ERRCODE = '22008';
-    END IF;
-    v_error := dq__range_error('dq_cron_occurrences', 'max_count', dq_cron_occurrences.max_count, 1, 10000);
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    v_def := dq__cron_definition('dq_cron_occurrences', dq_cron_occurrences.schedule, dq_cron_occurrences.timezone);
-    v_spec := v_def.spec;
-    v_zone := v_def.zone;
-    v_error := v_def.error;
-    IF v_error ? 'hint' THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
-    ELSIF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    v_times := dq__cron_between(v_spec, v_zone, dq_cron_occurrences.after, dq_cron_occurrences.until,
-                                dq_cron_occurrences.max_count);
-    -- A schedule that never fires is refused as dq_cron_install refuses it (an empty window of one
-    -- that fires is just empty).
-    IF cardinality(v_times) = 0 AND cardinality(dq__cron_between(v_spec, v_zone, dq__now(), 'infinity', 1)) = 0 THEN
-        RAISE EXCEPTION 'dq_cron_occurrences: schedule "%" never fires (no occurrence in the next 50 years)',
-            left(dq_cron_occurrences.schedule, 60) USING ERRCODE = '22023';
-    END IF;
-    RETURN QUERY SELECT x FROM unnest(v_times) x;
-END;
-$$;
-COMMENT ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) IS
-  'dq_cron_occurrences(schedule text <=1000 chars, timezone text IANA name default ''UTC'', after timestamptz default dq_now(), until timestamptz default infinity (then at most 50 years ahead), max_count integer 1..10000 default 10) -> SETOF timestamptz: the instants at which the schedule fires in (after, until], earliest first, by the rules of docs/cron.md (DST gap: shifted forward; ambiguous: first instant). Changes nothing; never returns a time after 9999-12-30 UTC. Errors: 22004 NULL, 22023 bad schedule/timezone/max_count or a schedule that never fires (as dq_cron_install), 22008 after (or a finite until) outside 0001-01-02 .. 9999-12-30 UTC, 22001 schedule too long.';
-REVOKE ALL ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) TO dq_admin;
-
-SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- An upper bound of the occurrences of a schedule in any window of length `span`: one per period
 -- for 'every'; for 'cron' and 'daily', the times of a day over every local date the window can
 -- touch (a window of n days touches at most n + 2 dates, DST days being 23 to 25 hours long).
@@ -231,8 +155,54 @@ AS $$
                 THEN ceil(extract(epoch FROM $2) * 1000 / ($1).period_ms)::bigint
                 ELSE cardinality(($1).times)::bigint * (ceil(extract(epoch FROM $2) / 86400)::bigint + 2) END
 $$;
-COMMENT ON FUNCTION dq__cron_max_in(dq_cron_spec, interval) IS
-  'Internal: an upper bound of the occurrences of a parsed schedule in any window of length span.';
+COMMENT ON FUNCTION dq__cron_max_in(dq_cron_spec, interval) IS 'Internal: an upper bound of the occurrences of a parsed schedule in any window of length span.';
 REVOKE ALL ON FUNCTION dq__cron_max_in(dq_cron_spec, interval) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
+
+CREATE OR REPLACE FUNCTION dq_cron_occurrences(
+    schedule   text,
+    timezone   text DEFAULT 'UTC',
+    after      timestamptz DEFAULT dq_now(),
+    until      timestamptz DEFAULT 'infinity',
+    max_count  integer DEFAULT 10)
+RETURNS SETOF timestamptz
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_error  jsonb;
+    v_def    record;
+BEGIN
+    v_error := coalesce(
+        dq__text_error('dq_cron_occurrences', 'schedule', dq_cron_occurrences.schedule, dq__limit_cron_schedule_chars()),
+        CASE WHEN dq_cron_occurrences.after IS NULL THEN dq__null_error('dq_cron_occurrences', 'after') END,
+        CASE WHEN dq_cron_occurrences.until IS NULL THEN dq__null_error('dq_cron_occurrences', 'until') END,
+        dq__time_error('dq_cron_occurrences', 'after', dq_cron_occurrences.after),
+        CASE WHEN dq_cron_occurrences.until <> 'infinity'
+                  AND NOT (dq_cron_occurrences.until BETWEEN dq__min_time() AND dq__max_time())
+             THEN dq__error('22008', format('dq_cron_occurrences: until is %s, it must be ''infinity'' or a finite time '
+                                            'between 0001-01-02 and 9999-12-30 UTC', dq_cron_occurrences.until)) END,
+        dq__range_error('dq_cron_occurrences', 'max_count', dq_cron_occurrences.max_count, 1,
+                        dq__limit_occurrences_max_count()));
+    IF v_error IS NULL THEN
+        -- The schedule and the zone, refused as dq_cron_install refuses them (a schedule that never
+        -- fires included; an empty window of one that fires is just empty).
+        v_def := dq__cron_definition('dq_cron_occurrences', dq_cron_occurrences.schedule, dq_cron_occurrences.timezone);
+        v_error := v_def.error;
+    END IF;
+    IF v_error ? 'hint' THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
+    ELSIF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    RETURN QUERY SELECT x FROM unnest(dq__cron_between(v_def.spec, v_def.zone, dq_cron_occurrences.after,
+                                                        dq_cron_occurrences.until, dq_cron_occurrences.max_count)) x;
+END;
+$$;
+COMMENT ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) IS 'dq_cron_occurrences(schedule, timezone, after, until, max_count) -> SETOF timestamptz: the instants at which the schedule fires in (after, until], earliest first; changes nothing. Errors: 22004 NULL, 22023 bad schedule, timezone or max_count or a schedule that never fires, 22001 schedule too long, 22008 after or until out of range.';
+REVOKE ALL ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) TO dq_admin;
+
+-- Re-pin the SECURITY DEFINER functions of this file to the private schema first (sql/000_common.sql).
 SELECT dq__search_path(internal => false);
 

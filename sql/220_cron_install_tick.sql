@@ -19,8 +19,7 @@ AS $$
                  AND substr($1, char_length($2) + 2) ~ '^[^/]+/-?[0-9]+$'
                 THEN split_part(substr($1, char_length($2) + 2), '/', 1) END
 $$;
-COMMENT ON FUNCTION dq__cron_key_hash(text, text) IS
-  'Internal: the config hash of an occurrence key <key_prefix>/<hash>/<epoch ms>, or NULL when key is not one of key_prefix.';
+COMMENT ON FUNCTION dq__cron_key_hash(text, text) IS 'Internal: the config hash of an occurrence key <key_prefix>/<hash>/<epoch ms>, or NULL when key is not one of key_prefix.';
 REVOKE ALL ON FUNCTION dq__cron_key_hash(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Common argument checks of dq_install_tick and dq_uninstall_tick: the first error, NULL when none
@@ -31,32 +30,125 @@ CREATE OR REPLACE FUNCTION dq__cron_prefix_error(fn text, queue text, key_prefix
 RETURNS jsonb
 LANGUAGE sql STABLE
 AS $$
-    SELECT coalesce(dq__name_error(fn, 'queue', queue, 100), dq__name_error(fn, 'key_prefix', key_prefix, 100),
+    SELECT coalesce(dq__name_error(fn, 'queue', queue, dq__limit_queue_chars()),
+                    dq__name_error(fn, 'key_prefix', key_prefix, dq__limit_cron_name_chars()),
                     CASE WHEN config_hash IS NULL AND hash_required THEN dq__null_error(fn, 'config_hash') END,
-                    CASE WHEN config_hash = '' OR char_length(config_hash) > 64
-                         THEN dq__name_error(fn, 'config_hash', config_hash, 64) END,
+                    CASE WHEN config_hash = '' OR char_length(config_hash) > dq__limit_config_hash_chars()
+                         THEN dq__name_error(fn, 'config_hash', config_hash, dq__limit_config_hash_chars()) END,
                     CASE WHEN strpos(config_hash, '/') > 0
                          THEN dq__error('22023', format('%s: config_hash must not contain "/"', fn)) END)
 $$;
-COMMENT ON FUNCTION dq__cron_prefix_error(text, text, text, text, boolean) IS
-  'Internal: NULL, or the 22004/22023/22001 error for queue (<=100), key_prefix (<=100), config_hash (<=64, no "/").';
+COMMENT ON FUNCTION dq__cron_prefix_error(text, text, text, text, boolean) IS 'Internal: NULL, or the 22004/22023/22001 error for queue (<=100), key_prefix (<=100), config_hash (<=64, no "/").';
 REVOKE ALL ON FUNCTION dq__cron_prefix_error(text, text, text, text, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- The first error of dq_install_tick's arguments, NULL when none (the caller raises it). The
+-- occurrences themselves (keys, payload limits) are checked with dq_offer_many's checks later.
+CREATE OR REPLACE FUNCTION dq__install_tick_error(queue text, key_prefix text, config_hash text,
+                                                  scheduled_ats timestamptz[], payloads bytea[], payload_type text,
+                                                  can_update boolean)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
+AS $$
+DECLARE
+    c_fn     CONSTANT text := 'dq_install_tick';
+    v_n      integer := coalesce(cardinality(scheduled_ats), 0);
+    v_error  jsonb;
+    v_null   bigint;
+    v_range  bigint;
+    v_pay    bigint;
+    v_dup    bigint;
+BEGIN
+    v_error := coalesce(
+        dq__cron_prefix_error(c_fn, queue, key_prefix, config_hash, true),
+        CASE WHEN scheduled_ats IS NULL THEN dq__null_error(c_fn, 'scheduled_ats') END,
+        CASE WHEN payloads IS NULL THEN dq__null_error(c_fn, 'payloads') END,
+        CASE WHEN can_update IS NULL THEN dq__null_error(c_fn, 'can_update') END,
+        dq__name_error(c_fn, 'payload_type', coalesce(payload_type, 'bytes'), dq__limit_payload_type_chars()),
+        CASE WHEN array_ndims(scheduled_ats) > 1 OR array_ndims(payloads) > 1
+             THEN dq__error('22023', 'dq_install_tick: arrays must be one-dimensional') END,
+        CASE WHEN v_n > dq__limit_offer_many_max_items()
+             THEN dq__error('54000', format('dq_install_tick: scheduled_ats has %s elements, the limit is %s', v_n,
+                                            dq__limit_offer_many_max_items())) END,
+        CASE WHEN coalesce(cardinality(payloads), 0) <> v_n
+             THEN dq__error('22023', format('dq_install_tick: payloads has %s elements, scheduled_ats has %s',
+                                            coalesce(cardinality(payloads), 0), v_n)) END);
+    IF v_error IS NOT NULL OR v_n = 0 THEN
+        RETURN v_error;
+    END IF;
+    -- Element positions are 1-based ordinals. One key per millisecond: two times in one millisecond
+    -- would be one key.
+    SELECT min(u.i) FILTER (WHERE u.s IS NULL),
+           min(u.i) FILTER (WHERE NOT (u.s BETWEEN dq__min_time() AND dq__max_time())),
+           max(u.i) FILTER (WHERE u.c > 1)
+      INTO v_null, v_range, v_dup
+      FROM (SELECT u.s, u.i, count(*) OVER (PARTITION BY floor(extract(epoch FROM u.s) * 1000)) AS c
+              FROM unnest(scheduled_ats) WITH ORDINALITY AS u(s, i)) u;
+    SELECT min(u.i) INTO v_pay FROM unnest(payloads) WITH ORDINALITY AS u(p, i) WHERE u.p IS NULL;
+    RETURN coalesce(
+        CASE WHEN v_null IS NOT NULL THEN dq__null_error(c_fn, format('scheduled_ats[%s]', v_null)) END,
+        CASE WHEN v_range IS NOT NULL
+             THEN dq__time_error(c_fn, format('scheduled_ats[%s]', v_range),
+                                 scheduled_ats[array_lower(scheduled_ats, 1) + v_range - 1]) END,
+        CASE WHEN v_pay IS NOT NULL THEN dq__null_error(c_fn, format('payloads[%s]', v_pay)) END,
+        CASE WHEN v_dup IS NOT NULL
+             THEN dq__error('22023', format('dq_install_tick: scheduled_ats[%s] repeats an earlier time (keys have '
+                                            'millisecond resolution)', v_dup)) END);
+END;
+$$;
+COMMENT ON FUNCTION dq__install_tick_error(text, text, text, timestamptz[], bytea[], text, boolean) IS 'Internal: the first error of dq_install_tick''s arguments (22004, 22023, 22001, 22008, 54000), NULL when none.';
+REVOKE ALL ON FUNCTION dq__install_tick_error(text, text, text, timestamptz[], bytea[], text, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- Delete the future occurrences of key_prefix in queue: the messages this prefix created
+-- (cron_prefix = key_prefix: ownership is recorded on each message, never guessed from its key, so
+-- an ordinary message keyed like an occurrence is never touched) that are still future
+-- (scheduled_at_initially after the transaction's dq__now()) and not in flight (no lock token), of
+-- a hash other than except_hash (NULL: any) and equal to only_hash (NULL: any). A message in flight
+-- is left to its consumer (deleting it would make its ack fail and its work invisible), and an
+-- occurrence already due is left to be delivered: it has happened. Returns how many were deleted.
+-- Installers of one (queue, key_prefix) are serialised by a transaction-level advisory lock, taken
+-- here, so two installs with different hashes cannot both keep their messages: the second one's
+-- DELETE (a new statement snapshot under READ COMMITTED) sees and removes the first one's. Keyed by
+-- (queue, key_prefix) only, as in earlier releases (a deploy's old and new functions must exclude
+-- each other); installs in two schemas share the key and only serialise.
+CREATE OR REPLACE FUNCTION dq__cron_delete_future(queue text, key_prefix text, except_hash text, only_hash text)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_count  integer;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('dq_install_tick' || chr(1) || dq__cron_delete_future.queue
+                                                   || chr(1) || dq__cron_delete_future.key_prefix, 0));
+    DELETE FROM dq_messages m
+     WHERE m.queue = dq__cron_delete_future.queue
+       AND m.key >= (dq__cron_delete_future.key_prefix || '/') COLLATE "C"  -- this prefix's keys only: a range of
+       AND m.key < (dq__cron_delete_future.key_prefix || '0') COLLATE "C"   -- the (queue, key) index ('0' follows '/')
+       AND m.dead_from_id IS NULL
+       AND m.cron_prefix = dq__cron_delete_future.key_prefix
+       AND m.scheduled_at > dq__now()
+       AND m.scheduled_at_initially > dq__now()
+       AND m.lock_token IS NULL
+       AND dq__cron_key_hash(m.key, dq__cron_delete_future.key_prefix) IS NOT NULL
+       AND (dq__cron_delete_future.except_hash IS NULL
+            OR dq__cron_key_hash(m.key, dq__cron_delete_future.key_prefix) <> dq__cron_delete_future.except_hash)
+       AND (dq__cron_delete_future.only_hash IS NULL
+            OR dq__cron_key_hash(m.key, dq__cron_delete_future.key_prefix) = dq__cron_delete_future.only_hash);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+COMMENT ON FUNCTION dq__cron_delete_future(text, text, text, text) IS 'Internal: deletes the future, not-in-flight occurrence messages key_prefix created in queue, of a hash other than except_hash and equal to only_hash (NULL: any), under the prefix''s advisory lock; returns how many.';
+REVOKE ALL ON FUNCTION dq__cron_delete_future(text, text, text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
 -- dq_install_tick: the occurrences of one key prefix, installed in one transaction.
 --
---  1. Installers of one (queue, key_prefix) are serialised by a transaction-level advisory lock, so
---     two installs with different hashes cannot both keep their messages: the second one's DELETE
---     (a new statement snapshot under READ COMMITTED) sees and removes the first one's.
---  2. Messages this prefix created (cron_prefix = key_prefix: ownership is recorded on each
---     message, never guessed from its key, so an ordinary message keyed like an occurrence is never
---     touched) with another hash are deleted when they are still future occurrences
---     (scheduled_at_initially after the transaction's dq__now()) and not in flight (no lock token). A
---     message in flight is left to its consumer (deleting it would make its ack fail and its work
---     invisible), and an occurrence already due is left to be delivered: it has happened.
---  3. Times still held by an in-flight message of another hash are not offered again under this
+--  1. The future occurrences of other hashes go (dq__cron_delete_future, which also serialises the
+--     installers of one (queue, key_prefix)).
+--  2. Times still held by an in-flight message of another hash are not offered again under this
 --     hash: one message per (prefix, instant), so a definition change never runs an instant twice.
---  4. The rest goes through dq_offer_many's body (its INSERT .. ON CONFLICT, its checks and its
+--  3. The rest goes through dq_offer_many's body (its INSERT .. ON CONFLICT, its checks and its
 --     wake-up NOTIFY rule), recording key_prefix as the owner, with can_update false: an existing
 --     key is ignored, so installing again changes nothing.
 CREATE OR REPLACE FUNCTION dq_install_tick(
@@ -68,126 +160,50 @@ CREATE OR REPLACE FUNCTION dq_install_tick(
     payload_type   text DEFAULT NULL,
     can_update     boolean DEFAULT false)
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
     v_error    jsonb;
-    v_n        integer := coalesce(cardinality(dq_install_tick.scheduled_ats), 0);
-    v_type     text;
-    v_bad      bigint;
-    v_dup      bigint;
+    v_type     text := coalesce(dq_install_tick.payload_type, 'bytes');
     v_held     timestamptz[];
     v_keys     text[];
     v_times    timestamptz[];
     v_pays     bytea[];
+    v_deleted  integer;
     v_created  integer;
 BEGIN
-    v_error := dq__cron_prefix_error('dq_install_tick', dq_install_tick.queue, dq_install_tick.key_prefix,
-                                  dq_install_tick.config_hash, true);
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    v_error := dq__install_tick_error(dq_install_tick.queue, dq_install_tick.key_prefix, dq_install_tick.config_hash,
+                                      dq_install_tick.scheduled_ats, dq_install_tick.payloads,
+                                      dq_install_tick.payload_type, dq_install_tick.can_update);
+    IF v_error IS NULL THEN
+        v_deleted := dq__cron_delete_future(dq_install_tick.queue, dq_install_tick.key_prefix,
+                                            dq_install_tick.config_hash, NULL);
+        IF cardinality(dq_install_tick.scheduled_ats) = 0 THEN
+            RETURN 0;
+        END IF;
+        SELECT array_agg(m.scheduled_at_initially) INTO v_held
+          FROM dq_messages m
+         WHERE m.lock_token IS NOT NULL
+           AND m.queue = dq_install_tick.queue
+           AND m.key >= (dq_install_tick.key_prefix || '/') COLLATE "C"
+           AND m.key < (dq_install_tick.key_prefix || '0') COLLATE "C"
+           AND m.dead_from_id IS NULL
+           AND m.cron_prefix = dq_install_tick.key_prefix
+           AND m.scheduled_at_initially = ANY (dq_install_tick.scheduled_ats)
+           AND dq__cron_key_hash(m.key, dq_install_tick.key_prefix) <> dq_install_tick.config_hash;
+        SELECT array_agg(dq_install_tick.key_prefix || '/' || dq_install_tick.config_hash || '/'
+                         || floor(extract(epoch FROM u.s) * 1000)::bigint::text ORDER BY u.i),
+               array_agg(u.s ORDER BY u.i), array_agg(u.p ORDER BY u.i)
+          INTO v_keys, v_times, v_pays
+          FROM unnest(dq_install_tick.scheduled_ats, dq_install_tick.payloads) WITH ORDINALITY AS u(s, p, i)
+         WHERE v_held IS NULL OR NOT (u.s = ANY (v_held));
+        IF v_keys IS NULL THEN
+            RETURN 0;
+        END IF;
+        v_error := dq__offer_many_error('dq_install_tick', dq_install_tick.queue, v_keys, v_pays, v_times,
+                                        dq_install_tick.can_update, array_fill(v_type, ARRAY[cardinality(v_keys)]));
     END IF;
-    IF dq_install_tick.scheduled_ats IS NULL THEN
-        v_error := dq__null_error('dq_install_tick', 'scheduled_ats');
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF dq_install_tick.payloads IS NULL THEN
-        v_error := dq__null_error('dq_install_tick', 'payloads');
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF dq_install_tick.can_update IS NULL THEN
-        v_error := dq__null_error('dq_install_tick', 'can_update');
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    v_error := dq__name_error('dq_install_tick', 'payload_type', coalesce(dq_install_tick.payload_type, 'bytes'), 100);
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    v_type := coalesce(dq_install_tick.payload_type, 'bytes');
-    IF array_ndims(dq_install_tick.scheduled_ats) > 1 OR array_ndims(dq_install_tick.payloads) > 1 THEN
-        RAISE EXCEPTION 'dq_install_tick: arrays must be one-dimensional' USING ERRCODE = '22023';
-    END IF;
-    IF v_n > 100000 THEN
-        RAISE EXCEPTION 'dq_install_tick: scheduled_ats has % elements, the limit is 100000', v_n USING ERRCODE = '54000';
-    END IF;
-    IF coalesce(cardinality(dq_install_tick.payloads), 0) <> v_n THEN
-        RAISE EXCEPTION 'dq_install_tick: payloads has % elements, scheduled_ats has %',
-            coalesce(cardinality(dq_install_tick.payloads), 0), v_n USING ERRCODE = '22023';
-    END IF;
-    SELECT min(u.i) FILTER (WHERE u.s IS NULL) INTO v_bad
-      FROM unnest(dq_install_tick.scheduled_ats) WITH ORDINALITY AS u(s, i);
-    IF v_bad IS NOT NULL THEN
-        v_error := dq__null_error('dq_install_tick', format('scheduled_ats[%s]', v_bad));
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    SELECT min(u.i) INTO v_bad FROM unnest(dq_install_tick.scheduled_ats) WITH ORDINALITY AS u(s, i)
-     WHERE NOT (u.s BETWEEN dq__min_time() AND dq__max_time());
-    IF v_bad IS NOT NULL THEN
-        v_error := dq__time_error('dq_install_tick', format('scheduled_ats[%s]', v_bad),
-                                   dq_install_tick.scheduled_ats[array_lower(dq_install_tick.scheduled_ats, 1) + v_bad - 1]);
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    SELECT min(u.i) INTO v_bad FROM unnest(dq_install_tick.payloads) WITH ORDINALITY AS u(p, i) WHERE u.p IS NULL;
-    IF v_bad IS NOT NULL THEN
-        v_error := dq__null_error('dq_install_tick', format('payloads[%s]', v_bad));
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    -- One key per millisecond: two times in one millisecond would be one key.
-    SELECT max(u.i) INTO v_dup
-      FROM (SELECT u.i, count(*) OVER (PARTITION BY floor(extract(epoch FROM u.s) * 1000)) AS c
-              FROM unnest(dq_install_tick.scheduled_ats) WITH ORDINALITY AS u(s, i)) u
-     WHERE u.c > 1;
-    IF v_dup IS NOT NULL THEN
-        RAISE EXCEPTION 'dq_install_tick: scheduled_ats[%] repeats an earlier time (keys have millisecond resolution)', v_dup
-            USING ERRCODE = '22023';
-    END IF;
-
-    -- Keyed by (queue, key_prefix) only, as in earlier releases (a deploy's old and new functions
-    -- must exclude each other); installs in two schemas share the key and only serialise.
-    PERFORM pg_advisory_xact_lock(hashtextextended('dq_install_tick' || chr(1) || dq_install_tick.queue
-                                                   || chr(1) || dq_install_tick.key_prefix, 0));
-
-    DELETE FROM dq_messages m
-     WHERE m.queue = dq_install_tick.queue
-       AND m.key >= (dq_install_tick.key_prefix || '/') COLLATE "C"  -- this prefix's keys only: a range
-       AND m.key < (dq_install_tick.key_prefix || '0') COLLATE "C"   -- of the (queue, key) index ('0' follows '/')
-       AND m.dead_from_id IS NULL
-       AND m.cron_prefix = dq_install_tick.key_prefix          -- only messages this prefix created
-       AND m.scheduled_at > dq__now()
-       AND m.scheduled_at_initially > dq__now()
-       AND m.lock_token IS NULL
-       AND dq__cron_key_hash(m.key, dq_install_tick.key_prefix) <> dq_install_tick.config_hash;
-
-    IF v_n = 0 THEN
-        RETURN 0;
-    END IF;
-
-    SELECT array_agg(m.scheduled_at_initially) INTO v_held
-      FROM dq_messages m
-     WHERE m.lock_token IS NOT NULL
-       AND m.queue = dq_install_tick.queue
-       AND m.key >= (dq_install_tick.key_prefix || '/') COLLATE "C"
-       AND m.key < (dq_install_tick.key_prefix || '0') COLLATE "C"
-       AND m.dead_from_id IS NULL
-       AND m.cron_prefix = dq_install_tick.key_prefix
-       AND m.scheduled_at_initially = ANY (dq_install_tick.scheduled_ats)
-       AND dq__cron_key_hash(m.key, dq_install_tick.key_prefix) <> dq_install_tick.config_hash;
-
-    SELECT array_agg(dq_install_tick.key_prefix || '/' || dq_install_tick.config_hash || '/'
-                     || floor(extract(epoch FROM u.s) * 1000)::bigint::text ORDER BY u.i),
-           array_agg(u.s ORDER BY u.i), array_agg(u.p ORDER BY u.i)
-      INTO v_keys, v_times, v_pays
-      FROM unnest(dq_install_tick.scheduled_ats, dq_install_tick.payloads) WITH ORDINALITY AS u(s, p, i)
-     WHERE v_held IS NULL OR NOT (u.s = ANY (v_held));
-    IF v_keys IS NULL THEN
-        RETURN 0;
-    END IF;
-
-    v_error := dq__offer_many_error('dq_install_tick', dq_install_tick.queue, v_keys, v_pays, v_times,
-                                    dq_install_tick.can_update, array_fill(v_type, ARRAY[cardinality(v_keys)]));
     IF v_error ? 'hint' THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
     ELSIF v_error IS NOT NULL THEN
@@ -199,20 +215,16 @@ BEGIN
     RETURN v_created;
 END;
 $$;
-COMMENT ON FUNCTION dq_install_tick(text, text, text, timestamptz[], bytea[], text, boolean) IS
-  'dq_install_tick(queue text <=100, key_prefix text <=100, config_hash text <=64 without "/", scheduled_ats timestamptz[] <=100000 distinct milliseconds, payloads bytea[] same length, payload_type text default ''bytes'', can_update boolean default false) -> integer messages created: in one transaction, deletes the future, not-in-flight messages of other hashes that this key_prefix created in the queue (never other messages, whatever their keys), then offers key_prefix/config_hash/<epoch ms> for each time as dq_offer_many does, recording key_prefix as their owner (insert-if-absent unless can_update; an instant still held in flight by another hash is skipped). Installers of one (queue, key_prefix) serialise on an advisory lock. Call under READ COMMITTED. Errors: 22004 NULL, 22023 empty/invalid/unequal lengths/repeated millisecond, 22008 a time outside 0001-01-02 .. 9999-12-30 UTC, 22001 too long, 54000 over 100000 times or a payload over the queue''s limit.';
+COMMENT ON FUNCTION dq_install_tick(text, text, text, timestamptz[], bytea[], text, boolean) IS 'dq_install_tick(queue, key_prefix, config_hash, scheduled_ats, payloads, payload_type, can_update) -> integer: replaces the future occurrences of other hashes that key_prefix created in the queue by key_prefix/config_hash/<epoch ms>, one per time, and returns how many it created. Errors: 22004 NULL, 22023 invalid, 22001 too long, 22008 a time out of range, 54000 over 100000 times or a payload over the queue''s limit.';
 REVOKE ALL ON FUNCTION dq_install_tick(text, text, text, timestamptz[], bytea[], text, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_install_tick(text, text, text, timestamptz[], bytea[], text, boolean) TO dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_uninstall_tick(queue text, key_prefix text, config_hash text DEFAULT NULL)
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_count integer;
     v_error jsonb;
 BEGIN
     v_error := dq__cron_prefix_error('dq_uninstall_tick', dq_uninstall_tick.queue, dq_uninstall_tick.key_prefix,
@@ -220,26 +232,11 @@ BEGIN
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    PERFORM pg_advisory_xact_lock(hashtextextended('dq_install_tick' || chr(1) || dq_uninstall_tick.queue
-                                                   || chr(1) || dq_uninstall_tick.key_prefix, 0));
-    DELETE FROM dq_messages m
-     WHERE m.queue = dq_uninstall_tick.queue
-       AND m.key >= (dq_uninstall_tick.key_prefix || '/') COLLATE "C"  -- a range of the (queue, key) index
-       AND m.key < (dq_uninstall_tick.key_prefix || '0') COLLATE "C"
-       AND m.dead_from_id IS NULL
-       AND m.cron_prefix = dq_uninstall_tick.key_prefix        -- only messages this prefix created
-       AND m.scheduled_at > dq__now()
-       AND m.scheduled_at_initially > dq__now()
-       AND m.lock_token IS NULL
-       AND dq__cron_key_hash(m.key, dq_uninstall_tick.key_prefix) IS NOT NULL
-       AND (dq_uninstall_tick.config_hash IS NULL
-            OR dq__cron_key_hash(m.key, dq_uninstall_tick.key_prefix) = dq_uninstall_tick.config_hash);
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    RETURN v_count;
+    RETURN dq__cron_delete_future(dq_uninstall_tick.queue, dq_uninstall_tick.key_prefix, NULL,
+                                  dq_uninstall_tick.config_hash);
 END;
 $$;
-COMMENT ON FUNCTION dq_uninstall_tick(text, text, text) IS
-  'dq_uninstall_tick(queue text, key_prefix text, config_hash text default NULL = every hash) -> integer messages deleted: the future (not yet due), not-in-flight occurrence messages key_prefix/<hash>/<epoch ms> of the queue that dq_install_tick created for this key_prefix (never other messages). Occurrences already due or in flight are left to their consumers. Errors: 22004 NULL, 22023 empty or "/" in config_hash, 22001 too long.';
+COMMENT ON FUNCTION dq_uninstall_tick(text, text, text) IS 'dq_uninstall_tick(queue text, key_prefix text, config_hash text default NULL = every hash) -> integer: deletes the future, not-in-flight occurrence messages that dq_install_tick created for key_prefix in the queue, and returns how many. Errors: 22004 NULL, 22023 empty or a / in config_hash, 22001 too long.';
 REVOKE ALL ON FUNCTION dq_uninstall_tick(text, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_uninstall_tick(text, text, text) TO dq_admin;
 

@@ -5,22 +5,6 @@
 SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
 SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
--- At most this many pending (installed, not yet due) occurrences per schedule.
-CREATE OR REPLACE FUNCTION dq__cron_pending_limit() RETURNS integer
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 10000 $$;
-COMMENT ON FUNCTION dq__cron_pending_limit() IS 'Internal: the most pending occurrences a schedule holds (10000).';
-REVOKE ALL ON FUNCTION dq__cron_pending_limit() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-
--- Occurrences deleted less than this before they are due are not offered again (see dq__cron_advance).
-CREATE OR REPLACE FUNCTION dq__cron_refill_margin() RETURNS interval
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT interval '1 minute' $$;
-COMMENT ON FUNCTION dq__cron_refill_margin() IS 'Internal: deleted occurrences due within this of the clock are not offered again (1 minute).';
-REVOKE ALL ON FUNCTION dq__cron_refill_margin() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-SELECT dq__search_path(internal => false);
-
--- ----------------------------------------------------------------------------- named schedules
-
-SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- Install what a schedule lacks, as of p_now: the occurrences after installed_through up to
 -- p_now + lookahead (at most 10000 per call: the next tick continues), and always the next
 -- occurrence after p_now. The caller holds the schedule's row lock. Occurrences missed while no
@@ -38,8 +22,7 @@ SELECT dq__search_path(internal => true);  -- internal helpers: created in the p
 -- delivery (the insert would have to be delayed past the margin).
 CREATE OR REPLACE FUNCTION dq__cron_advance(p_name text, p_now timestamptz)
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 AS $$
 DECLARE
     r          dq_cron;
@@ -98,8 +81,7 @@ BEGIN
     RETURN v_created;
 END;
 $$;
-COMMENT ON FUNCTION dq__cron_advance(text, timestamptz) IS
-  'Internal: installs the missing occurrences of one schedule (row locked by the caller) up to now + lookahead or the 10,000th pending occurrence, at least the next one, and those deleted by dq_cancel/dq_purge due more than 1 minute ahead; returns messages created.';
+COMMENT ON FUNCTION dq__cron_advance(text, timestamptz) IS 'Internal: installs the missing occurrences of one schedule (row locked by the caller) up to now + lookahead or the 10,000th pending occurrence, at least the next one, and those deleted by dq_cancel/dq_purge due more than 1 minute ahead; returns messages created.';
 REVOKE ALL ON FUNCTION dq__cron_advance(text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 -- dq_cancel and dq_purge call this before deleting: the named schedules owning future occurrences
 -- among the messages about to be deleted (queue, and key unless NULL) record the earliest of them in
@@ -108,8 +90,7 @@ REVOKE ALL ON FUNCTION dq__cron_advance(text, timestamptz) FROM PUBLIC, dq_produ
 -- while waiting for a schedule (a tick holds the schedule, then the messages: no cycle).
 CREATE OR REPLACE FUNCTION dq__cron_note_deleted(queue text, key text)
 RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -138,9 +119,79 @@ BEGIN
      WHERE c.name = d.name AND c.queue = dq__cron_note_deleted.queue AND NOT c.paused;
 END;
 $$;
-COMMENT ON FUNCTION dq__cron_note_deleted(text, text) IS
-  'Internal: before dq_cancel/dq_purge delete messages, records in their schedules the earliest future occurrence deleted, for the next tick to offer again.';
+COMMENT ON FUNCTION dq__cron_note_deleted(text, text) IS 'Internal: before dq_cancel/dq_purge delete messages, records in their schedules the earliest future occurrence deleted, for the next tick to offer again.';
 REVOKE ALL ON FUNCTION dq__cron_note_deleted(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+-- Store a checked definition under the schedule's name and install its occurrences:
+-- 'installed' (a new schedule), 'unchanged' (the same definition: nothing changes), 'lookahead'
+-- (the same definition with another lookahead: stored, installing further if longer) or 'replaced'
+-- (a new definition replaces every future occurrence of the old one, in this transaction; a paused
+-- schedule stays paused, its occurrences removed). The row lock of the schedule (FOR UPDATE, or the
+-- insert of a new one) orders this against ticks (which skip a locked schedule) and against other
+-- installs, pauses and uninstalls of the same name.
+CREATE OR REPLACE FUNCTION dq__cron_store(name text, queue text, schedule text, timezone text, payload bytea,
+                                          payload_type text, lookahead interval, config_hash text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_variable
+DECLARE
+    r  dq_cron;
+BEGIN
+    LOOP
+        SELECT * INTO r FROM dq_cron c WHERE c.name = name FOR UPDATE;
+        EXIT WHEN FOUND;
+        INSERT INTO dq_cron (name, queue, schedule, timezone, payload, payload_type, lookahead, config_hash)
+        VALUES (name, queue, schedule, timezone, payload, payload_type, lookahead, config_hash)
+        ON CONFLICT ON CONSTRAINT dq_cron_pkey DO NOTHING;
+        IF FOUND THEN
+            PERFORM dq__cron_advance(name, dq__now());
+            RETURN 'installed';
+        END IF;
+    END LOOP;
+    IF r.config_hash = config_hash AND r.lookahead = lookahead THEN
+        RETURN 'unchanged';
+    ELSIF r.config_hash = config_hash THEN
+        UPDATE dq_cron c SET lookahead = dq__cron_store.lookahead, updated_at = dq__now() WHERE c.name = name;
+        PERFORM dq__cron_advance(name, dq__now());
+        RETURN 'lookahead';
+    END IF;
+    IF r.queue <> queue THEN
+        PERFORM dq_uninstall_tick(r.queue, name, NULL);
+    END IF;
+    UPDATE dq_cron c
+       SET queue = dq__cron_store.queue, schedule = dq__cron_store.schedule, timezone = dq__cron_store.timezone,
+           payload = dq__cron_store.payload, payload_type = dq__cron_store.payload_type,
+           lookahead = dq__cron_store.lookahead, config_hash = dq__cron_store.config_hash, installed_through = NULL,
+           last_installed_at = NULL, next_at = NULL, refill_from = NULL, last_error = NULL, last_error_at = NULL,
+           updated_at = dq__now()
+     WHERE c.name = name;
+    IF r.paused THEN
+        PERFORM dq_uninstall_tick(queue, name, NULL);
+    ELSE
+        PERFORM dq__cron_advance(name, dq__now());
+    END IF;
+    RETURN 'replaced';
+END;
+$$;
+COMMENT ON FUNCTION dq__cron_store(text, text, text, text, bytea, text, interval, text) IS 'Internal: creates or replaces a named schedule and installs its occurrences (dq_cron_install); returns installed, unchanged, lookahead or replaced.';
+REVOKE ALL ON FUNCTION dq__cron_store(text, text, text, text, bytea, text, interval, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- The next occurrences of a stored schedule, or NULL when it cannot be evaluated (a zone that
+-- tzdata no longer has): one broken schedule must not hide the others from dq_cron_schedules (its
+-- error is in last_error once a tick has tried it). The exception block costs a subtransaction per
+-- schedule listed; this is an operator's read, not a hot path.
+CREATE OR REPLACE FUNCTION dq__cron_next(schedule text, timezone text, max_count integer)
+RETURNS timestamptz[]
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN dq__cron_between(dq__cron_parse('dq_cron_schedules', schedule), timezone, dq__now(), 'infinity', max_count);
+EXCEPTION WHEN data_exception OR invalid_parameter_value THEN
+    RETURN NULL;
+END;
+$$;
+COMMENT ON FUNCTION dq__cron_next(text, text, integer) IS 'Internal: the next max_count occurrences of a stored schedule after now, NULL when it cannot be evaluated.';
+REVOKE ALL ON FUNCTION dq__cron_next(text, text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
 CREATE OR REPLACE FUNCTION dq_cron_install(
@@ -152,174 +203,95 @@ CREATE OR REPLACE FUNCTION dq_cron_install(
     payload_type  text DEFAULT NULL,
     lookahead     interval DEFAULT '1 hour')
 RETURNS text
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
     v_error    jsonb;
     v_def      record;
-    v_type  text;
-    v_spec  dq_cron_spec;
-    v_zone  text;
-    v_hash  text;
-    r       dq_cron;
+    v_type     text;
+    v_zone     text;
+    v_hash     text;
+    v_outcome  text;
 BEGIN
-    v_error := coalesce(dq__name_error('dq_cron_install', 'name', dq_cron_install.name, 100),
-                        dq__name_error('dq_cron_install', 'queue', dq_cron_install.queue, 100),
-                        dq__text_error('dq_cron_install', 'schedule', dq_cron_install.schedule, 1000));
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF dq_cron_install.payload IS NULL THEN
-        v_error := dq__null_error('dq_cron_install', 'payload');
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    v_error := dq__name_error('dq_cron_install', 'payload_type', coalesce(dq_cron_install.payload_type, 'bytes'), 100);
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
     v_type := coalesce(dq_cron_install.payload_type, 'bytes');
-    IF dq_cron_install.lookahead > interval '366 days' THEN
-        RAISE EXCEPTION 'dq_cron_install: lookahead is %, it must be positive and at most 366 days',
-            dq_cron_install.lookahead USING ERRCODE = '22023';
-    END IF;
-    -- NULL (22004) and positive by its effect (22023).
-    v_error := dq__time_after_error('dq_cron_install', 'lookahead', dq_cron_install.lookahead, dq__now(), false);
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF octet_length(dq_cron_install.payload) > dq__payload_limit_floor() THEN
-        v_error := dq__payload_size_error('dq_cron_install', 'payload', dq_cron_install.queue,
-                                          octet_length(dq_cron_install.payload));
-        IF v_error IS NOT NULL THEN
-            RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
-        END IF;
-    END IF;
+    v_error := coalesce(
+        dq__name_error('dq_cron_install', 'name', dq_cron_install.name, dq__limit_cron_name_chars()),
+        dq__name_error('dq_cron_install', 'queue', dq_cron_install.queue, dq__limit_queue_chars()),
+        dq__text_error('dq_cron_install', 'schedule', dq_cron_install.schedule, dq__limit_cron_schedule_chars()),
+        CASE WHEN dq_cron_install.payload IS NULL THEN dq__null_error('dq_cron_install', 'payload') END,
+        dq__name_error('dq_cron_install', 'payload_type', v_type, dq__limit_payload_type_chars()),
+        CASE WHEN dq_cron_install.lookahead > dq__limit_cron_lookahead_max()
+             THEN dq__error('22023', format('dq_cron_install: lookahead is %s, it must be positive and at most %s',
+                                            dq_cron_install.lookahead, dq__interval_text(dq__limit_cron_lookahead_max())))
+             END,
+        -- NULL (22004) and positive by its effect (22023).
+        dq__time_after_error('dq_cron_install', 'lookahead', dq_cron_install.lookahead, dq__now(), false),
+        CASE WHEN octet_length(dq_cron_install.payload) > dq__limit_payload_bytes_min()
+             THEN dq__payload_size_error('dq_cron_install', 'payload', dq_cron_install.queue,
+                                         octet_length(dq_cron_install.payload)) END);
     -- A JSON payload is stored (and hashed) in jsonb's text form, so the same document installed
     -- from SQL (jsonb) and from a client (compact JSON bytes) is the same definition.
-    IF v_type = 'json' THEN
+    IF v_error IS NULL AND v_type = 'json' THEN
         BEGIN
             dq_cron_install.payload := convert_to(convert_from(dq_cron_install.payload, 'UTF8')::jsonb::text, 'UTF8');
         EXCEPTION WHEN invalid_text_representation OR character_not_in_repertoire OR untranslatable_character THEN
-            RAISE EXCEPTION 'dq_cron_install: payload is not valid JSON (payload_type json): %', SQLERRM
-                USING ERRCODE = '22023';
+            v_error := dq__error('22023', format('dq_cron_install: payload is not valid JSON (payload_type json): %s',
+                                                 SQLERRM));
         END;
     END IF;
-    v_def := dq__cron_definition('dq_cron_install', dq_cron_install.schedule, dq_cron_install.timezone);
-    v_spec := v_def.spec;
-    v_zone := v_def.zone;
-    v_error := v_def.error;
+    IF v_error IS NULL THEN
+        v_def := dq__cron_definition('dq_cron_install', dq_cron_install.schedule, dq_cron_install.timezone);
+        v_error := v_def.error;
+    END IF;
     IF v_error ? 'hint' THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
     ELSIF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    IF cardinality(dq__cron_between(v_spec, v_zone, dq__now(), 'infinity', 1)) = 0 THEN
-        RAISE EXCEPTION 'dq_cron_install: schedule "%" never fires (no occurrence in the next 50 years)',
-            left(dq_cron_install.schedule, 60) USING ERRCODE = '22023';
-    END IF;
+    v_zone := v_def.zone;
     v_hash := dq_cron_config_hash(dq_cron_install.queue, dq_cron_install.schedule, v_zone,
                                   dq_cron_install.payload, v_type);
 
-    -- The row lock of the schedule orders this against ticks (which skip a locked schedule) and
-    -- against other installs, pauses and uninstalls of the same name.
-    LOOP
-        SELECT * INTO r FROM dq_cron c WHERE c.name = dq_cron_install.name FOR UPDATE;
-        EXIT WHEN FOUND;
-        INSERT INTO dq_cron (name, queue, schedule, timezone, payload, payload_type, lookahead, config_hash)
-        VALUES (dq_cron_install.name, dq_cron_install.queue, dq_cron_install.schedule, v_zone,
-                dq_cron_install.payload, v_type, dq_cron_install.lookahead, v_hash)
-        ON CONFLICT ON CONSTRAINT dq_cron_pkey DO NOTHING;
-        IF FOUND THEN
-            PERFORM dq__cron_advance(dq_cron_install.name, dq__now());
-            RAISE NOTICE 'dq_cron_install: schedule % installed (queue %, "%" in %)', dq_cron_install.name,
-                dq_cron_install.queue, dq_cron_install.schedule, v_zone;
-            RETURN v_hash;
-        END IF;
-    END LOOP;
-
-    IF r.config_hash = v_hash THEN
-        -- Same definition: nothing changes, except a new lookahead (installing further if longer).
-        IF r.lookahead <> dq_cron_install.lookahead THEN
-            UPDATE dq_cron c SET lookahead = dq_cron_install.lookahead, updated_at = dq__now()
-             WHERE c.name = dq_cron_install.name;
-            PERFORM dq__cron_advance(dq_cron_install.name, dq__now());
-            RAISE NOTICE 'dq_cron_install: schedule % unchanged but its lookahead, now %', dq_cron_install.name,
-                dq_cron_install.lookahead;
-        ELSE
-            RAISE NOTICE 'dq_cron_install: schedule % unchanged', dq_cron_install.name;
-        END IF;
-        RETURN v_hash;
-    END IF;
-
-    -- A new definition replaces every future occurrence of the old one, in this transaction.
-    IF r.queue <> dq_cron_install.queue THEN
-        PERFORM dq_uninstall_tick(r.queue, dq_cron_install.name, NULL);
-    END IF;
-    UPDATE dq_cron c
-       SET queue = dq_cron_install.queue, schedule = dq_cron_install.schedule, timezone = v_zone,
-           payload = dq_cron_install.payload, payload_type = v_type, lookahead = dq_cron_install.lookahead,
-           config_hash = v_hash, installed_through = NULL, last_installed_at = NULL, next_at = NULL,
-           refill_from = NULL, last_error = NULL, last_error_at = NULL, updated_at = dq__now()
-     WHERE c.name = dq_cron_install.name;
-    IF r.paused THEN
-        PERFORM dq_uninstall_tick(dq_cron_install.queue, dq_cron_install.name, NULL);
-    ELSE
-        PERFORM dq__cron_advance(dq_cron_install.name, dq__now());
-    END IF;
-    RAISE NOTICE 'dq_cron_install: schedule % replaced (queue %, "%" in %); its future occurrences are the new definition''s',
-        dq_cron_install.name, dq_cron_install.queue, dq_cron_install.schedule, v_zone;
+    v_outcome := dq__cron_store(dq_cron_install.name, dq_cron_install.queue, dq_cron_install.schedule, v_zone,
+                                dq_cron_install.payload, v_type, dq_cron_install.lookahead, v_hash);
+    RAISE NOTICE '%', CASE v_outcome
+        WHEN 'installed' THEN format('dq_cron_install: schedule %s installed (queue %s, "%s" in %s)', dq_cron_install.name,
+                                     dq_cron_install.queue, dq_cron_install.schedule, v_zone)
+        WHEN 'lookahead' THEN format('dq_cron_install: schedule %s unchanged but its lookahead, now %s',
+                                     dq_cron_install.name, dq_cron_install.lookahead)
+        WHEN 'unchanged' THEN format('dq_cron_install: schedule %s unchanged', dq_cron_install.name)
+        ELSE format('dq_cron_install: schedule %s replaced (queue %s, "%s" in %s); its future occurrences are the new '
+                    'definition''s', dq_cron_install.name, dq_cron_install.queue, dq_cron_install.schedule, v_zone) END;
     RETURN v_hash;
 END;
 $$;
-COMMENT ON FUNCTION dq_cron_install(text, text, text, bytea, text, text, interval) IS
-  'dq_cron_install(name text <=100, queue text <=100, schedule text <=1000 (cron, @macro, every <interval>, daily at HH:MM[:SS][, ...]), payload bytea, timezone text IANA default ''UTC'', payload_type text default ''bytes'', lookahead interval (0, 366 days] default 1 hour) -> text config hash: creates or replaces the named schedule and installs its occurrences up to now + lookahead (at least the next one) as messages <name>/<hash>/<epoch ms> owned by the schedule (at most 10,000 pending: the window ends at the 10,000th occurrence when the lookahead would hold more). The same definition again changes nothing (a new lookahead only is stored); a changed one replaces every future occurrence it owns in this transaction (never other messages); a paused schedule stays paused. Errors: 22004 NULL, 22023 bad schedule/timezone/lookahead or never fires, 22001 too long, 54000 payload over the queue''s max_payload_bytes.';
+COMMENT ON FUNCTION dq_cron_install(text, text, text, bytea, text, text, interval) IS 'dq_cron_install(name, queue, schedule, payload bytea, timezone, payload_type, lookahead) -> text: creates or replaces the named schedule and installs its occurrences up to now + lookahead, and returns its config hash. Errors: 22004 NULL, 22023 bad schedule, timezone or lookahead or a schedule that never fires, 22001 too long, 54000 payload over the queue''s limit.';
 REVOKE ALL ON FUNCTION dq_cron_install(text, text, text, bytea, text, text, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_install(text, text, text, bytea, text, text, interval) TO dq_admin;
 
-CREATE OR REPLACE FUNCTION dq_cron_install(
-    name          text,
-    queue         text,
-    schedule      text,
-    payload       jsonb,
-    timezone      text DEFAULT 'UTC',
-    payload_type  text DEFAULT NULL,
-    lookahead     interval DEFAULT '1 hour')
+-- The jsonb and text forms: the bytea form with the payload's UTF-8 text.
+CREATE OR REPLACE FUNCTION dq_cron_install(name text, queue text, schedule text, payload jsonb, timezone text DEFAULT 'UTC',
+    payload_type text DEFAULT NULL, lookahead interval DEFAULT '1 hour')
 RETURNS text
-LANGUAGE sql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$ SELECT dq_cron_install($1, $2, $3, convert_to($4::text, 'UTF8'), $5, coalesce($6, 'json'), $7) $$;
-COMMENT ON FUNCTION dq_cron_install(text, text, text, jsonb, text, text, interval) IS
-  'dq_cron_install with a jsonb payload: stored as its UTF-8 text, payload_type ''json'' unless given. Same result and errors as the bytea form.';
+COMMENT ON FUNCTION dq_cron_install(text, text, text, jsonb, text, text, interval) IS 'dq_cron_install with a jsonb payload: stored as its UTF-8 text, payload_type ''json'' unless given. Same result and errors as the bytea form.';
 REVOKE ALL ON FUNCTION dq_cron_install(text, text, text, jsonb, text, text, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_install(text, text, text, jsonb, text, text, interval) TO dq_admin;
 
-CREATE OR REPLACE FUNCTION dq_cron_install(
-    name          text,
-    queue         text,
-    schedule      text,
-    payload       text,
-    timezone      text DEFAULT 'UTC',
-    payload_type  text DEFAULT NULL,
-    lookahead     interval DEFAULT '1 hour')
+CREATE OR REPLACE FUNCTION dq_cron_install(name text, queue text, schedule text, payload text, timezone text DEFAULT 'UTC',
+    payload_type text DEFAULT NULL, lookahead interval DEFAULT '1 hour')
 RETURNS text
-LANGUAGE sql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$ SELECT dq_cron_install($1, $2, $3, convert_to($4, 'UTF8'), $5, coalesce($6, 'text'), $7) $$;
-COMMENT ON FUNCTION dq_cron_install(text, text, text, text, text, text, interval) IS
-  'dq_cron_install with a text payload (also what an untyped literal resolves to): stored as UTF-8, payload_type ''text'' unless given. Same result and errors as the bytea form.';
+COMMENT ON FUNCTION dq_cron_install(text, text, text, text, text, text, interval) IS 'dq_cron_install with a text payload (also what an untyped literal resolves to): stored as UTF-8, payload_type ''text'' unless given. Same result and errors as the bytea form.';
 REVOKE ALL ON FUNCTION dq_cron_install(text, text, text, text, text, text, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_install(text, text, text, text, text, text, interval) TO dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_cron_uninstall(name text)
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -327,7 +299,7 @@ DECLARE
     v_queue   text;
     v_deleted integer;
 BEGIN
-    v_error := dq__name_error('dq_cron_uninstall', 'name', dq_cron_uninstall.name, 100);
+    v_error := dq__name_error('dq_cron_uninstall', 'name', dq_cron_uninstall.name, dq__limit_cron_name_chars());
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -341,16 +313,13 @@ BEGIN
     RETURN true;
 END;
 $$;
-COMMENT ON FUNCTION dq_cron_uninstall(text) IS
-  'dq_cron_uninstall(name text) -> boolean: removes the schedule and its future (not yet due, not in flight) occurrence messages; false when no schedule has that name. Errors: 22004/22023/22001 name.';
+COMMENT ON FUNCTION dq_cron_uninstall(text) IS 'dq_cron_uninstall(name text) -> boolean: removes the schedule and its future occurrence messages; false when no schedule has that name. Errors: 22004/22023/22001 name.';
 REVOKE ALL ON FUNCTION dq_cron_uninstall(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_uninstall(text) TO dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_cron_pause(name text)
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -358,7 +327,7 @@ DECLARE
     v_queue   text;
     v_deleted integer;
 BEGIN
-    v_error := dq__name_error('dq_cron_pause', 'name', dq_cron_pause.name, 100);
+    v_error := dq__name_error('dq_cron_pause', 'name', dq_cron_pause.name, dq__limit_cron_name_chars());
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -376,23 +345,20 @@ BEGIN
     RETURN true;
 END;
 $$;
-COMMENT ON FUNCTION dq_cron_pause(text) IS
-  'dq_cron_pause(name text) -> boolean: stops the schedule and deletes its future (not yet due, not in flight) occurrences; occurrences falling while paused are never installed. false when no schedule has that name. Errors: 22004/22023/22001 name.';
+COMMENT ON FUNCTION dq_cron_pause(text) IS 'dq_cron_pause(name text) -> boolean: stops the schedule and deletes its future occurrences; false when no schedule has that name. Errors: 22004/22023/22001 name.';
 REVOKE ALL ON FUNCTION dq_cron_pause(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_pause(text) TO dq_admin;
 
 CREATE OR REPLACE FUNCTION dq_cron_resume(name text)
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
     v_error    jsonb;
     v_paused boolean;
 BEGIN
-    v_error := dq__name_error('dq_cron_resume', 'name', dq_cron_resume.name, 100);
+    v_error := dq__name_error('dq_cron_resume', 'name', dq_cron_resume.name, dq__limit_cron_name_chars());
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
@@ -411,32 +377,10 @@ BEGIN
     RETURN true;
 END;
 $$;
-COMMENT ON FUNCTION dq_cron_resume(text) IS
-  'dq_cron_resume(name text) -> boolean: restarts a paused schedule from now (no catch-up of what fell while paused) and installs its occurrences at once; true for an active schedule too (nothing changes); false when no schedule has that name. Errors: 22004/22023/22001 name.';
+COMMENT ON FUNCTION dq_cron_resume(text) IS 'dq_cron_resume(name text) -> boolean: restarts a paused schedule from now and installs its occurrences; false when no schedule has that name. Errors: 22004/22023/22001 name.';
 REVOKE ALL ON FUNCTION dq_cron_resume(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_resume(text) TO dq_admin;
 
-
-SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
--- The next occurrences of a stored schedule, or NULL when it cannot be evaluated (a zone that
--- tzdata no longer has): one broken schedule must not hide the others from dq_cron_schedules (its
--- error is in last_error once a tick has tried it). The exception block costs a subtransaction per
--- schedule listed; this is an operator's read, not a hot path.
-CREATE OR REPLACE FUNCTION dq__cron_next(schedule text, timezone text, max_count integer)
-RETURNS timestamptz[]
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
-AS $$
-BEGIN
-    RETURN dq__cron_between(dq__cron_parse('dq_cron_schedules', schedule), timezone, dq__now(), 'infinity', max_count);
-EXCEPTION WHEN data_exception OR invalid_parameter_value THEN
-    RETURN NULL;
-END;
-$$;
-COMMENT ON FUNCTION dq__cron_next(text, text, integer) IS
-  'Internal: the next max_count occurrences of a stored schedule after now, NULL when it cannot be evaluated.';
-REVOKE ALL ON FUNCTION dq__cron_next(text, text, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
-SELECT dq__search_path(internal => false);
 
 -- The schedules with their next occurrences, for dq_cron_schedules. SECURITY DEFINER (granted to
 -- dq_admin): the evaluation calls internal functions that no application role may execute, and a
@@ -446,9 +390,7 @@ RETURNS TABLE (name text, queue text, schedule text, timezone text, payload_type
                config_hash text, paused boolean, next_occurrences timestamptz[], installed_through timestamptz,
                last_installed_at timestamptz, next_uninstalled_at timestamptz, created_at timestamptz,
                updated_at timestamptz, last_error text, last_error_at timestamptz)
-LANGUAGE sql STABLE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 SELECT c.name, c.queue, c.schedule, c.timezone, c.payload_type, c.lookahead, c.config_hash, c.paused,
        CASE WHEN NOT c.paused THEN dq__cron_next(c.schedule, c.timezone, 5) END,
@@ -456,8 +398,7 @@ SELECT c.name, c.queue, c.schedule, c.timezone, c.payload_type, c.lookahead, c.c
   FROM dq_cron c
  ORDER BY c.name
 $$;
-COMMENT ON FUNCTION dq_cron_list() IS
-  'dq_cron_list() -> the named schedules (the rows of the view dq_cron_schedules): definition, paused, next 5 occurrences after now (NULL when paused), the tick''s bookkeeping and the last evaluation error. Role dq_admin. Errors: none (a schedule that cannot be evaluated shows NULL next occurrences).';
+COMMENT ON FUNCTION dq_cron_list() IS 'dq_cron_list() -> the named schedules (the rows of the view dq_cron_schedules) with their next 5 occurrences and the tick''s bookkeeping. Errors: none.';
 REVOKE ALL ON FUNCTION dq_cron_list() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_list() TO dq_admin;
 
@@ -466,8 +407,7 @@ SELECT l.name, l.queue, l.schedule, l.timezone, l.payload_type, l.lookahead, l.c
        l.next_occurrences, l.installed_through, l.last_installed_at, l.next_uninstalled_at, l.created_at,
        l.updated_at, l.last_error, l.last_error_at
   FROM dq_cron_list() l;
-COMMENT ON VIEW dq_cron_schedules IS
-  'The named schedules (dq_cron_install) with their next 5 occurrences after now (NULL when paused or when the schedule cannot be evaluated), the tick''s bookkeeping (installed_through, last_installed_at, next_uninstalled_at) and the last evaluation error (last_error, last_error_at; cleared by the next successful tick).';
+COMMENT ON VIEW dq_cron_schedules IS 'The named schedules (dq_cron_install) with their next 5 occurrences, the tick''s bookkeeping and the last evaluation error.';
 -- Reading it is an operator's business (the view runs with its owner's rights).
 REVOKE ALL ON dq_cron_schedules FROM PUBLIC;
 GRANT SELECT ON dq_cron_schedules TO dq_admin;

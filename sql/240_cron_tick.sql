@@ -21,9 +21,7 @@ SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, p
 -- the pass runs again without it. A later tick tries it again; success clears last_error.
 CREATE OR REPLACE FUNCTION dq_cron_tick()
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_now      timestamptz := dq__now();
@@ -61,13 +59,12 @@ BEGIN
             v_failed := v_failed || v_current;
         END;
         RAISE WARNING 'dq_cron_tick: schedule % failed and was skipped: %', v_current, v_error;
-        UPDATE dq_cron c SET last_error = left(v_error, 10000), last_error_at = dq__clock()
+        UPDATE dq_cron c SET last_error = left(v_error, dq__limit_error_chars()), last_error_at = dq__clock()
          WHERE c.name = v_current;
     END LOOP;
 END;
 $$;
-COMMENT ON FUNCTION dq_cron_tick() IS
-  'dq_cron_tick() -> integer messages created: for every active schedule, installs its occurrences in (now, now + lookahead] not yet installed (at most 10,000 pending per schedule; the next call continues), always at least the next one, and again those deleted by dq_cancel/dq_purge that are due more than 1 minute ahead. A schedule that fails is skipped with a WARNING and its last_error set; the others are installed. Concurrent calls never block each other nor duplicate an occurrence (FOR NO KEY UPDATE SKIP LOCKED; unique keys). Run every minute by the pg_cron job dq-cron-tick. Call under READ COMMITTED. Errors: none of its own (a failing schedule is a WARNING). Source: PostgreSQL manual, SELECT, "The Locking Clause" (SKIP LOCKED).';
+COMMENT ON FUNCTION dq_cron_tick() IS 'dq_cron_tick() -> integer: installs the occurrences every active schedule lacks (run every minute by the pg_cron job dq-cron-tick) and returns how many messages it created. Errors: none of its own: a schedule that fails is skipped with a WARNING and its last_error set.';
 REVOKE ALL ON FUNCTION dq_cron_tick() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_tick() TO dq_admin;
 

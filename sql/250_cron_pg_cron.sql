@@ -13,8 +13,7 @@ SELECT dq__search_path(internal => true);  -- internal helpers: created in the p
 -- otherwise plant a function named like ours in a schema named after the installing role.
 CREATE OR REPLACE FUNCTION dq__pg_cron_jobs()
 RETURNS TABLE (jobname text, schedule text, command text)
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path FROM CURRENT
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path FROM CURRENT
 AS $$
     SELECT j.base || CASE WHEN dq__schema() = 'public' THEN '' ELSE '@' || dq__schema() END,
            j.schedule,
@@ -24,8 +23,7 @@ AS $$
                    ('dq-cron-prune-history', '17 3 * * *', 'SELECT %sdq_cron_prune_run_details()'))
            AS j(base, schedule, command)
 $$;
-COMMENT ON FUNCTION dq__pg_cron_jobs() IS
-  'Internal: the pg_cron jobs of this install (jobname, schedule, command): dq-cron-tick, dq-archive-prune and dq-cron-prune-history, suffixed with @<schema> outside public, calling schema-qualified functions.';
+COMMENT ON FUNCTION dq__pg_cron_jobs() IS 'Internal: the pg_cron jobs of this install (jobname, schedule, command): dq-cron-tick, dq-archive-prune and dq-cron-prune-history, suffixed with @<schema> outside public, calling schema-qualified functions.';
 REVOKE ALL ON FUNCTION dq__pg_cron_jobs() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
@@ -64,21 +62,17 @@ $$;
 -- migrating role, owner of the jobs: pg_cron's row security shows a role its own runs).
 CREATE OR REPLACE FUNCTION dq_cron_prune_run_details(keep interval DEFAULT '7 days')
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_error    jsonb;
     v_count bigint;
 BEGIN
-    IF keep IS NULL THEN
-        v_error := dq__null_error('dq_cron_prune_run_details', 'keep');
+    v_error := CASE WHEN keep IS NULL THEN dq__null_error('dq_cron_prune_run_details', 'keep')
+                    WHEN keep < interval '0'
+                    THEN dq__error('22023', format('dq_cron_prune_run_details: keep is %s, it must not be negative', keep)) END;
+    IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF keep < interval '0' THEN
-        RAISE EXCEPTION 'dq_cron_prune_run_details: keep is %, it must not be negative', keep
-            USING ERRCODE = '22023';
     END IF;
     IF to_regclass('cron.job_run_details') IS NULL THEN
         RAISE NOTICE 'dq_cron_prune_run_details: pg_cron is not installed in this database; nothing to prune';
@@ -93,8 +87,7 @@ BEGIN
     RETURN v_count;
 END;
 $$;
-COMMENT ON FUNCTION dq_cron_prune_run_details(interval) IS
-  'dq_cron_prune_run_details(keep interval >= 0 default 7 days) -> bigint rows deleted: deletes cron.job_run_details rows of this install''s pg_cron jobs (dq-cron-tick, dq-archive-prune, dq-cron-prune-history; suffixed @<schema> outside public) that ended more than keep ago; other jobs'' rows are untouched. Returns 0 with a NOTICE when pg_cron is not installed here. Run daily by the pg_cron job dq-cron-prune-history. Errors: 22004 keep NULL, 22023 keep negative. Source: pg_cron documentation (cron.job_run_details, cron.log_run) and github.com/citusdata/pg_cron/issues/416 (the table grows without bound).';
+COMMENT ON FUNCTION dq_cron_prune_run_details(interval) IS 'dq_cron_prune_run_details(keep interval default 7 days) -> bigint: deletes the cron.job_run_details rows of this install''s pg_cron jobs that ended more than keep ago, and returns how many. Errors: 22004 keep NULL, 22023 keep negative.';
 REVOKE ALL ON FUNCTION dq_cron_prune_run_details(interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cron_prune_run_details(interval) TO dq_admin;
 

@@ -1,4 +1,4 @@
-"""Recurring messages (sql/200_cron.sql, pyqueue/cron.py): evaluation rules, install semantics,
+"""Recurring messages (sql/2*_cron_*.sql, pyqueue/cron.py): evaluation rules, install semantics,
 the tick, concurrency with real processes, the Python API, CronTicker and the CLI."""
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 import pytest
 from blocking import Blocking, EventLoopThread
+from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 import pyqueue
@@ -270,6 +271,24 @@ def test_error_and_offer_many_limits_are_the_ones_the_database_enforces(conn) ->
     keys = [f"k{i}" for i in range(limits.OFFER_MANY_MAX_ITEMS + 1)]
     many = "SELECT * FROM dq_offer_many('q', %s::text[], array_fill('x'::bytea, ARRAY[cardinality(%s::text[])]))"
     assert raises_sqlstate(conn, many, (keys, keys)) == "54000"
+
+
+#: Limits the SQL functions name that the Python side does not check itself (no pyqueue.limits twin).
+SQL_ONLY_LIMITS = {"CONFIG_HASH_CHARS", "LIST_MESSAGES_MAX_ROWS", "PRUNE_BATCH_MAX"}
+
+
+def test_every_limit_named_in_sql_is_the_python_one(conn) -> None:
+    """sql/003_limits.sql names each limit once, as ``dq__limit_<name>()``: every one of them is
+    :mod:`pyqueue.limits`' ``<NAME>`` with the same value, and every Python limit is named there."""
+    rows = conn.execute(
+        "SELECT p.proname FROM pg_proc p WHERE p.pronamespace = 'public_internal'::regnamespace "
+        "AND p.proname LIKE 'dq\\_\\_limit\\_%' ORDER BY 1").fetchall()
+    named = {name.removeprefix("dq__limit_").upper() for (name,) in rows}
+    assert named - SQL_ONLY_LIMITS == set(limits.__all__)
+    for name in sorted(limits.__all__):
+        function = sql.Identifier("public_internal", f"dq__limit_{name.lower()}")
+        (value,) = conn.execute(sql.SQL("SELECT {}()").format(function)).fetchone()
+        assert value == getattr(limits, name), name
 
 
 def test_limits_are_not_restated_in_the_client() -> None:

@@ -1,0 +1,84 @@
+-- What a consumer may be given next: the priority levels of a queue, the earliest time a message can
+-- be delivered, and how many messages are in flight (dq_poll_many, dq_wait, dq_next_due, dq_queue_stats).
+-- Pin the search_path to the install schema (sql/000_common.sql).
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
+
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
+-- The priority levels of a queue's ungrouped messages (and dead letters), highest first: a skip scan
+-- of dq_messages_ready_idx, one index probe per level, however many messages a level holds. Used to
+-- read that index one level at a time (its order is priority, then due time).
+CREATE OR REPLACE FUNCTION dq__levels(queue text)
+RETURNS SETOF smallint
+LANGUAGE sql STABLE SET search_path FROM CURRENT
+SET enable_seqscan = off
+AS $$
+    WITH RECURSIVE levels(p) AS (
+        SELECT (SELECT d.priority FROM dq_messages d
+                 WHERE d.queue = $1 AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
+                 ORDER BY d.priority DESC LIMIT 1)
+        UNION ALL
+        SELECT (SELECT d.priority FROM dq_messages d
+                 WHERE d.queue = $1 AND (d.message_group IS NULL OR d.dead_from IS NOT NULL) AND d.priority < levels.p
+                 ORDER BY d.priority DESC LIMIT 1)
+          FROM levels WHERE levels.p IS NOT NULL
+    )
+    SELECT levels.p FROM levels WHERE levels.p IS NOT NULL
+$$;
+COMMENT ON FUNCTION dq__levels(text) IS 'Internal: the distinct priorities of a queue''s ungrouped messages and dead letters, highest first (a skip scan).';
+REVOKE ALL ON FUNCTION dq__levels(text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- When the next message of a queue can be delivered as far as its messages go (pause and limits
+-- aside): the earliest due time of its ungrouped messages and of its groups' heads, in-flight
+-- messages counting at their lock expiry. NULL when there is none. The ungrouped messages are read
+-- one priority level at a time for the first 128 levels (a skip scan of dq_messages_ready_idx: a
+-- level's first entry is its earliest, so a large backlog at one level costs one index probe), then
+-- in one pass over the index entries of the levels below the 128th (about 30 ns an entry, no row
+-- read): one probe per level made every dq_wait of a queue with 65,536 levels of future messages
+-- cost 281 ms, where this costs a few ms (the same bound as dq_poll_many's level walk).
+CREATE OR REPLACE FUNCTION dq__next_deliverable(queue text)
+RETURNS timestamptz
+LANGUAGE sql STABLE SET search_path FROM CURRENT
+SET enable_seqscan = off
+AS $$
+    WITH RECURSIVE levels(p, t, n) AS (
+        SELECT f.priority, f.scheduled_at, 1
+          FROM (SELECT d.priority, d.scheduled_at FROM dq_messages d
+                 WHERE d.queue = $1 AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
+                 ORDER BY d.priority DESC, d.scheduled_at LIMIT 1) f
+        UNION ALL
+        SELECT f.priority, f.scheduled_at, levels.n + 1
+          FROM levels
+         CROSS JOIN LATERAL (SELECT d.priority, d.scheduled_at FROM dq_messages d
+                              WHERE d.queue = $1 AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
+                                AND d.priority < levels.p
+                              ORDER BY d.priority DESC, d.scheduled_at LIMIT 1) f
+         WHERE levels.n < 128
+    )
+    SELECT least(
+        (SELECT min(levels.t) FROM levels),
+        (SELECT min(d.scheduled_at) FROM dq_messages d
+          WHERE d.queue = $1 AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
+            AND d.priority < (SELECT levels.p FROM levels WHERE levels.n = 128)),
+        (SELECT g.due_at FROM dq_groups g WHERE g.queue = $1 ORDER BY g.due_at LIMIT 1),
+        (SELECT s.due_at FROM dq_group_settles s WHERE s.queue = $1 ORDER BY s.due_at LIMIT 1))
+$$;
+COMMENT ON FUNCTION dq__next_deliverable(text) IS 'Internal: the earliest time a message of the queue can be delivered (ungrouped messages and group heads; locks count at their expiry), pause and limits aside; NULL when none.';
+REVOKE ALL ON FUNCTION dq__next_deliverable(text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- How many messages of a queue are in flight at a time (a lock token, the lock not expired), counted
+-- up to up_to (the concurrency limit: more need not be counted), from dq_messages_in_flight_idx.
+-- Used by dq_poll_many (under the configuration row's lock) and dq_wait. VOLATILE: its query takes a
+-- snapshot of its own, so a poll that waited for the configuration row's lock counts every
+-- acquisition committed by the previous holder.
+CREATE OR REPLACE FUNCTION dq__in_flight(queue text, at timestamptz, up_to integer)
+RETURNS integer
+LANGUAGE sql VOLATILE SET search_path FROM CURRENT
+AS $$
+    SELECT count(*)::integer FROM (
+        SELECT 1 FROM dq_messages m
+         WHERE m.queue = $1 AND m.lock_token IS NOT NULL AND m.scheduled_at > $2
+         LIMIT $3) s
+$$;
+COMMENT ON FUNCTION dq__in_flight(text, timestamptz, integer) IS 'Internal: the number of messages of a queue in flight at a time (lock not expired), counted up to up_to.';
+REVOKE ALL ON FUNCTION dq__in_flight(text, timestamptz, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
