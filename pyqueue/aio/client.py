@@ -29,7 +29,7 @@ from uuid import UUID
 from psycopg_pool import AsyncConnectionPool
 
 from ..core import routines
-from ..core.middleware import AsyncMiddleware, OfferCall, chain, check_middleware, overrides
+from ..core.middleware import AsyncMiddleware, OfferCall, chain, check_middleware, wraps
 from ..core.statements import QueueStatements, Statements, offer_requests
 from ..drivers.aio import AsyncConnection, AsyncDriver, run
 from ..durations import Seconds
@@ -93,7 +93,7 @@ class AsyncDelayedQueue:
         #: The middleware around this queue's offers (and, by default, around the handler calls of
         #: its workers): :mod:`pyqueue.core.middleware`.
         self.middleware = check_middleware(middleware, AsyncMiddleware)
-        self._offers_wrapped = any(overrides(layer, "offer") for layer in self.middleware)
+        self._offers_wrapped = wraps(self.middleware, "offer")
 
     async def __aenter__(self) -> AsyncDelayedQueue:
         await self.open()

@@ -17,7 +17,7 @@ import psycopg
 
 from ..core import steps
 from ..core.delivery import Delivery, Runners, WorkerCore
-from ..core.middleware import AsyncMiddleware, HandlerCall, chain, overrides
+from ..core.middleware import AsyncMiddleware, HandlerCall
 from ..core.steps import Stepper, WorkerStep, WorkerSteps
 from ..drivers.aio import resolve
 from ..drivers.signals import stop_signals
@@ -62,9 +62,6 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
         self._runners_cancelled = False  # set as _drain cancels the runners' tasks after the grace period
         self._ended = asyncio.Event()  # a handler ended since the run loop last counted (or a stop)
         self._runners = Runners(self.concurrency, self._ended.set)  # the handler slots: deliveries and their runners
-        #: The handler wrapped in the middleware that wrap handler calls, or None without any.
-        self._through = chain(self.middleware, "handle", self._call_handler) if any(
-            overrides(layer, "handle") for layer in self.middleware) else None
         self._spawned: set[asyncio.Task[Any]] = set()  # steps driven beside the run loop (acknowledgements)
 
     def stop(self) -> None:
@@ -147,7 +144,7 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
                 assert_never(step)
 
     def _running(self) -> int:
-        self._ended.clear()  # a handler ending from now on ends the next WAIT at once
+        self._ended.clear()  # a handler ending from now on ends the next WaitForHandlers at once
         return self._runners.held
 
     async def _wait_handlers(self, timeout: float) -> None:

@@ -32,7 +32,7 @@ from uuid import UUID
 from ..durations import Seconds, as_timedelta, format_duration
 from ..errors import ConnectionFailed, InvalidArgument, PyQueueError
 from ..limits import POLL_MAX_COUNT
-from .middleware import HandlerCall, check_middleware
+from .middleware import HandlerCall, chain, check_middleware, wraps
 from .steps import (
     AckMany,
     CountHeld,
@@ -451,6 +451,9 @@ class WorkerCore(Generic[Q, H]):
         #: The middleware around each handler call (:mod:`pyqueue.core.middleware`): by default the queue's.
         self.middleware = check_middleware(getattr(queue, "middleware", ()) if middleware is None else middleware,
                                            self._middleware_kind)
+        #: The handler wrapped in the middleware that wrap handler calls, or None without any.
+        self._through = chain(self.middleware, "handle", self._call_handler) if wraps(
+            self.middleware, "handle") else None
         self.stats = WorkerStats()
         self._deliveries = Deliveries(self.stats)
         self._stopping = False
@@ -478,6 +481,11 @@ class WorkerCore(Generic[Q, H]):
         self.stop()
 
     def stop(self) -> None:  # pragma: no cover - every driver defines it
+        raise NotImplementedError
+
+    def _call_handler(self, call: HandlerCall[Any]) -> Any:  # pragma: no cover - every driver defines it
+        """The innermost step of the middleware chain: the handler on ``call.message``, with
+        ``call.started()`` before and ``call.ended(…)`` after (a coroutine in the asyncio driver)."""
         raise NotImplementedError
 
     # -- the run loop --------------------------------------------------------------------------

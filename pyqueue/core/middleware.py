@@ -48,7 +48,7 @@ from typing import Any, Generic, Literal, TypeVar
 from ..errors import InvalidArgument
 from ..model import OfferRequest
 
-__all__ = ["AsyncMiddleware", "HandlerCall", "Middleware", "OfferCall", "chain", "check_middleware", "overrides"]
+__all__ = ["AsyncMiddleware", "HandlerCall", "Middleware", "OfferCall", "chain", "check_middleware", "wraps"]
 
 M = TypeVar("M")
 
@@ -149,7 +149,7 @@ def chain(
     async layer's method returns a coroutine, awaited by the layer around it)."""
     call = final
     for layer in reversed(layers):
-        if overrides(layer, method):
+        if _overrides(layer, method):
             call = _wrapped(getattr(layer, method), call)
     return call
 
@@ -161,7 +161,13 @@ def _wrapped(method: Callable[[Any, Next], Any], call_next: Next) -> Next:
     return lambda call: method(call, call_next)
 
 
-def overrides(layer: Any, method: Literal["handle", "offer"]) -> bool:
+def wraps(layers: Sequence[Any], method: Literal["handle", "offer"]) -> bool:
+    """Whether any of ``layers`` defines its own ``method``: without one, :func:`chain` would add
+    nothing, and the caller keeps its direct path."""
+    return any(_overrides(layer, method) for layer in layers)
+
+
+def _overrides(layer: Any, method: Literal["handle", "offer"]) -> bool:
     """Whether ``layer`` defines its own ``method`` (else it passes through and is left out)."""
     own = getattr(type(layer), method)
     return own is not getattr(Middleware, method) and own is not getattr(AsyncMiddleware, method)

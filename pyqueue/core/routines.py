@@ -15,7 +15,7 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 from uuid import uuid4
 
 import psycopg
@@ -28,8 +28,6 @@ from .steps import Acquire, ClientPid, Handoff, NoPrepare, Notified, Release, Ro
 
 __all__ = ["Listening", "behind_pooler", "start_listening", "poll_waiting", "transaction", "dead_letter_queue_of"]
 
-T = TypeVar("T")
-C = TypeVar("C")  # a connection (sync or async)
 
 log = logging.getLogger("pyqueue.client")
 

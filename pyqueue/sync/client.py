@@ -21,7 +21,7 @@ from uuid import UUID
 from psycopg_pool import ConnectionPool
 
 from ..core import routines
-from ..core.middleware import Middleware, OfferCall, chain, check_middleware, overrides
+from ..core.middleware import Middleware, OfferCall, chain, check_middleware, wraps
 from ..core.statements import QueueStatements, Statements, offer_requests
 from ..drivers.sync import Connection, Driver, run
 from ..durations import Seconds
@@ -102,7 +102,7 @@ class DelayedQueue:
         #: The middleware around this queue's offers (and, by default, around the handler calls of
         #: its workers): :mod:`pyqueue.core.middleware`.
         self.middleware = check_middleware(middleware, Middleware)
-        self._offers_wrapped = any(overrides(layer, "offer") for layer in self.middleware)
+        self._offers_wrapped = wraps(self.middleware, "offer")
 
     def __enter__(self) -> DelayedQueue:
         self.open()

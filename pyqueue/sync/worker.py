@@ -29,7 +29,7 @@ from typing import Any, assert_never
 
 from ..core import steps
 from ..core.delivery import Backoff, Delivery, Runners, WorkerCore, WorkerStats
-from ..core.middleware import HandlerCall, Middleware, chain, overrides
+from ..core.middleware import HandlerCall, Middleware
 from ..core.steps import Stepper, WorkerStep, WorkerSteps
 from ..drivers.signals import stop_signals
 from ..drivers.sync import resolve
@@ -129,9 +129,6 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
         self._pool: ThreadPoolExecutor | None = None
         self._ended = threading.Event()  # a handler ended since the run loop last counted
         self._runners = Runners(self.concurrency, self._ended.set)  # the handler slots: deliveries and their runners
-        #: The handler wrapped in the middleware that wrap handler calls, or None without any.
-        self._through = chain(self.middleware, "handle", self._call_handler) if any(
-            overrides(layer, "handle") for layer in self.middleware) else None
         self._spawned: set[Future[Any]] = set()  # steps driven beside the run loop (acknowledgements)
         self._beside: ThreadPoolExecutor | None = None  # their thread
 
@@ -219,7 +216,7 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
                 assert_never(step)
 
     def _running(self) -> int:
-        self._ended.clear()  # a handler ending from now on ends the next WAIT at once
+        self._ended.clear()  # a handler ending from now on ends the next WaitForHandlers at once
         return self._runners.held
 
     def _start(self, delivery: Delivery) -> None:

@@ -11,6 +11,7 @@ Imports inside functions and under ``TYPE_CHECKING`` count: a cycle hidden there
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,9 @@ def imports(name: str, path: Path, known: set[str]) -> tuple[set[str], set[str]]
     return inside, outside
 
 
+@functools.cache
 def graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """The imports of every module, read once per test session (the tests only read them)."""
     found = modules()
     known = set(found)
     edges, external = {}, {}
