@@ -197,6 +197,9 @@ class Drain:
     # Diagnostic: ANALYZE the table right after the backlog's commit (in the measured time, both
     # sides), which invalidates the plans the consumers' sessions cached while the table was empty.
     analyze_backlog: bool = False
+    # The workers' handler: bench.handlers:noop_async under --async, bench.handlers:noop otherwise
+    # (bench.handlers:noop under --async is a plain function the async worker runs off its loop).
+    handler: str | None = None
 
     def worker_flags(self) -> tuple[str, ...]:
         """The flags of the workers."""
@@ -239,8 +242,8 @@ def run_workers_side(admin: psycopg.Connection[Any], dsn: str, spec: Drain, work
     n = spec.backlog
     prepare_table(admin, DQ)
     # track_functions on the workers' sessions: the calls and server time of each dq_* function.
-    workers = Workers(tracked(dsn), "bench.handlers:noop_async" if spec.use_async else "bench.handlers:noop",
-                      workers_n, spec.worker_flags(), workdir, f"throughput{workers_n}")
+    handler = spec.handler or ("bench.handlers:noop_async" if spec.use_async else "bench.handlers:noop")
+    workers = Workers(tracked(dsn), handler, workers_n, spec.worker_flags(), workdir, f"throughput{workers_n}")
     before = function_stats(admin)
     with workers:
         workers.wait_ready(admin)

@@ -7,9 +7,12 @@ only performs their I/O with asyncio tasks.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
+import threading
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from typing import Any, assert_never
 
@@ -33,12 +36,14 @@ log = logging.getLogger("pyqueue.aio")
 AsyncHandler = Callable[[AsyncMessage], Awaitable[Any] | Any]
 
 
+
 class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
     """Consume ``queue`` with ``handler`` in an asyncio event loop; the twin of :class:`pyqueue.Worker`
     (same parameters, defaults, errors and delivery guarantees).
 
     :param handler: a coroutine function (awaited in the loop, at most ``concurrency`` at once) or
-        a plain function (run in a thread with :func:`asyncio.to_thread`) taking an :class:`AsyncMessage`.
+        a plain function (run in the worker's own ``concurrency`` threads, short ones one after
+        the other in one thread) taking an :class:`AsyncMessage`.
         Whatever it raises, a ``CancelledError`` that comes out of a task it awaited included, is
         a failure of its message, as for :class:`pyqueue.Worker`; only the worker's own
         cancellation of a handler still running after ``shutdown_grace`` is not (its message is
@@ -54,6 +59,12 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
 
     def _setup(self) -> None:
         self._is_coroutine = inspect.iscoroutinefunction(self.handler)
+        # Plain handlers without handler middleware: runs of them in threads (_run_plain).
+        self._plain_runs = not self._is_coroutine and self._through is None
+        self._threads: ThreadPoolExecutor | None = None  # where plain handlers run, while run() runs
+        self._plain_lock = threading.Lock()  # guards the two below, written by the handler threads
+        self._plain_outcomes: list[tuple[Delivery, BaseException | None]] = []  # for _settle_plain
+        self._plain_wake = False  # a _settle_plain is scheduled in the loop
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
         self._stopped: asyncio.Task[Any] | None = None  # ends at the stop: what idle waits race against
@@ -81,6 +92,8 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
             self._stop_event.set()
         self._stopped = asyncio.create_task(self._stop_event.wait())
         self._heartbeat = asyncio.create_task(self._drive(self.heartbeat_steps()), name="pyqueue-heartbeat")
+        if not self._is_coroutine:
+            self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="pyqueue-handler")
         ticker = None
         try:
             with stop_signals(self._on_signal) if install_signal_handlers else nullcontext():
@@ -89,6 +102,8 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
                 await self._drive(self.run_steps(self.queue.queue))
         finally:
             await self._finish()
+            if self._threads is not None:
+                self._threads.shutdown(wait=False, cancel_futures=True)
             if ticker is not None:
                 await asyncio.to_thread(ticker.stop, 10)
 
@@ -165,6 +180,8 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
     async def _run_waiting(self) -> None:
         """A runner task: see :class:`pyqueue.core.delivery.Runners`. Coroutine handlers that do not
         suspend run one after the other in it, without a task of their own."""
+        if self._plain_runs:
+            return await self._run_plain()
         for delivery, one_more in self._runners.run():
             if one_more:
                 self._start_runner()
@@ -190,6 +207,65 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
             if failure is not None:
                 return await self._drive(self.failed_steps(delivery, failure))  # type: ignore[no-any-return]
         self.handler_returned(delivery)
+
+    async def _run_plain(self) -> None:
+        """A runner task of a plain handler: its run of handlers goes on in a thread
+        (:meth:`_plain_run`), whose outcomes the loop settles as they come (:meth:`_settle_plain`)."""
+        self._runners.started()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._threads, self._plain_run, loop, contextvars.copy_context())
+
+    def _plain_run(self, loop: asyncio.AbstractEventLoop, context: contextvars.Context) -> None:
+        """In a thread: the handler on the waiting deliveries, one after the other, each in a copy of
+        the runner task's context, until none waits. Each outcome goes to the loop: at once when
+        the loop has settled every earlier one, else with the others it has not yet taken (one
+        wake-up of the loop per batch of short handlers, not one per message, and never held back
+        by a slow handler that follows). A runner to start (the ramp-up of
+        :class:`~pyqueue.core.delivery.Runners`) is started in the loop at once."""
+        while not self._runners_cancelled:
+            delivery, one_more = self._runners.take()
+            if delivery is None:
+                return
+            if one_more:
+                self._in_loop(loop, self._start_runner)
+            try:
+                context.copy().run(self.handler, delivery.message)
+            except BaseException as exc:  # whatever it raised settles it, as in _handle
+                outcome: BaseException | None = exc
+            else:
+                outcome = None
+            with self._plain_lock:
+                self._plain_outcomes.append((delivery, outcome))
+                wake, self._plain_wake = not self._plain_wake, True
+            if wake:
+                self._in_loop(loop, self._settle_plain)
+
+    @staticmethod
+    def _in_loop(loop: asyncio.AbstractEventLoop, callback: Callable[[], object]) -> None:
+        try:
+            loop.call_soon_threadsafe(callback)
+        except RuntimeError:  # the loop closed: the worker ended, the lock of the message expires
+            pass
+
+    def _settle_plain(self) -> None:
+        """In the loop: settle the outcomes the handler threads recorded, as :meth:`_handle` does
+        (a failure's nack in a task of its own); each delivery's end counted once settled."""
+        with self._plain_lock:
+            outcomes, self._plain_outcomes, self._plain_wake = self._plain_outcomes, [], False
+        for delivery, exc in outcomes:
+            if exc is None:
+                self.handler_returned(delivery)
+                self._runners.ended()
+            else:
+                task = asyncio.create_task(self._failed_plain(delivery, exc))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _failed_plain(self, delivery: Delivery, exc: BaseException) -> None:
+        try:
+            await self._drive(self.failed_steps(delivery, exc))
+        finally:
+            self._runners.ended()
 
     async def _call_handler(self, call: HandlerCall[AsyncMessage]) -> Any:
         """The innermost step of the middleware chain: the handler, its outcome and duration recorded."""
@@ -235,7 +311,8 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
     async def _call(self, message: AsyncMessage) -> Any:
         if self._is_coroutine:
             return await self.handler(message)
-        return await asyncio.to_thread(self.handler, message)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads, contextvars.copy_context().run, self.handler, message)
 
     async def _poll(self, max_count: int, idle: bool) -> list[AsyncMessage]:
         if not idle:
