@@ -72,6 +72,12 @@ bench-peers: venv up
 bench-controls: venv up
 	$(PY) -m bench.controls --dsn "$(DSN)" $(CONTROLS_ARGS)
 
+# The speed figures users compare first (batched offers and polls, one worker, 16 workers), each against
+# plain SQL in the same run, median of 3 with the spread and PASS/MISS verdicts (about 6 min):
+# make bench-targets [TARGETS_ARGS="--quick"]
+bench-targets: venv up
+	$(PY) -m bench.targets --dsn "$(DSN)" $(TARGETS_ARGS)
+
 bench-quick: venv up
 	$(PY) -m bench.core --dsn "$(DSN)" --quick
 

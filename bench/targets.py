@@ -188,6 +188,10 @@ def measure(admin: psycopg.Connection[Any], dsn: str, figure: Figure, cfg: Confi
         )
     ratios = [r["ratio"] for r in runs]
     median = statistics.median(ratios)
+
+    def cpu(side: str, key: str) -> float | None:
+        values = [r[side]["details"].get(key) for r in runs]
+        return None if None in values else statistics.median(values)
     return {
         **asdict(figure),
         "ratio": median,
@@ -196,6 +200,9 @@ def measure(admin: psycopg.Connection[Any], dsn: str, figure: Figure, cfg: Confi
         "dq_rows_per_s": statistics.median(r["dq"]["rows_per_s"] for r in runs),
         "baseline_rows_per_s": statistics.median(r["baseline"]["rows_per_s"] for r in runs),
         "other_cpu_max": max(max(r["dq"]["other_cpu"], r["baseline"]["other_cpu"]) for r in runs),
+        # CPU per row (µs, medians): the database's backends, and the consumer processes (worker figures)
+        "server_us": {side: cpu(side, "server_us_per_row") for side in SIDES},
+        "consumer_us": {side: cpu(side, "consumer_us_per_row") for side in SIDES},
         "pass": None if figure.target is None else median >= figure.target,
         "runs": runs,
     }
@@ -204,22 +211,53 @@ def measure(admin: psycopg.Connection[Any], dsn: str, figure: Figure, cfg: Confi
 # --------------------------------------------------------------------------- report
 
 
+def _us(pair: dict[str, float | None] | None) -> str:
+    """A side-by-side CPU figure (queue | plain SQL, µs per row), blank where not measured."""
+    if not pair or pair.get("dq") is None or pair.get("baseline") is None:
+        return ""
+    return f"{pair['dq']:.1f} | {pair['baseline']:.1f}"
+
+
 def figures_table(report: dict[str, Any]) -> Table:
     rows = []
     for f in report["figures"]:
         target = f["target"]
         rows.append((
             f["path"], f["title"], f["baseline"], f"{f['dq_rows_per_s']:,.0f}", f"{f['baseline_rows_per_s']:,.0f}",
-            f"{f['ratio']:.2f}", f"{f['ratio_min']:.2f}–{f['ratio_max']:.2f}", f"{f['other_cpu_max']:.0%}",
+            f"{f['ratio']:.2f}", f"{f['ratio_min']:.2f}–{f['ratio_max']:.2f}", _us(f.get("server_us")),
+            _us(f.get("consumer_us")), f"{f['other_cpu_max']:.0%}",
             "" if target is None else f"≥ {target:.2f}", "" if target is None else status(f["pass"]),
         ))
     repeat = report["config"]["repeat"]
     return rich_table(
         f"Speed targets ({report['mode']}): the queue / plain SQL on the same server, median of {repeat} "
         f"run{'s' if repeat > 1 else ''} (rates: rows/s, medians)",
-        ("path", "queue", "plain SQL", "queue/s", "plain/s", "ratio", "spread", "other CPU", "target", "verdict"),
+        ("path", "queue", "plain SQL", "queue/s", "plain/s", "ratio", "spread", "server µs/row q|p",
+         "consumer µs/row q|p", "other CPU", "target", "verdict"),
         rows, left=("path", "queue", "plain SQL"),
     )
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    """The figures as the markdown table docs/performance.md quotes ("Speed targets")."""
+    repeat = summary["config"]["repeat"]
+    lines = [
+        f"`python -m bench.targets` ({summary['mode']}, {summary['timestamp']}, commit "
+        f"{summary['source'].get('git_head', '?')[:7]}): median of {repeat} runs; "
+        "ratio = queue / plain SQL within a run.",
+        "",
+        "| path | queue | plain SQL | queue/s | plain/s | ratio | spread | other CPU | target | verdict |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for f in summary["figures"]:
+        target = f["target"]
+        lines.append(
+            f"| {f['path']} | {f['title']} | {f['baseline']} | {f['dq_rows_per_s']:,.0f} | "
+            f"{f['baseline_rows_per_s']:,.0f} | {f['ratio']:.2f} | {f['ratio_min']:.2f}–{f['ratio_max']:.2f} | "
+            f"{f['other_cpu_max']:.0%} | {'' if target is None else f'≥ {target:.2f}'} | "
+            f"{'' if target is None else ('PASS' if f['pass'] else 'MISS')} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def tables(report: dict[str, Any]) -> list[Table]:
