@@ -33,7 +33,7 @@ from .errors import (
     ValueTooLong,
 )
 from .migrate import migrate
-from .model import OfferOutcome, OfferRequest, QueueStats, StoredMessage
+from .model import OfferCounts, OfferOutcome, OfferRequest, QueueStats, StoredMessage
 from .serializers import SerializerRegistry, registry
 from .sync.client import DelayedQueue, Message, TransactionalBatch, all_stats
 from .sync.worker import Backoff, Worker, WorkerStats
@@ -43,6 +43,7 @@ __version__ = "0.2.0.dev0"
 __all__ = [
     "DelayedQueue",
     "Message",
+    "OfferCounts",
     "OfferOutcome",
     "OfferRequest",
     "StoredMessage",

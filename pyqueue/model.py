@@ -10,9 +10,10 @@ decoders build these objects.
 
 from __future__ import annotations
 
+import collections
 import enum
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -24,6 +25,7 @@ from .serializers import SerializerRegistry
 from .serializers import registry as default_registry
 
 __all__ = [
+    "OfferCounts",
     "OfferOutcome",
     "OfferRequest",
     "MessageBase",
@@ -47,6 +49,27 @@ class OfferOutcome(enum.Enum):
     CREATED = "created"
     UPDATED = "updated"
     IGNORED = "ignored"
+
+
+@dataclass(frozen=True, slots=True)
+class OfferCounts:
+    """How many elements of a batch offer were created, updated and ignored
+    (:meth:`pyqueue.DelayedQueue.offer_many_counts`).
+
+    :ivar created: new keys.
+    :ivar updated: existing messages replaced (``can_update`` and something differed).
+    :ivar ignored: elements that changed nothing.
+    """
+
+    created: int
+    updated: int
+    ignored: int
+
+    @classmethod
+    def of(cls, outcomes: Iterable[OfferOutcome]) -> OfferCounts:
+        """The counts of ``outcomes`` (the values of :meth:`pyqueue.DelayedQueue.offer_many`'s result)."""
+        tally = collections.Counter(outcomes)
+        return cls(tally[OfferOutcome.CREATED], tally[OfferOutcome.UPDATED], tally[OfferOutcome.IGNORED])
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ DROP FUNCTION IF EXISTS dq_offer(text, text, jsonb, timestamptz, boolean, text);
 DROP FUNCTION IF EXISTS dq_offer(text, text, text, timestamptz, boolean, text);
 DROP FUNCTION IF EXISTS dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[]);
 DROP FUNCTION IF EXISTS dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text);
+-- dq__offer_many returned TABLE (key, outcome) before it returned counts and an array of outcomes.
+DROP FUNCTION IF EXISTS dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text, integer[], text[], timestamptz[], jsonb[]);
 
 
 -- dq_offer: insert, or replace when the key is present and something differs.
@@ -164,8 +166,11 @@ SELECT dq__search_path(internal => true);  -- internal helpers: created in the p
 -- dq_offer_many: dq_offer's semantics for each element, set-based: one validation query and
 -- one INSERT .. ON CONFLICT for the whole batch; element positions in errors are 1-based.
 -- dq__offer_many is the body, for input that dq__offer_many_error found valid (its callers check
--- first and raise); fn is the public function calling, cron_prefix the owner recorded on the rows
--- it writes (dq_install_tick's key_prefix; NULL for dq_offer_many).
+-- first and raise), shared by dq_offer_many, dq_offer_many_counts and dq_install_tick: fn is the
+-- public function calling, cron_prefix the owner recorded on the rows it writes (dq_install_tick's
+-- key_prefix; NULL otherwise). It returns how many elements were created, updated and ignored and,
+-- when with_outcomes, each element's outcome in input order; outcomes is NULL when every element
+-- was created (the common batch: the caller pairs keys with 'created' without a second pass).
 --
 -- Concurrency: as dq_offer, per row. Rows are inserted in bytewise key order (COLLATE "C", the
 -- key column's collation, whatever the database's), as dead-lettering and redrive insert theirs, so
@@ -180,46 +185,53 @@ CREATE OR REPLACE FUNCTION dq__offer_many(
     can_update      boolean,
     payload_types   text[],
     cron_prefix     text,
-    priorities      integer[] DEFAULT NULL,
-    message_groups  text[] DEFAULT NULL,
-    expires_ats     timestamptz[] DEFAULT NULL,
-    headers         jsonb[] DEFAULT NULL)
-RETURNS TABLE (key text, outcome text)
+    priorities      integer[],
+    message_groups  text[],
+    expires_ats     timestamptz[],
+    headers         jsonb[],
+    with_outcomes   boolean,
+    OUT created     bigint,
+    OUT updated     bigint,
+    OUT ignored     bigint,
+    OUT outcomes    text[])
 LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_n          integer := coalesce(cardinality(dq__offer_many.keys), 0);
-    v_now        timestamptz := dq__now();
-    v_keys       text[];
-    v_outcomes   text[];
-    v_changed_at timestamptz;
-    v_woken      boolean;
-    v_groups     text[];
-    v_group_dues timestamptz[];
-    v_updated    bigint[];
-    v_settled    integer;
+    v_n            integer := coalesce(cardinality(dq__offer_many.keys), 0);
+    v_now          timestamptz := dq__now();
+    v_changed_at   timestamptz;
+    v_woken        boolean;
+    v_groups       text[];
+    v_group_dues   timestamptz[];
+    v_updated_ids  bigint[];
+    v_updated_keys text[];
+    v_created_keys text[];
+    v_settled      integer;
 BEGIN
+    created := 0;
+    updated := 0;
+    ignored := 0;
     IF v_n = 0 THEN
         RETURN;
     END IF;
 
+    -- One statement writes the batch and sums up what it wrote from the rows it returns (never a
+    -- join back to the input): the counts, the earliest due time of the ungrouped rows (to wake a
+    -- waiter), the groups written to and their due times (to settle them), the rows updated (whose
+    -- old group may need settling) and, for the outcomes, the keys created and updated.
     IF dq__offer_many.can_update THEN
-        WITH input AS (
-            SELECT u.k, u.p, coalesce(u.s, v_now) AS s, coalesce(u.t, 'bytes') AS t, u.i,
-                   coalesce(u.pr, 0) AS pr, u.g, u.e, u.h
-              FROM unnest(dq__offer_many.keys, dq__offer_many.payloads,
-                          dq__offer_many.scheduled_ats, dq__offer_many.payload_types,
-                          dq__offer_many.priorities, dq__offer_many.message_groups,
-                          dq__offer_many.expires_ats, dq__offer_many.headers)
-                   WITH ORDINALITY AS u(k, p, s, t, pr, g, e, h, i)
-        ), ins AS (
+        WITH ins AS (
             INSERT INTO dq_messages AS m
                    (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, cron_prefix,
                     priority, message_group, expires_at, headers)
-            SELECT dq__offer_many.queue, input.k, input.p, input.t, input.s, input.s, v_now, dq__offer_many.cron_prefix,
-                   input.pr, input.g, input.e, input.h
-              FROM input ORDER BY input.k COLLATE "C"
+            SELECT dq__offer_many.queue, u.k, u.p, coalesce(u.t, 'bytes'), coalesce(u.s, v_now), coalesce(u.s, v_now),
+                   v_now, dq__offer_many.cron_prefix, coalesce(u.pr, 0), u.g, u.e, u.h
+              FROM unnest(dq__offer_many.keys, dq__offer_many.payloads,
+                          dq__offer_many.scheduled_ats, dq__offer_many.payload_types,
+                          dq__offer_many.priorities, dq__offer_many.message_groups,
+                          dq__offer_many.expires_ats, dq__offer_many.headers) AS u(k, p, s, t, pr, g, e, h)
+             ORDER BY u.k COLLATE "C"
             ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO UPDATE
                SET payload = EXCLUDED.payload,
                    payload_type = EXCLUDED.payload_type,
@@ -241,49 +253,46 @@ BEGIN
                 OR m.headers IS DISTINCT FROM EXCLUDED.headers
             RETURNING m.key AS k, (m.xmax = 0) AS inserted, m.scheduled_at AS s, m.id, m.message_group AS g
         )
-        SELECT array_agg(input.k ORDER BY input.i),
-               array_agg(CASE WHEN ins.k IS NULL THEN 'ignored' WHEN ins.inserted THEN 'created' ELSE 'updated' END
-                         ORDER BY input.i),
+        SELECT count(*) FILTER (WHERE ins.inserted), count(*) FILTER (WHERE NOT ins.inserted),
                min(ins.s) FILTER (WHERE ins.g IS NULL),
                array_agg(ins.g) FILTER (WHERE ins.g IS NOT NULL),
                array_agg(ins.s) FILTER (WHERE ins.g IS NOT NULL),
-               array_agg(ins.id) FILTER (WHERE NOT ins.inserted)
-          INTO v_keys, v_outcomes, v_changed_at, v_groups, v_group_dues, v_updated
-          FROM input LEFT JOIN ins ON ins.k = input.k;
+               array_agg(ins.id) FILTER (WHERE NOT ins.inserted),
+               array_agg(ins.k) FILTER (WHERE NOT ins.inserted),
+               array_agg(ins.k) FILTER (WHERE ins.inserted AND dq__offer_many.with_outcomes)
+          INTO created, updated, v_changed_at, v_groups, v_group_dues, v_updated_ids, v_updated_keys, v_created_keys
+          FROM ins;
     ELSE
-        WITH input AS (
-            SELECT u.k, u.p, coalesce(u.s, v_now) AS s, coalesce(u.t, 'bytes') AS t, u.i,
-                   coalesce(u.pr, 0) AS pr, u.g, u.e, u.h
-              FROM unnest(dq__offer_many.keys, dq__offer_many.payloads,
-                          dq__offer_many.scheduled_ats, dq__offer_many.payload_types,
-                          dq__offer_many.priorities, dq__offer_many.message_groups,
-                          dq__offer_many.expires_ats, dq__offer_many.headers)
-                   WITH ORDINALITY AS u(k, p, s, t, pr, g, e, h, i)
-        ), ins AS (
+        WITH ins AS (
             INSERT INTO dq_messages AS m
                    (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, cron_prefix,
                     priority, message_group, expires_at, headers)
-            SELECT dq__offer_many.queue, input.k, input.p, input.t, input.s, input.s, v_now, dq__offer_many.cron_prefix,
-                   input.pr, input.g, input.e, input.h
-              FROM input ORDER BY input.k COLLATE "C"
+            SELECT dq__offer_many.queue, u.k, u.p, coalesce(u.t, 'bytes'), coalesce(u.s, v_now), coalesce(u.s, v_now),
+                   v_now, dq__offer_many.cron_prefix, coalesce(u.pr, 0), u.g, u.e, u.h
+              FROM unnest(dq__offer_many.keys, dq__offer_many.payloads,
+                          dq__offer_many.scheduled_ats, dq__offer_many.payload_types,
+                          dq__offer_many.priorities, dq__offer_many.message_groups,
+                          dq__offer_many.expires_ats, dq__offer_many.headers) AS u(k, p, s, t, pr, g, e, h)
+             ORDER BY u.k COLLATE "C"
             ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO NOTHING
             RETURNING m.key AS k, m.scheduled_at AS s, m.message_group AS g
         )
-        SELECT array_agg(input.k ORDER BY input.i),
-               array_agg(CASE WHEN ins.k IS NULL THEN 'ignored' ELSE 'created' END ORDER BY input.i),
+        SELECT count(*),
                min(ins.s) FILTER (WHERE ins.g IS NULL),
                array_agg(ins.g) FILTER (WHERE ins.g IS NOT NULL),
-               array_agg(ins.s) FILTER (WHERE ins.g IS NOT NULL)
-          INTO v_keys, v_outcomes, v_changed_at, v_groups, v_group_dues
-          FROM input LEFT JOIN ins ON ins.k = input.k;
+               array_agg(ins.s) FILTER (WHERE ins.g IS NOT NULL),
+               array_agg(ins.k) FILTER (WHERE dq__offer_many.with_outcomes)
+          INTO created, v_changed_at, v_groups, v_group_dues, v_created_keys
+          FROM ins;
     END IF;
+    ignored := v_n - created - updated;
 
     -- Groups: those written to (due when their earliest written row is), and those that updated
     -- messages headed before the update moved them to another group (due now); each is settled once,
     -- in lock order (sql/020_groups.sql).
-    IF v_updated IS NOT NULL THEN
+    IF v_updated_ids IS NOT NULL THEN
         v_groups := v_groups || ARRAY(SELECT g.message_group FROM dq_groups g
-                                       WHERE g.head_id = ANY (v_updated) AND g.queue = dq__offer_many.queue);
+                                       WHERE g.head_id = ANY (v_updated_ids) AND g.queue = dq__offer_many.queue);
     END IF;
     IF v_groups IS NOT NULL THEN
         v_settled := dq__settle_groups(array_fill(dq__offer_many.queue, ARRAY[cardinality(v_groups)]), v_groups,
@@ -292,11 +301,20 @@ BEGIN
     -- Wake a waiter that would sleep past the earliest created/updated ungrouped message
     -- (sql/010_wait.sql); v_changed_at is NULL when there is none.
     v_woken := dq__wake(dq__offer_many.queue, v_changed_at);
-    RETURN QUERY SELECT r.k, r.o FROM unnest(v_keys, v_outcomes) AS r(k, o);
+
+    -- The outcomes in input order, when some element was not created (keys are distinct: checked).
+    IF dq__offer_many.with_outcomes AND created <> v_n THEN
+        SELECT array_agg(CASE WHEN c.k IS NOT NULL THEN 'created' WHEN d.k IS NOT NULL THEN 'updated' ELSE 'ignored' END
+                         ORDER BY u.i)
+          INTO outcomes
+          FROM unnest(dq__offer_many.keys) WITH ORDINALITY AS u(k, i)
+          LEFT JOIN unnest(v_created_keys) AS c(k) ON c.k = u.k
+          LEFT JOIN unnest(v_updated_keys) AS d(k) ON d.k = u.k;
+    END IF;
 END;
 $$;
-COMMENT ON FUNCTION dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text, integer[], text[], timestamptz[], jsonb[]) IS 'Internal: the body of dq_offer_many (fn: the public function named in errors); cron_prefix is recorded as the owner of the rows it creates or updates (dq_install_tick).';
-REVOKE ALL ON FUNCTION dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text, integer[], text[], timestamptz[], jsonb[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+COMMENT ON FUNCTION dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text, integer[], text[], timestamptz[], jsonb[], boolean) IS 'Internal: the body of dq_offer_many and dq_offer_many_counts (fn: the public function named in errors): the numbers of elements created, updated and ignored, and with with_outcomes each outcome in input order (NULL when all were created); cron_prefix is recorded as the owner of the rows it creates or updates (dq_install_tick).';
+REVOKE ALL ON FUNCTION dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text, integer[], text[], timestamptz[], jsonb[], boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
 CREATE OR REPLACE FUNCTION dq_offer_many(
@@ -315,7 +333,8 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_error jsonb;
+    v_error    jsonb;
+    v_outcomes text[];
 BEGIN
     v_error := dq__offer_many_error('dq_offer_many', dq_offer_many.queue, dq_offer_many.keys, dq_offer_many.payloads,
                                     dq_offer_many.scheduled_ats, dq_offer_many.can_update, dq_offer_many.payload_types,
@@ -326,16 +345,63 @@ BEGIN
     ELSIF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    RETURN QUERY SELECT o.key, o.outcome
-      FROM dq__offer_many('dq_offer_many', dq_offer_many.queue, dq_offer_many.keys, dq_offer_many.payloads,
-                          dq_offer_many.scheduled_ats, dq_offer_many.can_update, dq_offer_many.payload_types, NULL,
-                          dq_offer_many.priorities, dq_offer_many.message_groups, dq_offer_many.expires_ats,
-                          dq_offer_many.headers) AS o;
+    v_outcomes := (dq__offer_many('dq_offer_many', dq_offer_many.queue, dq_offer_many.keys, dq_offer_many.payloads,
+                                  dq_offer_many.scheduled_ats, dq_offer_many.can_update, dq_offer_many.payload_types,
+                                  NULL, dq_offer_many.priorities, dq_offer_many.message_groups,
+                                  dq_offer_many.expires_ats, dq_offer_many.headers, true)).outcomes;
+    -- No outcomes: every element was created. unnest pads the shorter (or NULL) array with NULLs.
+    RETURN QUERY SELECT u.k, coalesce(u.o, 'created') FROM unnest(dq_offer_many.keys, v_outcomes) AS u(k, o);
 END;
 $$;
 COMMENT ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) IS 'dq_offer_many(queue, keys, payloads, scheduled_ats, can_update, payload_types, priorities, message_groups, expires_ats, headers) -> TABLE(key, outcome): dq_offer for each element, in one statement, outcomes in input order. Errors: as dq_offer, naming the element (keys[3]), and 22023 unequal lengths or a repeated key, 54000 over 100000 elements; nothing is written on error.';
 REVOKE ALL ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) TO dq_producer;
+
+-- dq_offer_many_counts: dq_offer_many for callers that read only how many elements were created,
+-- updated and ignored (bulk producers such as the Spark writer): the same body, checks and errors,
+-- without building a row per element. Concurrency: as dq_offer_many.
+CREATE OR REPLACE FUNCTION dq_offer_many_counts(
+    queue           text,
+    keys            text[],
+    payloads        bytea[],
+    scheduled_ats   timestamptz[] DEFAULT NULL,
+    can_update      boolean DEFAULT true,
+    payload_types   text[] DEFAULT NULL,
+    priorities      integer[] DEFAULT NULL,
+    message_groups  text[] DEFAULT NULL,
+    expires_ats     timestamptz[] DEFAULT NULL,
+    headers         jsonb[] DEFAULT NULL)
+RETURNS TABLE (created bigint, updated bigint, ignored bigint)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_error jsonb;
+BEGIN
+    v_error := dq__offer_many_error('dq_offer_many_counts', dq_offer_many_counts.queue, dq_offer_many_counts.keys,
+                                    dq_offer_many_counts.payloads, dq_offer_many_counts.scheduled_ats,
+                                    dq_offer_many_counts.can_update, dq_offer_many_counts.payload_types,
+                                    dq_offer_many_counts.priorities, dq_offer_many_counts.message_groups,
+                                    dq_offer_many_counts.expires_ats, dq_offer_many_counts.headers);
+    IF v_error ? 'hint' THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
+    ELSIF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    SELECT o.created, o.updated, o.ignored INTO dq_offer_many_counts.created, dq_offer_many_counts.updated,
+                                                dq_offer_many_counts.ignored
+      FROM dq__offer_many('dq_offer_many_counts', dq_offer_many_counts.queue, dq_offer_many_counts.keys,
+                          dq_offer_many_counts.payloads, dq_offer_many_counts.scheduled_ats,
+                          dq_offer_many_counts.can_update, dq_offer_many_counts.payload_types, NULL,
+                          dq_offer_many_counts.priorities, dq_offer_many_counts.message_groups,
+                          dq_offer_many_counts.expires_ats, dq_offer_many_counts.headers, false) AS o;
+    RETURN NEXT;
+END;
+$$;
+COMMENT ON FUNCTION dq_offer_many_counts(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) IS 'dq_offer_many_counts(queue, keys, payloads, scheduled_ats, can_update, payload_types, priorities, message_groups, expires_ats, headers) -> TABLE(created, updated, ignored): dq_offer_many returning one row of counts instead of a row per element. Errors: as dq_offer_many; nothing is written on error.';
+REVOKE ALL ON FUNCTION dq_offer_many_counts(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) FROM PUBLIC;
+-- dq_producer offers, like dq_offer_many.
+GRANT EXECUTE ON FUNCTION dq_offer_many_counts(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) TO dq_producer;
 
 -- Re-pin the SECURITY DEFINER functions of this file to the private schema first (sql/000_common.sql).
 SELECT dq__search_path(internal => false);

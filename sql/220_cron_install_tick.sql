@@ -209,9 +209,10 @@ BEGIN
     ELSIF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    SELECT count(*) FILTER (WHERE o.outcome = 'created') INTO v_created
+    SELECT o.created INTO v_created
       FROM dq__offer_many('dq_install_tick', dq_install_tick.queue, v_keys, v_pays, v_times, dq_install_tick.can_update,
-                          array_fill(v_type, ARRAY[cardinality(v_keys)]), dq_install_tick.key_prefix) o;
+                          array_fill(v_type, ARRAY[cardinality(v_keys)]), dq_install_tick.key_prefix, NULL, NULL, NULL,
+                          NULL, false) o;
     RETURN v_created;
 END;
 $$;

@@ -34,7 +34,7 @@ from ..core.statements import QueueStatements, Statements, offer_requests
 from ..drivers.aio import AsyncConnection, AsyncDriver, run
 from ..durations import Seconds
 from ..errors import translating
-from ..model import Batch, LockedMessage, OfferOutcome, OfferRequest, QueueStats, StoredMessage
+from ..model import Batch, LockedMessage, OfferCounts, OfferOutcome, OfferRequest, QueueStats, StoredMessage
 from ..serializers import SerializerRegistry
 from ..serializers import registry as default_registry
 from .cron import AsyncQueueCron
@@ -152,6 +152,18 @@ class AsyncDelayedQueue:
             outcomes: dict[str, OfferOutcome] = await self._offer_through_middleware(call, conn)
             return outcomes
         return await self._driver.run(self._statements.offer_many(items, can_update), conn)
+
+    async def offer_many_counts(
+        self, items: Iterable[OfferRequest | tuple[str, Any]], can_update: bool = True, *,
+        conn: AsyncConnection | None = None,
+    ) -> OfferCounts:
+        """Offer many, returning only the counts (``dq_offer_many_counts``); see
+        :meth:`pyqueue.DelayedQueue.offer_many_counts`."""
+        if self._offers_wrapped:
+            call = OfferCall(self.queue, offer_requests(items), can_update, True)
+            outcomes: dict[str, OfferOutcome] = await self._offer_through_middleware(call, conn)
+            return OfferCounts.of(outcomes.values())
+        return await self._driver.run(self._statements.offer_many_counts(items, can_update), conn)
 
     async def _offer_through_middleware(self, call: OfferCall, conn: Any) -> Any:
         """Run the offer ``call`` through the middleware, then its statement on ``conn``."""

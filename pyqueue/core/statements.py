@@ -28,6 +28,7 @@ from ..errors import InvalidArgument
 from ..model import (
     CronSchedule,
     LockedMessage,
+    OfferCounts,
     OfferOutcome,
     OfferRequest,
     QueueStats,
@@ -123,8 +124,37 @@ def _outcomes(names: Sequence[str], rows: Rows) -> dict[str, OfferOutcome]:
     return {row[key]: OfferOutcome(row[outcome]) for row in rows}
 
 
+def _counts(names: Sequence[str], rows: Rows) -> OfferCounts:
+    """The one row of ``dq_offer_many_counts`` (zeros without a row: nothing was sent)."""
+    if not rows:
+        return OfferCounts(0, 0, 0)
+    row = dict(zip(names, rows[0], strict=True))
+    return OfferCounts(row["created"], row["updated"], row["ignored"])
+
+
 def _schedule(row: dict[str, Any]) -> CronSchedule:
     return CronSchedule(**{**row, "next_occurrences": tuple(row["next_occurrences"] or ())})
+
+
+# The arguments of a batch offer (dq_offer_many, dq_offer_many_counts): each element's time as in
+# offer; its expiry, when some element has a ttl, likewise. (SELECT dq_now()) is an uncorrelated
+# subquery: evaluated once per statement, not per element.
+_OFFER_MANY_ARGS = (
+    "(%(queue)s, %(keys)s::text[], %(payloads)s::bytea[], "
+    "(SELECT array_agg(coalesce(u.at, (SELECT {s}dq_now()) + coalesce(u.delay, interval '0')) ORDER BY u.i) "
+    "   FROM unnest(%(ats)s::timestamptz[], %(delays)s::interval[]) WITH ORDINALITY AS u(at, delay, i)), "
+    "%(can_update)s, %(payload_types)s::text[], %(priorities)s::integer[], %(groups)s::text[], "
+    "CASE WHEN %(ttls)s::interval[] IS NULL THEN %(expires_ats)s::timestamptz[] ELSE "
+    "(SELECT array_agg(coalesce(u.expires_at, "
+    "coalesce(u.at, (SELECT {s}dq_now()) + coalesce(u.delay, interval '0')) + u.ttl) "
+    "                  ORDER BY u.i) "
+    "   FROM unnest(%(ats)s::timestamptz[], %(delays)s::interval[], %(expires_ats)s::timestamptz[], "
+    "               %(ttls)s::interval[]) WITH ORDINALITY AS u(at, delay, expires_at, ttl, i)) END, "
+    "%(headers)s::jsonb[])"
+)
+# Every element due now, without controls.
+_OFFER_MANY_NOW_ARGS = (
+    "(%(queue)s, %(keys)s::text[], %(payloads)s::bytea[], NULL, %(can_update)s, %(payload_types)s::text[])")
 
 
 @dataclass(frozen=True)
@@ -141,25 +171,11 @@ class SqlTexts:
         "FROM (SELECT coalesce(%(at)s::timestamptz, {s}dq_now() + coalesce(%(delay)s::interval, interval '0')) "
         "AS at) AS t"
     )
-    # Each element's time as in offer; its expiry, when some element has a ttl, likewise.
-    # (SELECT dq_now()) is an uncorrelated subquery: evaluated once per statement, not per element.
-    offer_many: str = (
-        "SELECT key, outcome FROM {s}dq_offer_many(%(queue)s, %(keys)s::text[], %(payloads)s::bytea[], "
-        "(SELECT array_agg(coalesce(u.at, (SELECT {s}dq_now()) + coalesce(u.delay, interval '0')) ORDER BY u.i) "
-        "   FROM unnest(%(ats)s::timestamptz[], %(delays)s::interval[]) WITH ORDINALITY AS u(at, delay, i)), "
-        "%(can_update)s, %(payload_types)s::text[], %(priorities)s::integer[], %(groups)s::text[], "
-        "CASE WHEN %(ttls)s::interval[] IS NULL THEN %(expires_ats)s::timestamptz[] ELSE "
-        "(SELECT array_agg(coalesce(u.expires_at, "
-        "coalesce(u.at, (SELECT {s}dq_now()) + coalesce(u.delay, interval '0')) + u.ttl) "
-        "                  ORDER BY u.i) "
-        "   FROM unnest(%(ats)s::timestamptz[], %(delays)s::interval[], %(expires_ats)s::timestamptz[], "
-        "               %(ttls)s::interval[]) WITH ORDINALITY AS u(at, delay, expires_at, ttl, i)) END, "
-        "%(headers)s::jsonb[])"
-    )
-    offer_many_now: str = (
-        "SELECT key, outcome FROM {s}dq_offer_many(%(queue)s, %(keys)s::text[], %(payloads)s::bytea[], NULL, "
-        "%(can_update)s, %(payload_types)s::text[])"
-    )
+    # {many}, {many_now}: the arguments of a batch offer (_OFFER_MANY_ARGS, _OFFER_MANY_NOW_ARGS).
+    offer_many: str = "SELECT key, outcome FROM {s}dq_offer_many{many}"
+    offer_many_now: str = "SELECT key, outcome FROM {s}dq_offer_many{many_now}"
+    offer_many_counts: str = "SELECT created, updated, ignored FROM {s}dq_offer_many_counts{many}"
+    offer_many_counts_now: str = "SELECT created, updated, ignored FROM {s}dq_offer_many_counts{many_now}"
     poll: str = "SELECT {delivery} FROM {s}dq_poll_many(%(queue)s, %(max_count)s, %(lock_timeout)s)"
     poll_or_wait: str = (
         "SELECT {delivery}, extract(epoch FROM wake_in)::float8 AS wake_in_s FROM (SELECT *, %(queue)s::text AS queue "
@@ -231,9 +247,9 @@ def qualified(cls: type[S], schema: str | None, marks: Mapping[str, str] | None 
     """The dataclass ``cls`` of statement texts (its fields' defaults) naming the install in
     ``schema``: each ``{s}`` becomes ``"schema".`` (quoted as an identifier, ``%`` doubled for the
     placeholder syntax), or nothing when ``schema`` is None (the ``search_path`` decides); each
-    other mark of ``marks`` becomes its value."""
+    other mark of ``marks`` becomes its value first (a value may hold ``{s}``)."""
     prefix = "" if schema is None else sql.Identifier(schema).as_string(None).replace("%", "%%") + "."
-    replacements = {"{s}": prefix, **(marks or {})}
+    replacements = {**(marks or {}), "{s}": prefix}
     texts = {}
     for f in fields(cls):
         text = str(f.default)
@@ -249,7 +265,8 @@ def sql_texts(schema: str | None) -> SqlTexts:
     ``%`` doubled for the placeholder syntax), or the bare ``dq_…`` names when ``schema`` is None."""
     return qualified(SqlTexts, schema, {
         "{delivery}": _select_list(LockedMessage), "{stored}": _select_list(StoredMessage),
-        "{stats}": _select_list(QueueStats), "{schedule}": _select_list(CronSchedule)})
+        "{stats}": _select_list(QueueStats), "{schedule}": _select_list(CronSchedule),
+        "{many}": _OFFER_MANY_ARGS, "{many_now}": _OFFER_MANY_NOW_ARGS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,6 +397,26 @@ class QueueStatements(Statements):
     def offer_many(
         self, items: Iterable[OfferRequest | tuple[str, Any]], can_update: bool
     ) -> Statement[dict[str, OfferOutcome]]:
+        """``dq_offer_many`` of ``items``: ``{key: OfferOutcome}`` in input order."""
+        params, now = self._offer_many_params(items, can_update)
+        if params is None:
+            return Statement(None, None, _outcomes)
+        return Statement(self.sql.offer_many_now if now else self.sql.offer_many, params, _outcomes)
+
+    def offer_many_counts(
+        self, items: Iterable[OfferRequest | tuple[str, Any]], can_update: bool
+    ) -> Statement[OfferCounts]:
+        """``dq_offer_many_counts`` of ``items``: how many were created, updated and ignored."""
+        params, now = self._offer_many_params(items, can_update)
+        if params is None:
+            return Statement(None, None, _counts)
+        return Statement(self.sql.offer_many_counts_now if now else self.sql.offer_many_counts, params, _counts)
+
+    def _offer_many_params(
+        self, items: Iterable[OfferRequest | tuple[str, Any]], can_update: bool
+    ) -> tuple[dict[str, Any] | None, bool]:
+        """The checked parameters of a batch offer (None for no items), and whether every element is
+        due now without controls (the statement of the short argument list then takes them)."""
         keys: list[str] = []
         payloads: list[bytes] = []
         types: list[str] = []
@@ -402,11 +439,11 @@ class QueueStatements(Statements):
             ats.append(at)
             delays.append(delay_td)
         if not keys:
-            return Statement(None, None, _outcomes)
+            return None, True
         params = self._q(keys=keys, payloads=payloads, can_update=can_update, payload_types=types)
         timed = not all(a is None for a in ats) or not all(d is None for d in delays)
         if not timed and all(c.default for c in controls):
-            return Statement(self.sql.offer_many_now, params, _outcomes)
+            return params, True
 
         def column(values: list[Any], default: Any = None) -> list[Any] | None:
             """The array of one control, or None (the default for every element) when none is set."""
@@ -417,7 +454,7 @@ class QueueStatements(Statements):
             groups=column([c.group for c in controls]), expires_ats=column([c.expires_at for c in controls]),
             ttls=column([c.ttl for c in controls]), headers=column([c.headers for c in controls]),
         )
-        return Statement(self.sql.offer_many, params, _outcomes)
+        return params, False
 
     def offer_call(self, call: OfferCall) -> Statement[Any]:
         """The statement of an offer that went through middleware (:mod:`pyqueue.core.middleware`):

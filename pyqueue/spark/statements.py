@@ -13,21 +13,34 @@ from ..core.statements import qualified
 
 __all__ = ["Statements", "statements"]
 
-# One batch of staged rows offered by one set-based dq_offer_many call. A key repeated within the
-# batch is offered once: with can_update the last row of the batch (highest seq) wins, without it
-# the first (lowest seq) wins, which is what offering the rows one by one in order would leave.
-# The four array_agg run over the same rows in the same order, so their elements line up.
-_OFFER_STAGED = """
-SELECT o.outcome, count(*)::bigint
-  FROM (SELECT array_agg(s.key) AS keys, array_agg(s.payload) AS payloads,
+# One batch of staged rows offered by one set-based call. A key repeated within the batch is
+# offered once: with can_update the last row of the batch (highest seq) wins, without it the first
+# (lowest seq) wins, which is what offering the rows one by one in order would leave. The four
+# array_agg run over the same rows in the same order, so their elements line up.
+_STAGED = """(SELECT array_agg(s.key) AS keys, array_agg(s.payload) AS payloads,
                array_agg(s.at) AS ats,
                array_agg(s.payload_type) AS types
           FROM (SELECT DISTINCT ON (t.key) t.key, t.payload, t.payload_type, t.at
                   FROM dq_spark_stage t
                  WHERE t.batch = %(batch)s
                  ORDER BY t.key, t.seq {order}) AS s) AS a
-       CROSS JOIN LATERAL {s}dq_offer_many(%(queue)s, a.keys, a.payloads, a.ats, %(can_update)s, a.types) AS o
- GROUP BY o.outcome"""
+       CROSS JOIN LATERAL"""
+_STAGED_ARGS = "(%(queue)s, a.keys, a.payloads, a.ats, %(can_update)s, a.types)"
+# writeMethod=arrays: one batch sent as binary arrays (already de-duplicated, see rows.Batching).
+_ARRAYS_ARGS = (
+    "(%(queue)s, %(keys)b::text[], %(payloads)b::bytea[], %(ats)b::timestamptz[], %(can_update)s, %(types)b::text[])")
+# Every offer statement returns (outcome, number of rows): dq_offer_many_counts where the install
+# has it (no row per key), else the outcomes of dq_offer_many counted.
+_BY_OUTCOME = "SELECT o.outcome, count(*)::bigint FROM {source} {s}dq_offer_many{args} AS o GROUP BY o.outcome"
+_COUNTS = (
+    "SELECT v.outcome, v.n FROM {source} {s}dq_offer_many_counts{args} AS o"
+    " CROSS JOIN LATERAL (VALUES ('created', o.created), ('updated', o.updated), ('ignored', o.ignored))"
+    " AS v(outcome, n)"
+)
+
+
+def _offer(template: str, source: str, args: str) -> str:
+    return template.replace("{source}", source).replace("{args}", args)
 
 
 @dataclass(frozen=True)
@@ -35,12 +48,15 @@ class Statements:
     """The SQL text of every statement; ``{s}`` stands for the schema prefix (see :func:`statements`)."""
 
     # On the driver, before a write: the job's default time (now(), in microseconds since 1970),
-    # and whether the install has dq_offer_many (in the schema given, else on the search_path).
+    # whether the install has dq_offer_many and whether it has dq_offer_many_counts (in the schema
+    # given, else on the search_path).
     writer_check: str = (
         "SELECT (extract(epoch FROM date_trunc('microseconds', now())) * 1000000)::int8, "
-        "EXISTS (SELECT FROM pg_catalog.pg_proc p WHERE p.proname = 'dq_offer_many' "
+        "coalesce(bool_or(p.proname = 'dq_offer_many'), false), "
+        "coalesce(bool_or(p.proname = 'dq_offer_many_counts'), false) "
+        "FROM (SELECT) AS one LEFT JOIN pg_catalog.pg_proc p ON p.proname IN ('dq_offer_many', 'dq_offer_many_counts') "
         "AND CASE WHEN %(schema)s::text IS NULL THEN pg_catalog.pg_function_is_visible(p.oid) "
-        "ELSE p.pronamespace = (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = %(schema)s) END)"
+        "ELSE p.pronamespace = (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = %(schema)s) END"
     )
 
     # The staging table of one task (writeMethod=copy): its whole partition, checked, before
@@ -59,15 +75,12 @@ CREATE TEMPORARY TABLE dq_spark_stage (
     stage_index: str = "CREATE INDEX ON dq_spark_stage (batch)"
     stage_analyze: str = "ANALYZE dq_spark_stage"
     stage_drop: str = "DROP TABLE IF EXISTS dq_spark_stage"
-    offer_staged_last: str = _OFFER_STAGED.replace("{order}", "DESC")
-    offer_staged_first: str = _OFFER_STAGED.replace("{order}", "ASC")
-
-    # writeMethod=arrays: one batch sent as binary arrays (already de-duplicated, see rows.Batching).
-    offer_arrays: str = """
-SELECT o.outcome, count(*)::bigint
-  FROM {s}dq_offer_many(%(queue)s, %(keys)b::text[], %(payloads)b::bytea[], %(ats)b::timestamptz[],
-                     %(can_update)s, %(types)b::text[]) AS o
- GROUP BY o.outcome"""
+    offer_staged_last: str = _offer(_BY_OUTCOME, _STAGED.replace("{order}", "DESC"), _STAGED_ARGS)
+    offer_staged_first: str = _offer(_BY_OUTCOME, _STAGED.replace("{order}", "ASC"), _STAGED_ARGS)
+    offer_arrays: str = _offer(_BY_OUTCOME, "", _ARRAYS_ARGS)
+    offer_staged_last_counts: str = _offer(_COUNTS, _STAGED.replace("{order}", "DESC"), _STAGED_ARGS)
+    offer_staged_first_counts: str = _offer(_COUNTS, _STAGED.replace("{order}", "ASC"), _STAGED_ARGS)
+    offer_arrays_counts: str = _offer(_COUNTS, "", _ARRAYS_ARGS)
 
     # Reading (sql/170_export.sql): the smallest and largest id of the rows matching the filters,
     # and the call that opens a cursor over the rows of an id range (lo <= id < hi) matching them.

@@ -1,4 +1,5 @@
-"""Writing: each task offers its partition through ``dq_offer_many`` (docs/spark.md, "Writing"),
+"""Writing: each task offers its partition through ``dq_offer_many_counts`` (``dq_offer_many`` on
+an install older than it; docs/spark.md, "Writing"),
 in batches of ``batchSize`` rows, one call and one transaction per batch, by one of two methods
 (option ``writeMethod``):
 
@@ -135,6 +136,8 @@ class DelayedQueueWriter(DataSourceArrowWriter):
             raise ValueError(
                 f"{NAME}: the database of 'dsn' has no dq_offer_many{where}; install the queue (pyqueue migrate{flag})"
             )
+        # dq_offer_many_counts (no row per key) where the install has it, dq_offer_many before it.
+        self.counts_only = bool(row[2])
         self.batching = Batching(
             columns=tuple(f.name for f in schema.fields),
             batch_size=self.options.batch_size,
@@ -228,7 +231,10 @@ class DelayedQueueWriter(DataSourceArrowWriter):
         staged = time.perf_counter()
         counts = dict.fromkeys(OUTCOMES, 0)
         batches = (seq + size - 1) // size
-        query = self.sql.offer_staged_last if self.batching.can_update else self.sql.offer_staged_first
+        if self.batching.can_update:
+            query = self.sql.offer_staged_last_counts if self.counts_only else self.sql.offer_staged_last
+        else:
+            query = self.sql.offer_staged_first_counts if self.counts_only else self.sql.offer_staged_first
         for b in range(batches):
             self._maybe_fail(partition, attempt, b)
             rows = conn.execute(
@@ -255,10 +261,11 @@ class DelayedQueueWriter(DataSourceArrowWriter):
         encoded (in this thread) while the database runs the current one (in another thread)."""
         counts = dict.fromkeys(OUTCOMES, 0)
         done = {"rows": 0, "batches": 0, "superseded": 0, "offer_s": 0.0}
+        query = self.sql.offer_arrays_counts if self.counts_only else self.sql.offer_arrays
 
         def offer(batch: OfferBatch, params: dict[str, Any]) -> None:  # in the offering thread
             t = time.perf_counter()
-            for outcome, n in conn.execute(self.sql.offer_arrays, params).fetchall():  # autocommit: one transaction
+            for outcome, n in conn.execute(query, params).fetchall():  # autocommit: one transaction
                 counts[outcome] += int(n)
             done["rows"] += batch.rows
             done["batches"] += 1

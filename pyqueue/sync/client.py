@@ -26,7 +26,7 @@ from ..core.statements import QueueStatements, Statements, offer_requests
 from ..drivers.sync import Connection, Driver, run
 from ..durations import Seconds
 from ..errors import translating
-from ..model import Batch, LockedMessage, OfferOutcome, OfferRequest, QueueStats, StoredMessage
+from ..model import Batch, LockedMessage, OfferCounts, OfferOutcome, OfferRequest, QueueStats, StoredMessage
 from ..serializers import SerializerRegistry
 from ..serializers import registry as default_registry
 from .cron import QueueCron
@@ -222,6 +222,29 @@ class DelayedQueue:
             outcomes: dict[str, OfferOutcome] = self._offer_through_middleware(call, conn)
             return outcomes
         return self._driver.run(self._statements.offer_many(items, can_update), conn)
+
+    def offer_many_counts(
+        self, items: Iterable[OfferRequest | tuple[str, Any]], can_update: bool = True, *,
+        conn: Connection | None = None,
+    ) -> OfferCounts:
+        """Offer many messages as :meth:`offer_many` does (``dq_offer_many_counts``), returning only
+        how many were created, updated and ignored: for bulk producers that do not read the
+        outcome of each key (the database builds no row per key).
+
+        :param items: as :meth:`offer_many`.
+        :param can_update: as :meth:`offer`, for every item.
+        :param conn: the caller's connection and transaction (outbox), as in :meth:`offer`.
+        :returns: :class:`OfferCounts`.
+        :raises InvalidArgument: as :meth:`offer_many`.
+
+        With middleware around offers, the batch goes through it as an ``offer_many`` call (its
+        result is ``{key: OfferOutcome}``) and the outcomes are counted here.
+        """
+        if self._offers_wrapped:
+            call = OfferCall(self.queue, offer_requests(items), can_update, True)
+            outcomes: dict[str, OfferOutcome] = self._offer_through_middleware(call, conn)
+            return OfferCounts.of(outcomes.values())
+        return self._driver.run(self._statements.offer_many_counts(items, can_update), conn)
 
     def _offer_through_middleware(self, call: OfferCall, conn: Any) -> Any:
         """Run the offer ``call`` through the middleware, then its statement on ``conn``."""

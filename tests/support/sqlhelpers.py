@@ -321,6 +321,21 @@ def drain_worker(barrier: Any, dsn: str, queue: str, batch: int) -> list[str]:
             keys.extend(r[0] for r in rows)
 
 
+def offer_many_counts_worker(
+    barrier: Any, dsn: str, queue: str, keys: list[str], payloads: list[bytes], scheduled_at: datetime
+) -> tuple[int, int, int]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT 1")
+        barrier.wait(30)
+        row = conn.execute(
+            "SELECT created, updated, ignored FROM dq_offer_many_counts(%s, %s::text[], %s::bytea[], "
+            "array_fill(%s::timestamptz, ARRAY[cardinality(%s::text[])]))",
+            (queue, keys, payloads, scheduled_at, keys),
+        ).fetchone()
+        assert row is not None
+        return (row[0], row[1], row[2])
+
+
 def offer_many_worker(
     barrier: Any, dsn: str, queue: str, keys: list[str], payloads: list[bytes], scheduled_at: datetime
 ) -> list[tuple[str, str]]:
