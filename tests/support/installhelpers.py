@@ -29,6 +29,7 @@ ROLES = ("dq_producer", "dq_consumer", "dq_admin")
 ROLE_OF = {
     "dq_offer": "dq_producer",
     "dq_offer_many": "dq_producer",
+    "dq_offer_many_counts": "dq_producer",
     "dq_cancel": "dq_producer",
     "dq_poll_many": "dq_consumer",
     "dq_poll_or_wait": "dq_consumer",
