@@ -26,6 +26,8 @@ from .serializers import registry as default_registry
 __all__ = [
     "OfferOutcome",
     "OfferRequest",
+    "NackOutcome",
+    "NackResult",
     "MessageBase",
     "StoredMessage",
     "LockedMessage",
@@ -47,6 +49,35 @@ class OfferOutcome(enum.Enum):
     CREATED = "created"
     UPDATED = "updated"
     IGNORED = "ignored"
+
+
+class NackOutcome(enum.Enum):
+    """Where a nacked message went: back to its queue, to its dead-letter queue, or nowhere (the
+    lock token no longer held it)."""
+
+    RETRIED = "retried"
+    DEAD_LETTERED = "dead_lettered"
+    STALE = "stale"
+
+
+@dataclass(frozen=True)
+class NackResult:
+    """What a nack did (``dq_nack_outcome``).
+
+    :param outcome: :class:`NackOutcome`.
+    :param due: when the message is due again (timezone-aware), for ``RETRIED``; else None.
+    :param dead_letter_queue: the queue it was moved to at its queue's ``max_deliveries``, for
+        ``DEAD_LETTERED``; else None.
+    """
+
+    outcome: NackOutcome
+    due: datetime | None = None
+    dead_letter_queue: str | None = None
+
+    @property
+    def nacked(self) -> bool:
+        """True unless the lock was lost (what ``nack`` returns)."""
+        return self.outcome is not NackOutcome.STALE
 
 
 @dataclass(frozen=True)

@@ -195,15 +195,19 @@ COMMENT ON FUNCTION dq_ack_many(uuid[]) IS 'dq_ack_many(lock_tokens uuid[]) -> i
 REVOKE ALL ON FUNCTION dq_ack_many(uuid[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_ack_many(uuid[]) TO dq_consumer;
 
-CREATE OR REPLACE FUNCTION dq_nack(lock_token uuid, delay interval DEFAULT '0', error text DEFAULT NULL)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
-SET enable_seqscan = off
-SET jit = off
+-- The negative acknowledgement, written once for dq_nack and dq_nack_outcome: fn names the caller
+-- in error messages. Returns where the message went (outcome 'retried', due again at due;
+-- 'dead_lettered', moved to dead_letter_queue at the queue's max_deliveries; 'stale', the token
+-- holds no message) or problem, the error for the caller to raise. No SET clause: it runs only
+-- inside those two, with their settings (pinned search_path, no sequential scan, no JIT).
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
+CREATE OR REPLACE FUNCTION dq__nack(fn text, lock_token uuid, delay interval, error text,
+                                   OUT outcome text, OUT due timestamptz, OUT dead_letter_queue text,
+                                   OUT problem jsonb)
+LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_error    jsonb;
     v_id     bigint;
     v_queue  text;
     v_at     timestamptz;
@@ -216,45 +220,52 @@ DECLARE
     v_dead   boolean;
     v_limit  integer;
     v_set    boolean;
+    v_moved  integer;
 BEGIN
     v_now := dq__clock();
-    v_error := coalesce(
-        CASE WHEN dq_nack.lock_token IS NULL THEN dq__null_error('dq_nack', 'lock_token') END,
-        dq__time_after_error('dq_nack', 'delay', dq_nack.delay, v_now, true),
-        CASE WHEN char_length(dq_nack.error) > dq__limit_error_chars()
-             THEN dq__text_error('dq_nack', 'error', dq_nack.error, dq__limit_error_chars()) END);
-    IF v_error IS NULL THEN
-        -- The row lock first (FOR UPDATE waits for a transaction holding the message, then
-        -- re-checks the token on the row's latest version), then the clock: a wait does not move the
-        -- stored due time and error time into the past. The delay is checked again at that time.
-        SELECT m.id INTO v_id FROM dq_messages m WHERE m.lock_token = dq_nack.lock_token FOR UPDATE;
-        IF NOT FOUND THEN
-            RETURN false;
-        END IF;
-        v_now := dq__clock();
-        v_error := dq__time_after_error('dq_nack', 'delay', dq_nack.delay, v_now, true);
+    problem := coalesce(
+        CASE WHEN dq__nack.lock_token IS NULL THEN dq__null_error(fn, 'lock_token') END,
+        dq__time_after_error(fn, 'delay', dq__nack.delay, v_now, true),
+        CASE WHEN char_length(dq__nack.error) > dq__limit_error_chars()
+             THEN dq__text_error(fn, 'error', dq__nack.error, dq__limit_error_chars()) END);
+    IF problem IS NOT NULL THEN
+        RETURN;
     END IF;
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    outcome := 'stale';
+    -- The row lock first (FOR UPDATE waits for a transaction holding the message, then re-checks the
+    -- token on the row's latest version: after a concurrent ack or a new poll it matches no row), then
+    -- the clock: a wait does not move the stored due time and error time into the past. The delay is
+    -- checked again at that time.
+    SELECT m.id INTO v_id FROM dq_messages m WHERE m.lock_token = dq__nack.lock_token FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
     END IF;
-    v_at := v_now + dq_nack.delay;
+    v_now := dq__clock();
+    problem := dq__time_after_error(fn, 'delay', dq__nack.delay, v_now, true);
+    IF problem IS NOT NULL THEN
+        outcome := NULL;
+        RETURN;
+    END IF;
+    v_at := v_now + dq__nack.delay;
     UPDATE dq_messages m
        SET scheduled_at = v_at,
            lock_token = NULL,
-           last_error = coalesce(dq_nack.error, m.last_error),
-           last_error_at = CASE WHEN dq_nack.error IS NOT NULL THEN v_now ELSE m.last_error_at END
-     WHERE m.id = v_id AND m.lock_token = dq_nack.lock_token
+           last_error = coalesce(dq__nack.error, m.last_error),
+           last_error_at = CASE WHEN dq__nack.error IS NOT NULL THEN v_now ELSE m.last_error_at END
+     WHERE m.id = v_id AND m.lock_token = dq__nack.lock_token
     RETURNING m.id, m.queue, m.scheduled_at, m.delivery_count, m.message_group, m.dead_from IS NOT NULL
          INTO v_id, v_queue, v_at, v_count, v_group, v_dead;
     IF NOT FOUND THEN
-        RETURN false;
+        RETURN;
     END IF;
     -- At the delivery limit: dead-letter now rather than after the delay (sql/140_dead_letters.sql).
     SELECT q.max_deliveries, q.dead_letter_queue, q.max_in_flight INTO v_max, v_dlq, v_limit
       FROM dq_queues q WHERE q.queue = v_queue;
     IF v_count >= v_max THEN
-        PERFORM dq__dead_letter(ARRAY[v_id], v_dlq, dq__clock());
-        RETURN true;
+        v_moved := dq__dead_letter(ARRAY[v_id], v_dlq, dq__clock());
+        outcome := 'dead_lettered';
+        dead_letter_queue := v_dlq;
+        RETURN;
     END IF;
     IF v_group IS NOT NULL AND NOT v_dead THEN
         -- The message keeps its place at the head of its group, due again at v_at (queued when
@@ -265,12 +276,57 @@ BEGIN
         v_woken := dq__wake_blocked(v_queue);  -- a slot is free
     END IF;
     v_woken := dq__wake(v_queue, v_at);
-    RETURN true;
+    outcome := 'retried';
+    due := v_at;
 END;
 $$;
-COMMENT ON FUNCTION dq_nack(uuid, interval, text) IS 'dq_nack(lock_token uuid, delay interval default 0, error text default NULL) -> boolean: gives the message back, due again at now + delay with error as its last_error, or moves it to the dead-letter queue at the queue''s max_deliveries; false for a stale token. Errors: 22004 NULL, 22023 delay negative, 22008 now + delay past 9999-12-30, 22001 error over 10000 characters.';
+COMMENT ON FUNCTION dq__nack(text, uuid, interval, text) IS 'Internal: the negative acknowledgement of dq_nack and dq_nack_outcome: (outcome retried | dead_lettered | stale, due, dead_letter_queue, problem: the error to raise, naming fn).';
+REVOKE ALL ON FUNCTION dq__nack(text, uuid, interval, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
+
+-- Kept for the workers of earlier releases (an upgrade does not stop them): dq_nack_outcome, but
+-- only whether the token held the message.
+CREATE OR REPLACE FUNCTION dq_nack(lock_token uuid, delay interval DEFAULT '0', error text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
+SET enable_seqscan = off
+SET jit = off
+AS $$
+DECLARE
+    v_done  record;
+BEGIN
+    v_done := dq__nack('dq_nack', dq_nack.lock_token, dq_nack.delay, dq_nack.error);
+    IF v_done.problem IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_done.problem->>'sqlstate', MESSAGE = v_done.problem->>'message';
+    END IF;
+    RETURN v_done.outcome <> 'stale';
+END;
+$$;
+COMMENT ON FUNCTION dq_nack(uuid, interval, text) IS 'dq_nack(lock_token uuid, delay interval default 0, error text default NULL) -> boolean: gives the message back, due again at now + delay with error as its last_error, or moves it to the dead-letter queue at the queue''s max_deliveries; false for a stale token (dq_nack_outcome says which). Errors: 22004 NULL, 22023 delay negative, 22008 now + delay past 9999-12-30, 22001 error over 10000 characters.';
 REVOKE ALL ON FUNCTION dq_nack(uuid, interval, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_nack(uuid, interval, text) TO dq_consumer;
+
+-- dq_nack that says where the message went, so a worker logs it without reading the message again.
+-- Safe with a concurrent ack, extend, nack or poll of the same message: the row lock (see dq__nack).
+CREATE OR REPLACE FUNCTION dq_nack_outcome(lock_token uuid, delay interval DEFAULT '0', error text DEFAULT NULL)
+RETURNS TABLE (outcome text, due timestamptz, dead_letter_queue text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
+SET enable_seqscan = off
+SET jit = off
+AS $$
+DECLARE
+    v_done  record;
+BEGIN
+    v_done := dq__nack('dq_nack_outcome', dq_nack_outcome.lock_token, dq_nack_outcome.delay, dq_nack_outcome.error);
+    IF v_done.problem IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_done.problem->>'sqlstate', MESSAGE = v_done.problem->>'message';
+    END IF;
+    RETURN QUERY SELECT v_done.outcome, v_done.due, v_done.dead_letter_queue;
+END;
+$$;
+COMMENT ON FUNCTION dq_nack_outcome(uuid, interval, text) IS 'dq_nack_outcome(lock_token uuid, delay interval default 0, error text default NULL) -> TABLE (outcome text, due timestamptz, dead_letter_queue text), one row: dq_nack, saying where the message went: retried (due again at due), dead_lettered (moved to dead_letter_queue at the queue''s max_deliveries) or stale (the token holds no message). Errors: as dq_nack.';
+REVOKE ALL ON FUNCTION dq_nack_outcome(uuid, interval, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_nack_outcome(uuid, interval, text) TO dq_consumer;
 
 CREATE OR REPLACE FUNCTION dq_extend(lock_token uuid, lock_timeout interval)
 RETURNS timestamptz
