@@ -33,7 +33,7 @@ from .errors import (
     ValueTooLong,
 )
 from .migrate import migrate
-from .model import OfferCounts, OfferOutcome, OfferRequest, QueueStats, StoredMessage
+from .model import NackOutcome, NackResult, OfferCounts, OfferOutcome, OfferRequest, QueueStats, StoredMessage
 from .serializers import SerializerRegistry, registry
 from .sync.client import DelayedQueue, Message, TransactionalBatch, all_stats
 from .sync.worker import Backoff, Worker, WorkerStats
@@ -46,6 +46,8 @@ __all__ = [
     "OfferCounts",
     "OfferOutcome",
     "OfferRequest",
+    "NackOutcome",
+    "NackResult",
     "StoredMessage",
     "QueueStats",
     "all_stats",

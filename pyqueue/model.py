@@ -28,6 +28,8 @@ __all__ = [
     "OfferCounts",
     "OfferOutcome",
     "OfferRequest",
+    "NackOutcome",
+    "NackResult",
     "MessageBase",
     "StoredMessage",
     "LockedMessage",
@@ -70,6 +72,35 @@ class OfferCounts:
         """The counts of ``outcomes`` (the values of :meth:`pyqueue.DelayedQueue.offer_many`'s result)."""
         tally = collections.Counter(outcomes)
         return cls(tally[OfferOutcome.CREATED], tally[OfferOutcome.UPDATED], tally[OfferOutcome.IGNORED])
+
+
+class NackOutcome(enum.Enum):
+    """Where a nacked message went: back to its queue, to its dead-letter queue, or nowhere (the
+    lock token no longer held it)."""
+
+    RETRIED = "retried"
+    DEAD_LETTERED = "dead_lettered"
+    STALE = "stale"
+
+
+@dataclass(frozen=True)
+class NackResult:
+    """What a nack did (``dq_nack_outcome``).
+
+    :param outcome: :class:`NackOutcome`.
+    :param due: when the message is due again (timezone-aware), for ``RETRIED``; else None.
+    :param dead_letter_queue: the queue it was moved to at its queue's ``max_deliveries``, for
+        ``DEAD_LETTERED``; else None.
+    """
+
+    outcome: NackOutcome
+    due: datetime | None = None
+    dead_letter_queue: str | None = None
+
+    @property
+    def nacked(self) -> bool:
+        """True unless the lock was lost (what ``nack`` returns)."""
+        return self.outcome is not NackOutcome.STALE
 
 
 @dataclass(frozen=True)

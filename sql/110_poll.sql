@@ -55,6 +55,8 @@ DECLARE
     v_grouped  boolean := false;  -- some candidate came from dq__poll_level (a group head may be among them)
     v_expiring boolean := false;  -- some ungrouped candidate is past its expires_at
     v_maxcount integer := 0;      -- the highest delivery_count of the ungrouped candidates
+    v_direct   boolean;           -- levels of ungrouped messages may be acquired in one statement each
+    v_taken    integer := 0;      -- messages acquired (and returned) that way
 BEGIN
     v_error := coalesce(
         dq__name_error('dq_poll_many', 'queue', dq_poll_many.queue, dq__limit_queue_chars()),
@@ -76,6 +78,15 @@ BEGIN
     v_want := v_admit.want;
     v_slots := v_admit.slots;
     v_until := v_now + dq_poll_many.lock_timeout;
+    -- When no candidate can leave the queue instead of being delivered (the queue has no
+    -- max_deliveries, and no message of it has expired: one probe of dq_messages_expires_at_idx), a
+    -- level of only ungrouped messages is locked and acquired in one statement, as the plain-SQL
+    -- loop of bench/core.py does (measured: 0.5 to 2 us a message less than gathering the candidates
+    -- first). Only while nothing was gathered, so the rows still come out highest level first. A
+    -- message that expires between the probe and that statement is passed over, not delivered, and
+    -- left to the next poll.
+    v_direct := v_cfg.max_deliveries IS NULL
+                AND NOT EXISTS (SELECT 1 FROM dq_messages d WHERE d.queue = dq_poll_many.queue AND d.expires_at <= v_now);
 
     -- Candidates, one priority level at a time from the highest. At each level: due ungrouped messages
     -- from dq_messages_ready_idx, and due FIFO groups from dq_groups, whose rows and heads are locked FOR
@@ -123,7 +134,7 @@ BEGIN
         END IF;
         EXIT WHEN v_p IS NULL AND v_gp IS NULL;
         v_top := greatest(v_p, v_gp);
-        v_got := cardinality(v_ids);
+        v_got := cardinality(v_ids) + v_taken;
         v_lids := NULL;
         v_ldue := NULL;
         IF v_gp = v_top AND v_gdue <= v_now THEN
@@ -131,6 +142,38 @@ BEGIN
             SELECT l.ids, l.due INTO v_lids, v_ldue
               FROM dq__poll_level(dq_poll_many.queue, v_top::smallint, v_now, v_want - v_got) l;
             v_grouped := true;
+        ELSIF v_p = v_top AND v_pdue <= v_now AND v_direct AND cardinality(v_ids) = 0 THEN
+            -- Only ungrouped messages are due at this level, none of them can leave the queue: acquired here.
+            RETURN QUERY
+            WITH c AS (
+                SELECT d.id, d.scheduled_at FROM dq_messages d
+                 WHERE d.queue = dq_poll_many.queue AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
+                   AND d.priority = v_top AND d.scheduled_at <= v_now
+                   AND (d.expires_at IS NULL OR d.expires_at > v_now)
+                 ORDER BY d.scheduled_at
+                 LIMIT v_want - v_got
+                   FOR UPDATE SKIP LOCKED
+            ), acquired AS (
+                UPDATE dq_messages m
+                   SET scheduled_at = v_until,
+                       lock_token = gen_random_uuid(),
+                       delivery_count = m.delivery_count + 1,
+                       due_at = c.scheduled_at,
+                       claimed_at = v_now
+                  FROM c
+                 WHERE m.id = c.id
+                RETURNING m.id, m.queue, m.key, m.payload, m.payload_type, c.scheduled_at AS due_at,
+                          m.scheduled_at_initially, m.created_at, m.delivery_count, m.lock_token,
+                          m.scheduled_at AS locked_until, m.claimed_at, m.priority::integer AS priority,
+                          m.message_group, m.expires_at, m.headers
+            )
+            SELECT a.id, a.queue, a.key, a.payload, a.payload_type, a.due_at, a.scheduled_at_initially,
+                   a.created_at, a.delivery_count, a.lock_token, a.locked_until, a.claimed_at, a.priority,
+                   a.message_group, a.expires_at, a.headers
+              FROM acquired a
+             ORDER BY a.due_at, a.id;
+            GET DIAGNOSTICS v_done = ROW_COUNT;
+            v_taken := v_taken + v_done;
         ELSIF v_p = v_top AND v_pdue <= v_now THEN
             -- Only ungrouped messages are due at this level.
             -- What the checks below need comes with the candidates, so a plain poll runs no query for them.
@@ -148,26 +191,30 @@ BEGIN
         END IF;
         v_ids := v_ids || coalesce(v_lids, '{}');
         v_due := v_due || coalesce(v_ldue, '{}');
-        IF cardinality(v_ids) = v_got THEN
+        IF cardinality(v_ids) + v_taken = v_got THEN
             v_passed := v_passed + 1;
         END IF;
-        EXIT WHEN cardinality(v_ids) >= v_want OR v_top <= dq__limit_priority_min();
+        EXIT WHEN cardinality(v_ids) + v_taken >= v_want OR v_top <= dq__limit_priority_min();
         v_level := v_top - 1;
     END LOOP;
     IF cardinality(v_ids) = 0 THEN
-        RETURN;
+        v_ids := NULL;
     END IF;
 
     -- Expired candidates and those already delivered max_deliveries times leave the queue instead of
     -- being delivered (dq__poll_remove); only a poll whose candidates may hold one looks.
-    IF v_expiring OR v_grouped OR v_maxcount >= v_cfg.max_deliveries THEN
+    IF v_ids IS NOT NULL AND (v_expiring OR v_grouped OR v_maxcount >= v_cfg.max_deliveries) THEN
         v_kept := dq__poll_remove(v_ids, v_due, v_cfg, v_now, v_expiring OR v_grouped,
                                   v_grouped OR v_maxcount >= v_cfg.max_deliveries);
         v_ids := v_kept.kept;
         v_due := v_kept.kept_dues;
-        IF v_ids IS NULL THEN
-            RETURN;
+    END IF;
+    IF v_ids IS NULL THEN
+        IF v_taken > 0 AND (v_slots IS NOT NULL OR v_cfg.max_in_flight IS NOT NULL) THEN
+            v_done := dq__poll_account(dq_poll_many.queue, '{}', v_until, v_now, false, v_slots[1:v_taken],
+                                       v_cfg.max_in_flight IS NOT NULL);
         END IF;
+        RETURN;
     END IF;
 
     RETURN QUERY
@@ -191,6 +238,7 @@ BEGIN
       FROM acquired a
      ORDER BY a.n;
     GET DIAGNOSTICS v_got = ROW_COUNT;
+    v_got := v_got + v_taken;
     IF v_grouped OR v_slots IS NOT NULL OR (v_cfg.max_in_flight IS NOT NULL AND v_got > 0) THEN
         v_done := dq__poll_account(dq_poll_many.queue, v_ids, v_until, v_now, v_grouped, v_slots[1:v_got],
                                    v_cfg.max_in_flight IS NOT NULL AND v_got > 0);

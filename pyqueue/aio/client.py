@@ -34,7 +34,7 @@ from ..core.statements import QueueStatements, Statements, offer_requests
 from ..drivers.aio import AsyncConnection, AsyncDriver, run
 from ..durations import Seconds
 from ..errors import translating
-from ..model import Batch, LockedMessage, OfferCounts, OfferOutcome, OfferRequest, QueueStats, StoredMessage
+from ..model import Batch, LockedMessage, NackResult, OfferCounts, OfferOutcome, OfferRequest, QueueStats, StoredMessage
 from ..serializers import SerializerRegistry
 from ..serializers import registry as default_registry
 from .cron import AsyncQueueCron
@@ -54,6 +54,12 @@ class AsyncMessage(LockedMessage["AsyncDelayedQueue"]):
         """Give the message back, visible again after ``delay`` (timedelta or seconds ≥ 0)."""
         client = self._require_client()
         return self._settle("nacked", await client.nack(self.lock_token, delay, error=error, conn=conn))
+
+    async def nack_outcome(self, delay: Seconds = 0, *, error: str | None = None) -> NackResult:
+        """As :meth:`pyqueue.Message.nack_outcome`."""
+        result = await self._require_client().nack_outcome(self, delay, error=error)
+        self._settle("nacked", result.nacked)
+        return result
 
     async def extend(self, timeout: Seconds, *, conn: AsyncConnection | None = None) -> datetime | None:
         """Keep the message invisible for ``timeout`` more from now; None when the lock was lost."""
@@ -223,6 +229,14 @@ class AsyncDelayedQueue:
     ) -> datetime | None:
         """Heartbeat (``dq_extend``): invisible until now + timeout; None if the lock was lost."""
         return await self._driver.run(self._statements.extend(lock_token, timeout), conn)
+
+    async def nack_outcome(
+        self, message: AsyncMessage, delay: Seconds = 0, *, error: str | None = None
+    ) -> NackResult:
+        """As :meth:`pyqueue.DelayedQueue.nack_outcome`."""
+        async with self._driver.connection(None) as c, c.transaction():
+            return await self._driver.step(
+                routines.nack_outcome(self._statements, self._driver.features, message, delay, error), c)
 
     async def dead_letter_queue_of(self, message: AsyncMessage) -> str | None:
         """As :meth:`pyqueue.DelayedQueue.dead_letter_queue_of`."""

@@ -144,9 +144,7 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
             case steps.ExtendLock(message, timeout):
                 return await message.extend(timeout)
             case steps.Nack(message, delay, error):
-                return await message.nack(delay, error=error)
-            case steps.DeadLetterQueueOf(message):
-                return await self.queue.dead_letter_queue_of(message)
+                return await message.nack_outcome(delay, error=error)
             case steps.SleepUnlessStopped(seconds):
                 return await self._sleep(seconds)
             case steps.JoinSpawned():

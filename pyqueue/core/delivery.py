@@ -32,11 +32,11 @@ from uuid import UUID
 from ..durations import Seconds, as_timedelta, format_duration
 from ..errors import ConnectionFailed, InvalidArgument, PyQueueError
 from ..limits import POLL_MAX_COUNT
+from ..model import NackOutcome, NackResult
 from .middleware import HandlerCall, chain, check_middleware, wraps
 from .steps import (
     AckMany,
     CountHeld,
-    DeadLetterQueueOf,
     Drain,
     ExtendLock,
     HandlersFinished,
@@ -646,23 +646,17 @@ class WorkerCore(Generic[Q, H]):
             return
         delay = self.backoff.delay(message.delivery_count)
         try:
-            nacked = yield Nack(message, delay, text)
+            nacked: NackResult = yield Nack(message, delay, text)
         except Exception as nack_exc:  # the delivery's lock then expires: logged
             self._log.warning(failed + "; nack failed: %s (the lock will expire)", message.key,
                               message.delivery_count, text, error_text(nack_exc))
             return
         # At the queue's max_deliveries the nack moved the message to its dead-letter queue.
-        dead_letter_queue = None
-        if nacked:
-            try:
-                dead_letter_queue = yield DeadLetterQueueOf(message)
-            except Exception as look_exc:  # only the log's wording depends on it
-                self._log.info("could not tell where key %r went after its nack: %s", message.key,
-                               error_text(look_exc))
-        if dead_letter_queue is not None:
+        if nacked.outcome is NackOutcome.DEAD_LETTERED:
             self._log.warning(failed + "; dead-lettered: moved to queue %r (the queue's max_deliveries was "
-                              "reached), not retried", message.key, message.delivery_count, text, dead_letter_queue)
-        elif nacked:
+                              "reached), not retried", message.key, message.delivery_count, text,
+                              nacked.dead_letter_queue)
+        elif nacked.nacked:
             self._log.warning(failed + "; retry in %s", message.key, message.delivery_count, text,
                               format_duration(delay))
         else:

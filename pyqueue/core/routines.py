@@ -22,11 +22,15 @@ import psycopg
 
 from .. import limits
 from ..durations import Seconds, as_timedelta
+from ..model import NackOutcome, NackResult
 from .checks import check_int
 from .statements import M, QueueStatements, Statement, Statements
 from .steps import Acquire, ClientPid, Handoff, NoPrepare, Notified, Release, Routine, Run, RunPooled, Sleep
 
-__all__ = ["Listening", "behind_pooler", "start_listening", "poll_waiting", "transaction", "dead_letter_queue_of"]
+__all__ = [
+    "Listening", "Features", "behind_pooler", "start_listening", "poll_waiting", "transaction", "dead_letter_queue_of",
+    "nack_outcome",
+]
 
 
 log = logging.getLogger("pyqueue.client")
@@ -50,6 +54,15 @@ class Listening:
 
     channel: str | None = None
     available: bool | None = None
+
+
+@dataclass
+class Features:
+    """What a queue has learnt about its install, kept for its life: whether it has
+    ``dq_nack_outcome`` (None until the first nack that reports its outcome asked; an install of
+    an earlier release has only ``dq_nack``)."""
+
+    nack_outcome: bool | None = None
 
 
 def behind_pooler(ops: Statements) -> Routine[bool]:
@@ -175,6 +188,35 @@ def dead_letter_queue_of(ops: QueueStatements, message: Any) -> Routine[str | No
     stored = yield Run(ops.get(message.key))
     if stored is not None and stored.id == message.id:
         return None
+    return (yield from _dead_letter_queue(ops, message))
+
+
+def nack_outcome(
+    ops: QueueStatements, features: Features, message: Any, delay: Seconds, error: str | None
+) -> Routine[NackResult]:
+    """Nack ``message`` and say where it went, run inside the driver's transaction: one
+    ``dq_nack_outcome`` (after a one-time check that the install has it). On an install of an
+    earlier release (during an upgrade), ``dq_nack`` and then :func:`dead_letter_queue_of`'s reads;
+    a message that left its queue for no dead-letter queue (cancelled meanwhile) then reads as
+    retried, with no due time."""
+    if features.nack_outcome is None:
+        features.nack_outcome = yield Run(ops.has_nack_outcome())
+    if features.nack_outcome:
+        result: NackResult = yield Run(ops.nack_outcome(message.lock_token, delay, error))
+        return result
+    if not (yield Run(ops.nack(message.lock_token, delay, error))):
+        return NackResult(NackOutcome.STALE)
+    stored = yield Run(ops.get(message.key))
+    if stored is not None and stored.id == message.id:
+        return NackResult(NackOutcome.RETRIED, stored.scheduled_at)
+    dead_letter_queue = yield from _dead_letter_queue(ops, message)
+    if dead_letter_queue is None:
+        return NackResult(NackOutcome.RETRIED)
+    return NackResult(NackOutcome.DEAD_LETTERED, dead_letter_queue=dead_letter_queue)
+
+
+def _dead_letter_queue(ops: QueueStatements, message: Any) -> Routine[str | None]:
+    """The dead-letter queue of the newest dead letter ``message`` became, or None."""
     cursor = yield Run(ops.dead_letters_of(message))
     rows = yield Run(ops.fetch_all(cursor))
     if not rows:

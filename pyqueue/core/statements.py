@@ -28,6 +28,8 @@ from ..errors import InvalidArgument
 from ..model import (
     CronSchedule,
     LockedMessage,
+    NackOutcome,
+    NackResult,
     OfferCounts,
     OfferOutcome,
     OfferRequest,
@@ -185,6 +187,14 @@ class SqlTexts:
     ack: str = "SELECT {s}dq_ack(%(lock_token)s::uuid) AS acked"
     ack_many: str = "SELECT {s}dq_ack_many(%(lock_tokens)b::uuid[]) AS acked"
     nack: str = "SELECT {s}dq_nack(%(lock_token)s::uuid, %(delay)s::interval, %(error)s::text) AS nacked"
+    nack_outcome: str = (
+        "SELECT outcome, due, dead_letter_queue "
+        "FROM {s}dq_nack_outcome(%(lock_token)s::uuid, %(delay)s::interval, %(error)s::text)"
+    )
+    # Whether the install has dq_nack_outcome (an install of an earlier release has only dq_nack).
+    has_nack_outcome: str = (
+        "SELECT to_regprocedure('{s}dq_nack_outcome(uuid,interval,text)') IS NOT NULL AS present"
+    )
     extend: str = "SELECT {s}dq_extend(%(lock_token)s::uuid, %(timeout)s::interval) AS locked_until"
     configure: str = (
         "SELECT max_deliveries, dead_letter_queue FROM {s}dq_configure_queue(%(queue)s, %(max_deliveries)s, "
@@ -514,9 +524,24 @@ class QueueStatements(Statements):
         return Statement(self.sql.ack_many, {"lock_tokens": tokens}, decode)
 
     def nack(self, lock_token: Any, delay: Seconds, error: str | None) -> Statement[bool]:
-        params = {"lock_token": check_lock_token(lock_token), "delay": as_timedelta(delay, "delay", allow_zero=True),
-                  "error": check_str(error, "error", optional=True)}
-        return Statement(self.sql.nack, params, _value("nacked", bool, False))
+        return Statement(self.sql.nack, self._nack_params(lock_token, delay, error), _value("nacked", bool, False))
+
+    def nack_outcome(self, lock_token: Any, delay: Seconds, error: str | None) -> Statement[NackResult]:
+        """``dq_nack_outcome``: the nack, and where the message went."""
+
+        def decode(names: Sequence[str], rows: Rows) -> NackResult:
+            row = dict(zip(names, rows[0], strict=True))
+            return NackResult(NackOutcome(row["outcome"]), row["due"], row["dead_letter_queue"])
+
+        return Statement(self.sql.nack_outcome, self._nack_params(lock_token, delay, error), decode)
+
+    @staticmethod
+    def _nack_params(lock_token: Any, delay: Seconds, error: str | None) -> dict[str, Any]:
+        return {"lock_token": check_lock_token(lock_token), "delay": as_timedelta(delay, "delay", allow_zero=True),
+                "error": check_str(error, "error", optional=True)}
+
+    def has_nack_outcome(self) -> Statement[bool]:
+        return Statement(self.sql.has_nack_outcome, {}, _value("present", bool, False))  # {}: %% is %
 
     def extend(self, lock_token: Any, timeout: Seconds) -> Statement[datetime | None]:
         params = {"lock_token": check_lock_token(lock_token), "timeout": as_timedelta(timeout, "timeout")}

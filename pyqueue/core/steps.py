@@ -27,7 +27,7 @@ from .statements import Statement
 __all__ = [
     "Run", "RunPooled", "Notified", "Sleep", "ClientPid", "NoPrepare", "Acquire", "Release", "Handoff", "ClientStep",
     "Routine", "CountHeld", "WaitForHandlers", "PollMessages", "StartHandlers", "SleepUnlessStopped", "AckMany",
-    "Drain", "HandlersFinished", "Nack", "DeadLetterQueueOf", "ExtendLock", "HeartbeatWait", "Spawn", "JoinSpawned",
+    "Drain", "HandlersFinished", "Nack", "ExtendLock", "HeartbeatWait", "Spawn", "JoinSpawned",
     "WorkerStep", "WorkerSteps", "Step", "Stepper",
 ]
 
@@ -167,20 +167,12 @@ class HandlersFinished:
 
 @dataclass(frozen=True, slots=True)
 class Nack:
-    """Negatively acknowledge ``message`` (``message.nack(delay, error=error)``); the result is
-    True, or False when its lock was lost."""
+    """Negatively acknowledge ``message`` (``message.nack_outcome(delay, error=error)``); the result
+    is the :class:`pyqueue.NackResult`: retried, dead-lettered (and where), or stale."""
 
     message: Any
     delay: timedelta
     error: str
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetterQueueOf:
-    """After a nack: the result is the dead-letter queue ``message`` was moved to, or None
-    (``queue.dead_letter_queue_of``)."""
-
-    message: Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +205,7 @@ class JoinSpawned:
 
 
 WorkerStep = (CountHeld | WaitForHandlers | PollMessages | StartHandlers | SleepUnlessStopped | AckMany | Drain
-              | HandlersFinished | Nack | DeadLetterQueueOf | ExtendLock | HeartbeatWait | Spawn | JoinSpawned)
+              | HandlersFinished | Nack | ExtendLock | HeartbeatWait | Spawn | JoinSpawned)
 #: The step functions of the worker core: yield worker steps, receive their results.
 WorkerSteps = Generator[WorkerStep, Any, Any]
 Step = ClientStep | WorkerStep

@@ -65,6 +65,8 @@ class AsyncDriver:
         self.statements = statements
         #: What the queue learnt about waiting: its LISTEN channel, whether notifications arrive.
         self.listening = routines.Listening()
+        #: What the queue learnt about its install (whether it has dq_nack_outcome).
+        self.features = routines.Features()
         self._listeners: list[AsyncConnection] = []
         self._closed = False  # after close(), a wait that ends gives its connection back by closing it
         self._opened = False

@@ -66,6 +66,8 @@ class Driver:
         self.statements = statements
         #: What the queue learnt about waiting: its LISTEN channel, whether notifications arrive.
         self.listening = routines.Listening()
+        #: What the queue learnt about its install (whether it has dq_nack_outcome).
+        self.features = routines.Features()
         self._listeners: list[Connection] = []
         self._listeners_lock = threading.Lock()
         self._closed = False  # after close(), a wait that ends gives its connection back by closing it

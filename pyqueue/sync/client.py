@@ -26,7 +26,7 @@ from ..core.statements import QueueStatements, Statements, offer_requests
 from ..drivers.sync import Connection, Driver, run
 from ..durations import Seconds
 from ..errors import translating
-from ..model import Batch, LockedMessage, OfferCounts, OfferOutcome, OfferRequest, QueueStats, StoredMessage
+from ..model import Batch, LockedMessage, NackResult, OfferCounts, OfferOutcome, OfferRequest, QueueStats, StoredMessage
 from ..serializers import SerializerRegistry
 from ..serializers import registry as default_registry
 from .cron import QueueCron
@@ -50,6 +50,13 @@ class Message(LockedMessage["DelayedQueue"]):
         """Give the message back, visible again after ``delay`` (timedelta or seconds, ≥ 0); ``error``
         is recorded as its last error (and goes with it to the dead-letter queue)."""
         return self._settle("nacked", self._require_client().nack(self.lock_token, delay, error=error, conn=conn))
+
+    def nack_outcome(self, delay: Seconds = 0, *, error: str | None = None) -> NackResult:
+        """:meth:`nack`, saying where the message went: retried (due again at ``due``), moved to its
+        ``dead_letter_queue``, or stale (the lock was lost); see :meth:`DelayedQueue.nack_outcome`."""
+        result = self._require_client().nack_outcome(self, delay, error=error)
+        self._settle("nacked", result.nacked)
+        return result
 
     def extend(self, timeout: Seconds, *, conn: Connection | None = None) -> datetime | None:
         """Keep the message invisible for ``timeout`` more from now; None when the lock was lost."""
@@ -326,6 +333,22 @@ class DelayedQueue:
     def extend(self, lock_token: UUID, timeout: Seconds, *, conn: Connection | None = None) -> datetime | None:
         """Heartbeat (``dq_extend``): invisible until now + timeout; None if the lock was lost."""
         return self._driver.run(self._statements.extend(lock_token, timeout), conn)
+
+    def nack_outcome(self, message: Message, delay: Seconds = 0, *, error: str | None = None) -> NackResult:
+        """Give ``message`` back as :meth:`nack` does and say where it went (``dq_nack_outcome``), in
+        one statement on a connection of the pool. On an install of an earlier release, which has
+        only ``dq_nack``, the nack is followed by :meth:`dead_letter_queue_of`'s reads.
+
+        :param delay: visible again after this long (timedelta or seconds, ≥ 0).
+        :param error: the failure, kept as the message's last_error (at most
+            :data:`pyqueue.limits.ERROR_CHARS` characters).
+        :returns: :class:`pyqueue.NackResult`: outcome ``RETRIED`` with the time the message is due
+            again, ``DEAD_LETTERED`` with the dead-letter queue it was moved to at the queue's
+            ``max_deliveries``, or ``STALE`` when the lock was lost.
+        """
+        with self._driver.connection(None) as c, c.transaction():
+            return self._driver.step(
+                routines.nack_outcome(self._statements, self._driver.features, message, delay, error), c)
 
     def dead_letter_queue_of(self, message: Message) -> str | None:
         """After ``message`` was nacked: the dead-letter queue it was moved to (the nack reached the

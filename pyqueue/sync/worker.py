@@ -201,9 +201,7 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
             case steps.ExtendLock(message, timeout):
                 return message.extend(timeout)
             case steps.Nack(message, delay, error):
-                return message.nack(delay, error=error)
-            case steps.DeadLetterQueueOf(message):
-                return self.queue.dead_letter_queue_of(message)
+                return message.nack_outcome(delay, error=error)
             case steps.SleepUnlessStopped(seconds):
                 return self._sleep(seconds)
             case steps.JoinSpawned():

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pyqueue import DatabaseError, Message
+from pyqueue import DatabaseError, Message, NackOutcome, NackResult
 from pyqueue.core.delivery import (
     ERROR_TEXT_CHARS,
     HANDLER_WAIT_S,
@@ -33,7 +33,6 @@ from pyqueue.core.delivery import (
 from pyqueue.core.steps import (
     AckMany,
     CountHeld,
-    DeadLetterQueueOf,
     Drain,
     ExtendLock,
     HandlersFinished,
@@ -299,9 +298,9 @@ def test_handler_failure_is_nacked_with_the_backoff() -> None:
     steps = Stepper(c.failed_steps(d, ValueError("bad")))
     assert steps.step(None) == Nack(d.message, timedelta(seconds=4), "ValueError: bad")
     assert d.state is State.FAILED
-    # Nacked: then where it went (its queue, or the dead-letter queue at max_deliveries), for the log.
-    assert steps.step(True) == DeadLetterQueueOf(d.message)
-    assert steps.step(None) is None
+    # The nack says where the message went (its queue, or the dead-letter queue at max_deliveries):
+    # nothing more is asked for the log.
+    assert steps.step(NackResult(NackOutcome.RETRIED, T0)) is None
     lost = c._received(message())
     c._deliveries.lock_lost(lost)
     assert Stepper(c.failed_steps(lost, ValueError("late"))).step(None) is None  # nothing to nack
@@ -371,8 +370,7 @@ def test_keyboard_interrupt_from_a_handler_is_nacked_and_stops_the_worker() -> N
     steps = Stepper(c.failed_steps(d, KeyboardInterrupt()))
     assert steps.step(None) == Nack(d.message, timedelta(seconds=1), "KeyboardInterrupt")
     assert c._stopping  # stop() was called: the run loop polls no more
-    assert steps.step(True) == DeadLetterQueueOf(d.message)
-    assert steps.step(None) is None
+    assert steps.step(NackResult(NackOutcome.DEAD_LETTERED, dead_letter_queue="dlq")) is None
 
 
 def test_heartbeat_extends_running_ones_and_marks_lost_locks() -> None:

@@ -135,6 +135,26 @@ def test_dead_lettered_message_is_logged_as_dead_lettered(dsn: str, db, worker_m
     assert "retry in" not in second[0]
 
 
+def test_a_failed_delivery_is_settled_by_one_statement(dsn: str, db, worker_mode: str) -> None:
+    """The worker learns where a failed message went from its nack (dq_nack_outcome, retried or
+    dead-lettered): it reads nothing back (no dq_get, no dq_export_messages) and calls no dq_nack.
+    Counted with track_functions on the worker's own sessions, reported as they end."""
+    db.execute("SELECT dq_configure_queue('jobs', max_deliveries => 2, dead_letter_queue => 'jobs-dead')")
+    db.execute("""SELECT dq_offer('jobs', 'doomed', '{"x": 1}'::jsonb)""")
+    worker = start_worker(f"{dsn} options='-c track_functions=all'", "workerhandlers:always_fail",
+                          "--idle-check", "0.5")
+    wait_for(db, "SELECT count(*) FROM dq_messages WHERE queue = 'jobs-dead' AND key = 'doomed'", 1)
+    returncode, out = stop(worker)
+    assert returncode == 0, out
+    wait_until(db, "SELECT coalesce(sum(calls), 0) = 2 FROM pg_stat_user_functions WHERE funcname = 'dq_nack_outcome'")
+    calls = dict(db.execute(
+        "SELECT funcname, sum(calls)::int FROM pg_stat_user_functions "
+        "WHERE funcname IN ('dq_nack_outcome', 'dq_nack', 'dq_get', 'dq_export_messages') GROUP BY funcname"
+    ).fetchall())
+    assert calls["dq_nack_outcome"] == 2, calls
+    assert not {"dq_get", "dq_export_messages", "dq_nack"} & set(calls), calls
+
+
 def test_long_handler_keeps_its_lock_by_heartbeat(dsn: str, db) -> None:
     """lock_timeout 1.5 s, handler 4 s: without the heartbeat a second worker would get it. The
     workers are stopped once the message is acknowledged (gone): a second delivery would have
