@@ -89,6 +89,8 @@ def producer_calls(app: psycopg.Connection[Any], q: str) -> None:
     assert one("SELECT dq_offer(%s, 'b', '\\x00'::bytea, can_update => false)", q) == ("ignored",)
     assert one("SELECT count(*) FROM dq_offer_many(%s, ARRAY['m1', 'm2', 'm3'], ARRAY['x', 'y', 'z']::bytea[])",
                q) == (3,)
+    assert one("SELECT created, updated, ignored FROM dq_offer_many_counts(%s, ARRAY['m1', 'm4'], "
+               "ARRAY['x', 'w']::bytea[], can_update => false)", q) == (1, 0, 1)
     assert one("SELECT dq_cancel(%s, 'm3')", q) == (True,)
 
 
