@@ -1,13 +1,15 @@
 """Recovery after a held snapshot: claim latency and table growth while a transaction pins the xmin
 horizon, and after it ends: ``make bench-snapshot``.
 
-    python -m bench.snapshot [--quick] [--rate 200] [--workers 16] [--clean 60] [--hold 120] [--recovery 120]
-                             [--naptime SECONDS] [--port N] [--out PATH]
+    python -m bench.snapshot [--quick] [--rate 200] [--batch 10] [--workers 16] [--clean 60] [--hold 120]
+                             [--recovery 120] [--naptime SECONDS] [--port N] [--out PATH]
 
 On a private server of its own (bench.lib.server: a new data directory with pg_cron, removed at the
 end; the queue installed by ``pyqueue.migrate``), ``--workers`` idle ``pyqueue worker`` processes
 (default flags, the handler ``bench.handlers:lateness``) consume one queue while one producer offers
-``--rate`` messages per second (default 200), each by one ``dq_offer`` due at once. Phases:
+``--rate`` messages per second (default 200), due at once, ``--batch`` at a time (default 10, one
+``dq_offer_many`` every 50 ms: single offers from one client fell behind on a busy 2-core host).
+Phases:
 
 1. *clean* (``--clean``, default 60 s);
 2. *held* (``--hold``, default 120 s): one session runs ``BEGIN ISOLATION LEVEL REPEATABLE READ;
@@ -103,6 +105,7 @@ class Config:
     hold_s: float
     recovery_s: float
     rate: float = 200.0
+    batch: int = 10  # messages per offer transaction (dq_offer_many)
     workers: int = 16
     naptime_s: float | None = None  # the server's autovacuum_naptime for the run; None: the server's
 
@@ -126,25 +129,27 @@ class Run:
         self.t0 = 0.0
 
     def produce(self, dsn: str, until: float) -> None:
-        """One message per 1/rate s, each by one dq_offer due at once (paced, never bursting to catch up)."""
-        step = 1.0 / self.cfg.rate
+        """``batch`` messages every batch/rate s, due at once, by one dq_offer_many (one transaction,
+        one notification); a late batch is sent at once, so the rate holds on a busy host."""
+        n, step = self.cfg.batch, self.cfg.batch / self.cfg.rate
         with psycopg.connect(dsn, autocommit=True, application_name="snapshot-producer") as conn:
-            i = 0
+            j = 0
             while not self.stop.is_set():
-                at = self.t0 + i * step
+                at = self.t0 + j * step
                 if at >= until:
                     break
                 delay = at - time.time()
                 if delay > 0:
                     self.stop.wait(delay)
-                key = f"s{i:07d}"
+                keys = [f"s{j * n + i:07d}" for i in range(n)]
                 t = time.time()
                 try:
-                    conn.execute("SELECT dq_offer(%s, %s, %s)", (QUEUE, key, PAYLOAD), prepare=True)
-                    self.offered.append((key, t))
+                    conn.execute("SELECT count(*) FROM dq_offer_many(%s, %s, %s)", (QUEUE, keys, [PAYLOAD] * n),
+                                 prepare=True)
+                    self.offered += [(key, t) for key in keys]
                 except psycopg.Error as exc:
-                    self.offer_errors.append(f"{key}: {exc}"[:200])
-                i += 1
+                    self.offer_errors.append(f"{keys[0]}: {exc}"[:200])
+                j += 1
 
     def sample(self, dsn: str) -> None:
         with psycopg.connect(dsn, autocommit=True, application_name="snapshot-sampler") as conn:
@@ -223,8 +228,13 @@ class Run:
                     self.stop.set()
                     for th in threads:
                         th.join(timeout=30)
+                # A worker that exited before it was stopped is a failure of the run, not a figure.
+                early = [(w.proc.pid, w.proc.returncode, w.text()[-1500:]) for w in workers.procs
+                         if w.proc.poll() is not None]
                 workers.stop()
             warnings = workers.warnings()[:20]
+            for pid, code, tail in early:
+                console().log(f"[red]worker {pid} exited early with {code}:[/]\n{tail}")
         lateness: dict[str, float] = {}
         deliveries = 0
         for path in sorted(files.glob("worker*.tsv")):
@@ -247,6 +257,7 @@ class Run:
             "lost": sum(1 for key, _ in self.offered if key not in lateness),
             "left_in_queue": left,
             "worker_warnings": warnings,
+            "workers_exited_early": [{"pid": pid, "exit_code": code, "log_tail": tail} for pid, code, tail in early],
             "samples": [{**s, "t": round(s["t"] - self.t0, 2)} for s in self.samples],
             "latency": [(round(t - self.t0, 3), lateness[key]) for key, t in self.offered if key in lateness],
         }
@@ -407,6 +418,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = arguments("bench.snapshot", __doc__, dsn=False,
                        quick="development: 20 s clean, 30 s held, 70 s recovery")
     parser.add_argument("--rate", type=float, default=None, help="messages offered per second (default 200)")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="messages per offer, one dq_offer_many every batch/rate s (default 10)")
     parser.add_argument("--workers", type=int, default=None, help="pyqueue worker processes (default 16)")
     parser.add_argument("--clean", type=float, default=None, help="seconds before the snapshot (default 60)")
     parser.add_argument("--hold", type=float, default=None, help="seconds the snapshot is held (default 120)")
@@ -416,13 +429,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=None, help="port of the private server (default: a free one)")
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else FULL
-    for name, field in (("rate", "rate"), ("workers", "workers"), ("clean", "clean_s"), ("hold", "hold_s"),
-                        ("recovery", "recovery_s"), ("naptime", "naptime_s")):
+    for name, field in (("rate", "rate"), ("batch", "batch"), ("workers", "workers"), ("clean", "clean_s"),
+                        ("hold", "hold_s"), ("recovery", "recovery_s"), ("naptime", "naptime_s")):
         if getattr(args, name) is not None:
             cfg = replace(cfg, **{field: getattr(args, name)})
-    if cfg.clean_s < 2 * WINDOW_S or cfg.hold_s <= 0 or cfg.recovery_s < RECOVERY_BUDGET_S or cfg.rate <= 0:
+    if (cfg.clean_s < 2 * WINDOW_S or cfg.hold_s <= 0 or cfg.recovery_s < RECOVERY_BUDGET_S or cfg.rate <= 0
+            or cfg.batch < 1):
         raise SystemExit(f"bench.snapshot: --clean must be at least {2 * WINDOW_S:g} s, --recovery at least "
-                         f"{RECOVERY_BUDGET_S:g} s, --hold and --rate positive")
+                         f"{RECOVERY_BUDGET_S:g} s, --hold, --rate and --batch positive")
     try:
         run(cfg, args.port, args.out)
     except KeyboardInterrupt:
