@@ -11,19 +11,26 @@ SELECT dq__search_path(internal => true);  -- internal helpers: created in the p
 -- runs a job as its owner (the installing role) with the database's default search_path
 -- ("$user", public), and a role that may create a schema in the database (its owner) could
 -- otherwise plant a function named like ours in a schema named after the installing role.
+-- dq-vacuum (migration 0014) runs every 10 seconds where pg_cron has seconds schedules (1.5 and
+-- later), else every minute: the rule of that step, which runs before this function exists.
 CREATE OR REPLACE FUNCTION dq__pg_cron_jobs()
 RETURNS TABLE (jobname text, schedule text, command text)
-LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path FROM CURRENT
+LANGUAGE sql STABLE PARALLEL SAFE SET search_path FROM CURRENT
 AS $$
     SELECT j.base || CASE WHEN dq__schema() = 'public' THEN '' ELSE '@' || dq__schema() END,
            j.schedule,
            format(j.command, quote_ident(dq__schema()) || '.')
       FROM (VALUES ('dq-cron-tick', '* * * * *', 'SELECT %sdq_cron_tick()'),
                    ('dq-archive-prune', '*/10 * * * *', 'CALL %sdq_prune_archive_all()'),
-                   ('dq-cron-prune-history', '17 3 * * *', 'SELECT %sdq_cron_prune_run_details()'))
+                   ('dq-cron-prune-history', '17 3 * * *', 'SELECT %sdq_cron_prune_run_details()'),
+                   ('dq-vacuum',
+                    CASE WHEN (SELECT string_to_array(split_part(e.extversion, '-', 1), '.')::integer[]
+                                 FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_cron') >= '{1,5}'
+                         THEN '10 seconds' ELSE '* * * * *' END,
+                    'VACUUM (SKIP_LOCKED) %sdq_messages'))
            AS j(base, schedule, command)
 $$;
-COMMENT ON FUNCTION dq__pg_cron_jobs() IS 'Internal: the pg_cron jobs of this install (jobname, schedule, command): dq-cron-tick, dq-archive-prune and dq-cron-prune-history, suffixed with @<schema> outside public, calling schema-qualified functions.';
+COMMENT ON FUNCTION dq__pg_cron_jobs() IS 'Internal: the pg_cron jobs of this install (jobname, schedule, command): dq-cron-tick, dq-archive-prune, dq-cron-prune-history and dq-vacuum, suffixed with @<schema> outside public, calling schema-qualified functions and tables.';
 REVOKE ALL ON FUNCTION dq__pg_cron_jobs() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 

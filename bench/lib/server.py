@@ -37,7 +37,7 @@ class PrivateServer:
     and port (as the postgres user when run as root); :meth:`destroy` stops it and removes the
     data directory."""
 
-    def __init__(self, pgdata: str | None, workdir: Path, port: int | None = None) -> None:
+    def __init__(self, pgdata: str | None, workdir: Path, port: int | None = None, *, db: str = "chaos") -> None:
         self.port = port if port is not None else _free_port()
         if pgdata is not None and Path(pgdata).exists() and any(Path(pgdata).iterdir()):
             raise SystemExit(f"bench.chaos: --pgdata {pgdata} is not empty; give a new or empty directory")
@@ -45,7 +45,7 @@ class PrivateServer:
         self.parent = Path(pgdata).parent if pgdata else workdir
         self.intended = Path(pgdata) if pgdata else workdir / "pgdata"
         self.bindir = _pg_bindir()
-        self.env = dict(os.environ, DQ_PGDATA=str(self.intended), DQ_PGPORT=str(self.port), DQ_PGDB="chaos")
+        self.env = dict(os.environ, DQ_PGDATA=str(self.intended), DQ_PGPORT=str(self.port), DQ_PGDB=db)
         self.datadir: Path | None = None
         self.dsn = ""
 

@@ -5,7 +5,8 @@ test databases are clones without it. This test migrates that database (``admin_
 that the job ``dq-cron-tick`` is registered as every minute, installs a schedule whose lookahead
 covers only the next occurrence, and waits (pg_cron 1.4, Debian bookworm's package, has no
 seconds schedules, so up to about two minutes) until a later occurrence appears that only a
-tick could have installed, and ``cron.job_run_details`` shows a succeeded run of the job.
+tick could have installed, and ``cron.job_run_details`` shows a succeeded run of the job and of
+``dq-vacuum`` (migration 0014, the queue table's vacuum).
 It removes its schedule and messages afterwards. When the job was not registered before the test,
 the test applies migration 0005 itself (rolling back a stale 0005 first) and rolls it back at the
 end with its rollback script, which unregisters the job: the database is left as it was found,
@@ -39,6 +40,13 @@ def rollback_0005(dsn: str) -> None:
         backend.connection.close()
 
 
+def vacuum_schedule(conn: psycopg.Connection) -> str:
+    """dq-vacuum's schedule: every 10 seconds from pg_cron 1.5 on, else every minute."""
+    version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'pg_cron'").fetchone()[0]  # type: ignore[index]
+    major, minor = (int(x) for x in version.split("-")[0].split(".")[:2])
+    return "10 seconds" if (major, minor) >= (1, 5) else "* * * * *"
+
+
 def test_the_pg_cron_job_fires_and_installs_occurrences(admin_dsn):
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_cron'").fetchone() is None:
@@ -56,6 +64,9 @@ def test_the_pg_cron_job_fires_and_installs_occurrences(admin_dsn):
         history = conn.execute(
             "SELECT schedule, command FROM cron.job WHERE jobname = 'dq-cron-prune-history'").fetchone()
         assert history == ("17 3 * * *", "SELECT public.dq_cron_prune_run_details()")  # by 0007
+        vacuum = conn.execute("SELECT jobid, schedule, command FROM cron.job WHERE jobname = 'dq-vacuum'").fetchone()
+        assert vacuum is not None and vacuum[1:] == (  # by 0014; seconds schedules need pg_cron 1.5
+            vacuum_schedule(conn), "VACUUM (SKIP_LOCKED) public.dq_messages")
         jobid = job[0]
         started = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
         try:
@@ -65,7 +76,7 @@ def test_the_pg_cron_job_fires_and_installs_occurrences(admin_dsn):
                                  (NAME,)).fetchone()[0]  # type: ignore[index]
             assert first is not None
             deadline = time.monotonic() + 150
-            later = ran = None
+            later = ran = vacuumed = None
             while time.monotonic() < deadline:
                 later = conn.execute(
                     "SELECT count(*) FROM dq_messages WHERE queue = %s AND scheduled_at_initially > %s",
@@ -76,11 +87,17 @@ def test_the_pg_cron_job_fires_and_installs_occurrences(admin_dsn):
                     "AND start_time >= %s",
                     (jobid, started),
                 ).fetchone()[0]  # type: ignore[index]
-                if later and ran:
+                vacuumed = conn.execute(
+                    "SELECT count(*) FROM cron.job_run_details WHERE jobid = %s AND status = 'succeeded' "
+                    "AND start_time >= %s",
+                    (vacuum[0], started),
+                ).fetchone()[0]  # type: ignore[index]
+                if later and ran and vacuumed:
                     break
                 time.sleep(1)
             assert ran, "no succeeded run of dq-cron-tick in cron.job_run_details"
             assert later, "the job ran but installed no later occurrence"
+            assert vacuumed, "no succeeded run of dq-vacuum in cron.job_run_details"
         finally:
             conn.execute("SELECT dq_cron_uninstall(%s)", (NAME,))
             conn.execute("DELETE FROM dq_messages WHERE queue = %s", (NAME,))
@@ -90,6 +107,7 @@ def test_the_pg_cron_job_fires_and_installs_occurrences(admin_dsn):
                 assert conn.execute("SELECT 1 FROM cron.job WHERE jobname = 'dq-archive-prune'").fetchone() is None
                 assert conn.execute(
                     "SELECT 1 FROM cron.job WHERE jobname = 'dq-cron-prune-history'").fetchone() is None
+                assert conn.execute("SELECT 1 FROM cron.job WHERE jobname = 'dq-vacuum'").fetchone() is None
                 assert conn.execute("SELECT to_regclass('dq_cron')").fetchone() == (None,)
 
 
