@@ -13,7 +13,7 @@ DSN ?= postgresql://postgres:postgres@127.0.0.1:$(DQ_PGPORT)/$(DQ_PGDB)
 SCHEMA ?= public
 DOCKER_ENGINE := $(shell docker info >/dev/null 2>&1 && echo yes)
 
-.PHONY: venv up down psql migrate demo test bench bench-quick bench-latency bench-peers bench-controls bench-spark bench-snapshot chaos soak lint clean release-snapshot
+.PHONY: venv up down psql migrate demo test bench bench-quick bench-latency bench-peers bench-controls bench-spark bench-snapshot bench-targets chaos soak lint clean release-snapshot
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
