@@ -73,7 +73,7 @@ bench-controls: venv up
 	$(PY) -m bench.controls --dsn "$(DSN)" $(CONTROLS_ARGS)
 
 # The speed figures users compare first (batched offers and polls, one worker, 16 workers), each against
-# plain SQL in the same run, median of 3 with the spread and PASS/MISS verdicts (about 6 min):
+# plain SQL in the same run, median of 3 with the spread and PASS/MISS verdicts (about 4 min):
 # make bench-targets [TARGETS_ARGS="--quick"]
 bench-targets: venv up
 	$(PY) -m bench.targets --dsn "$(DSN)" $(TARGETS_ARGS)
