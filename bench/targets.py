@@ -59,10 +59,11 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from bench import core
 from bench.lib.clients import run_clients
 from bench.lib.database import create_database, prepare_table, provenance, server_info
 from bench.lib.report import arguments, console, machine_info, publish, rich_table, status
-from bench.lib.sides import BASELINE, DQ, Side, Workload, offer_many_step, offer_step, poll_ack_step
+from bench.lib.sides import BASELINE, DQ, Side, Workload
 from bench.lib.workers import Drain, interrupt_on_sigterm, run_baseline_side, run_workers_side
 
 if TYPE_CHECKING:
@@ -150,11 +151,13 @@ def _drain_runner(admin: psycopg.Connection[Any], dsn: str, spec: Drain, process
 def runners(admin: psycopg.Connection[Any], dsn: str, key: str, cfg: Config, workdir: Path) -> dict[str, Runner]:
     """The two sides of figure `key`."""
     sides = {"dq": DQ, "baseline": BASELINE}
+    # bench.core's workloads, with this benchmark's backlogs and client counts.
+    workloads = {wl.name: wl for wl in core.FULL.workloads()}
     client_figures = {
-        "offer": (Workload("offer", offer_step, 1, 0.0), 4),
-        "poll_ack_1": (Workload("poll+ack x1", poll_ack_step, 1, 0.0, backlog=cfg.poll_backlog_single), 1),
-        "offer_many": (Workload("offer_many x100", offer_many_step, 100, 0.0), 4),
-        "poll_ack": (Workload("poll+ack x100", poll_ack_step, 100, 0.0, backlog=cfg.poll_backlog), 1),
+        "offer": (workloads["offer"], 4),
+        "poll_ack_1": (replace(workloads["poll+ack x1"], backlog=cfg.poll_backlog_single), 1),
+        "offer_many": (workloads["offer_many x100"], 4),
+        "poll_ack": (replace(workloads["poll+ack x100"], backlog=cfg.poll_backlog), 1),
     }
     if key in client_figures:
         wl, clients = client_figures[key]
