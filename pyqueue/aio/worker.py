@@ -203,7 +203,7 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
                 _uncancel()
             failure = exc if call is None else self.middleware_failure(call, exc)
             if failure is not None:
-                return await self._drive(self.failed_steps(delivery, failure))  # type: ignore[no-any-return]
+                return await self._drive(self.failed_steps(delivery, failure, call))  # type: ignore[no-any-return]
         self.handler_returned(delivery)
 
     async def _run_plain(self) -> None:

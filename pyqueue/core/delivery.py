@@ -33,7 +33,7 @@ from ..durations import Seconds, as_timedelta, format_duration
 from ..errors import ConnectionFailed, InvalidArgument, PyQueueError
 from ..limits import POLL_MAX_COUNT
 from ..model import NackOutcome, NackResult
-from .middleware import HandlerCall, chain, check_middleware, wraps
+from .middleware import HandlerCall, chain, check_middleware, notified, wraps
 from .steps import (
     AckMany,
     CountHeld,
@@ -135,8 +135,10 @@ class WorkerStats:
     """Counters a caller can read or export; updated under a lock, read with :meth:`snapshot`.
 
     ``delivered``: messages received from polls; ``acknowledged``: by the worker's ``dq_ack`` or by
-    the handler itself; ``failed``: handlers that raised; ``lock_lost``: deliveries whose lock was
-    gone when the heartbeat extended it or when the worker acknowledged it. ``lateness_ms`` counts
+    the handler itself; ``failed``: handlers that raised; ``retried`` and ``dead_lettered``: failed
+    deliveries whose nack gave the message back to its queue, or moved it to its dead-letter queue
+    (the queue's ``max_deliveries`` reached); ``lock_lost``: deliveries whose lock was
+    gone when the heartbeat extended it, when the worker acknowledged it or when it nacked it. ``lateness_ms`` counts
     deliveries by (claim time − due time) on the database clock, in the buckets of
     ``LATENESS_BUCKETS_MS`` (upper bounds, milliseconds).
     """
@@ -144,6 +146,8 @@ class WorkerStats:
     delivered: int = 0
     acknowledged: int = 0
     failed: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
     lock_lost: int = 0
     lateness_ms: list[int] = field(default_factory=lambda: [0] * len(LATENESS_BUCKETS_MS))
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -155,6 +159,8 @@ class WorkerStats:
                 "delivered": self.delivered,
                 "acknowledged": self.acknowledged,
                 "failed": self.failed,
+                "retried": self.retried,
+                "dead_lettered": self.dead_lettered,
                 "lock_lost": self.lock_lost,
                 "lateness_ms": dict(zip((str(b) for b in LATENESS_BUCKETS_MS), self.lateness_ms, strict=True)),
             }
@@ -311,6 +317,17 @@ class Deliveries:
             tokens, self._to_ack = self._to_ack, []
         return tokens
 
+    def nacked(self, outcome: NackOutcome) -> None:
+        """The nack of a FAILED delivery answered ``outcome``: counted retried or dead-lettered (a
+        STALE one, whose lock was lost, counted lost)."""
+        with self._lock:
+            if outcome is NackOutcome.RETRIED:
+                self.stats.retried += 1
+            elif outcome is NackOutcome.DEAD_LETTERED:
+                self.stats.dead_lettered += 1
+            else:
+                self.stats.lock_lost += 1
+
     def acked(self, tokens: list[UUID], acknowledged: int) -> None:
         """``dq_ack(tokens)`` acknowledged this many: the others had lost their locks."""
         with self._lock:
@@ -431,6 +448,7 @@ class WorkerCore(Generic[Q, H]):
         shutdown_grace: Seconds = timedelta(seconds=30),
         cron_tick: Seconds | None = None,
         middleware: Sequence[Any] | None = None,
+        metrics: Any = None,
     ) -> None:
         if concurrency < 1:
             raise InvalidArgument(f"concurrency is {concurrency}, it must be at least 1")
@@ -451,10 +469,17 @@ class WorkerCore(Generic[Q, H]):
         #: The middleware around each handler call (:mod:`pyqueue.core.middleware`): by default the queue's.
         self.middleware = check_middleware(getattr(queue, "middleware", ()) if middleware is None else middleware,
                                            self._middleware_kind)
+        #: What counts this worker's deliveries for export (``pyqueue.metrics.WorkerMetrics``), or None.
+        self.metrics = metrics
+        self.stats = WorkerStats()
+        if metrics is not None:
+            # Its middleware is the innermost layer: it times the handler alone.
+            self.middleware = (*self.middleware, *check_middleware([metrics.attach(self)], self._middleware_kind))
         #: The handler wrapped in the middleware that wrap handler calls, or None without any.
         self._through = chain(self.middleware, "handle", self._call_handler) if wraps(
             self.middleware, "handle") else None
-        self.stats = WorkerStats()
+        #: The ``nacked`` notifications of the middleware (:func:`~pyqueue.core.middleware.notified`).
+        self._nacked = notified(self.middleware, "nacked")
         self._deliveries = Deliveries(self.stats)
         self._stopping = False
         self._signals = 0
@@ -623,7 +648,8 @@ class WorkerCore(Generic[Q, H]):
                         key, call.outcome, error_text(exc), exc_info=exc)
         return call.error
 
-    def failed_steps(self, delivery: Delivery, exc: BaseException) -> WorkerSteps:
+    def failed_steps(self, delivery: Delivery, exc: BaseException, call: HandlerCall[Any] | None = None
+                     ) -> WorkerSteps:
         """The handler raised ``exc``, whatever it is (an :class:`Exception`, ``SystemExit`` from
         ``sys.exit()``, an application's own :class:`BaseException`, the ``CancelledError`` of a
         task it awaited, ``KeyboardInterrupt``): FAILED, and nacked with the backoff, its
@@ -632,7 +658,26 @@ class WorkerCore(Generic[Q, H]):
 
         The steps raise nothing of their own: a nack that fails (whatever it raises as an
         :class:`Exception`) is logged and the lock left to expire. What the driver throws in that
-        is not an Exception (the cancellation of its own task) propagates."""
+        is not an Exception (the cancellation of its own task) propagates. Then the middleware's
+        ``nacked`` notifications hear of ``call`` (the handler call as the middleware saw it) and
+        of where the message went."""
+        nacked: NackResult | None = None
+        try:
+            nacked = yield from self._nack_steps(delivery, exc)
+        finally:
+            if call is not None and self._nacked:
+                self._notify_nacked(call, nacked)
+
+    def _notify_nacked(self, call: HandlerCall[Any], result: NackResult | None) -> None:
+        for notify in self._nacked:
+            try:
+                notify(call, result)
+            except Exception as exc:  # a notification never changes what happened to the delivery
+                self._log.error("middleware nacked() raised for key %r: %s", call.message.key, error_text(exc),
+                                exc_info=exc)
+
+    def _nack_steps(self, delivery: Delivery, exc: BaseException) -> WorkerSteps:
+        """:meth:`failed_steps` without the notification: the nack's result, or None when none was sent."""
         message = delivery.message
         state = self._deliveries.raised(delivery)
         text = error_text(exc)
@@ -643,14 +688,15 @@ class WorkerCore(Generic[Q, H]):
             self.stop()
         if state is not State.FAILED:
             self._log.warning(failed + "; its lock was lost: not nacked", message.key, message.delivery_count, text)
-            return
+            return None
         delay = self.backoff.delay(message.delivery_count)
         try:
             nacked: NackResult = yield Nack(message, delay, text)
         except Exception as nack_exc:  # the delivery's lock then expires: logged
             self._log.warning(failed + "; nack failed: %s (the lock will expire)", message.key,
                               message.delivery_count, text, error_text(nack_exc))
-            return
+            return None
+        self._deliveries.nacked(nacked.outcome)
         # At the queue's max_deliveries the nack moved the message to its dead-letter queue.
         if nacked.outcome is NackOutcome.DEAD_LETTERED:
             self._log.warning(failed + "; dead-lettered: moved to queue %r (the queue's max_deliveries was "
@@ -662,6 +708,7 @@ class WorkerCore(Generic[Q, H]):
         else:
             self._log.warning(failed + "; its lock was lost before the nack: not retried by this worker",
                               message.key, message.delivery_count, text)
+        return nacked
 
     # -- the heartbeat -------------------------------------------------------------------------
     def _to_extend(self) -> list[Delivery]:

@@ -35,6 +35,14 @@ What a middleware may do to a handler call, and what the worker then does:
 
 An offer middleware that raises fails the offer with its exception (nothing is sent), as a bad
 argument would.
+
+A third method, ``nacked(call, result)``, is a notification rather than a wrapper: a worker calls it
+after it dealt with a handler call that failed, with where the message went (``result``: a
+:class:`pyqueue.NackResult` whose outcome is ``RETRIED``, ``DEAD_LETTERED`` or ``STALE``; None when
+nothing was sent because the lock was lost first or the nack failed). It is a plain method in both
+base classes (not a coroutine), runs in the worker's thread or event loop, must not block, and what
+it raises is logged and ignored. Tracing records retries and dead-lettering on the handler's span
+with it; metrics count them.
 """
 
 from __future__ import annotations
@@ -46,9 +54,10 @@ from datetime import timedelta
 from typing import Any, Generic, Literal, TypeVar
 
 from ..errors import InvalidArgument
-from ..model import OfferRequest
+from ..model import NackResult, OfferRequest
 
-__all__ = ["AsyncMiddleware", "HandlerCall", "Middleware", "OfferCall", "chain", "check_middleware", "wraps"]
+__all__ = ["AsyncMiddleware", "HandlerCall", "Middleware", "OfferCall", "chain", "check_middleware", "notified",
+           "wraps"]
 
 M = TypeVar("M")
 
@@ -112,6 +121,11 @@ class Middleware:
         """Around one offer or batch, before it is sent: return ``call_next(call)``."""
         return call_next(call)
 
+    def nacked(self, call: HandlerCall[Any], result: NackResult | None) -> None:
+        """After the worker dealt with ``call``, whose handler (or middleware) raised: ``result`` is
+        where the nack sent the message, or None when nothing was sent (its lock was lost first,
+        or the nack failed). A notification: must not block; what it raises is logged and ignored."""
+
 
 class AsyncMiddleware:
     """Base class of an asyncio middleware (for :class:`pyqueue.aio.AsyncDelayedQueue` and
@@ -124,6 +138,9 @@ class AsyncMiddleware:
     async def offer(self, call: OfferCall, call_next: Callable[[OfferCall], Any]) -> Any:
         """Around one offer or batch: ``return await call_next(call)``."""
         return await call_next(call)
+
+    def nacked(self, call: HandlerCall[Any], result: NackResult | None) -> None:
+        """As :meth:`Middleware.nacked` (a plain method here too, called in the event loop)."""
 
 
 def check_middleware(layers: Iterable[Any] | None, kind: type) -> tuple[Any, ...]:
@@ -161,13 +178,19 @@ def _wrapped(method: Callable[[Any, Next], Any], call_next: Next) -> Next:
     return lambda call: method(call, call_next)
 
 
+def notified(layers: Sequence[Any], method: Literal["nacked"]) -> tuple[Callable[..., None], ...]:
+    """The bound ``method`` of each of ``layers`` that defines its own, in list order (empty: the
+    worker skips the notification)."""
+    return tuple(getattr(layer, method) for layer in layers if _overrides(layer, method))
+
+
 def wraps(layers: Sequence[Any], method: Literal["handle", "offer"]) -> bool:
     """Whether any of ``layers`` defines its own ``method``: without one, :func:`chain` would add
     nothing, and the caller keeps its direct path."""
     return any(_overrides(layer, method) for layer in layers)
 
 
-def _overrides(layer: Any, method: Literal["handle", "offer"]) -> bool:
+def _overrides(layer: Any, method: Literal["handle", "offer", "nacked"]) -> bool:
     """Whether ``layer`` defines its own ``method`` (else it passes through and is left out)."""
     own = getattr(type(layer), method)
     return own is not getattr(Middleware, method) and own is not getattr(AsyncMiddleware, method)

@@ -109,6 +109,9 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
     :param middleware: :class:`pyqueue.Middleware` objects around each handler call, the first
         outermost (:mod:`pyqueue.core.middleware`); None (the default): the queue's
         ``middleware``; ``[]``: none.
+    :param metrics: a :class:`pyqueue.metrics.WorkerMetrics` (extra ``pgdelayq[metrics]``) that
+        exports this worker's counters, handler durations and lateness to Prometheus; it adds its
+        middleware as the innermost layer. None (the default): no metrics.
     :raises InvalidArgument: a setting out of range, middleware that is not a list of
         :class:`pyqueue.Middleware`.
 
@@ -251,7 +254,7 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
             through(call)
         except BaseException as exc:
             if (failure := self.middleware_failure(call, exc)) is not None:
-                return self._drive(self.failed_steps(delivery, failure))  # type: ignore[no-any-return]
+                return self._drive(self.failed_steps(delivery, failure, call))  # type: ignore[no-any-return]
         self.handler_returned(delivery)
 
     def _call_handler(self, call: HandlerCall[Message]) -> Any:
