@@ -1,4 +1,4 @@
-"""Command line: ``pyqueue migrate | offer | poll | ack | worker | stats | next-due | queue | cron``.
+"""Command line: ``pyqueue migrate | offer | poll | ack | worker | stats | metrics | next-due | queue | cron``.
 
 ``pyqueue migrate --dsn DSN`` installs or upgrades the database (same as ``yoyo apply``).
 The DSN defaults to the ``DQ_DSN`` environment variable. Every command takes ``--schema NAME``,
@@ -199,6 +199,35 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         "shutdown_grace": args.shutdown_grace,
         "cron_tick": args.cron_tick,
     }
+    stop_metrics = None
+    if args.metrics_port is not None:
+        from .metrics import WorkerMetrics, serve
+
+        settings["metrics"] = WorkerMetrics()
+        stop_metrics = _serving(lambda: serve(_global_registry(), args.metrics_port, args.metrics_host), "worker")
+    try:
+        return _run_worker(args, handler, settings)
+    finally:
+        if stop_metrics is not None:
+            stop_metrics()
+
+
+def _global_registry() -> Any:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY
+
+
+def _serving(start: Callable[[], Callable[[], None]], command: str) -> Callable[[], None]:
+    """Start a metrics server (``start()`` returns its stop function); a port that cannot be bound is
+    a usage error of ``command``."""
+    try:
+        return start()
+    except OSError as exc:
+        raise UsageError(f"cannot serve metrics: {exc.strerror or exc}", command) from None
+
+
+def _run_worker(args: argparse.Namespace, handler: Callable[..., Any], settings: dict[str, Any]) -> int:
     if args.use_async:
         from .aio import AsyncDelayedQueue, AsyncWorker
 
@@ -333,6 +362,24 @@ def _cmd_stats(args: argparse.Namespace) -> int:
             while not stop.wait(args.interval.total_seconds()):
                 live.update(render(), refresh=True)
         return 0
+
+
+def _cmd_metrics(args: argparse.Namespace) -> int:
+    """Serve the queues' and tables' figures for Prometheus at http://HOST:PORT/metrics until
+    SIGTERM/SIGINT (:class:`pyqueue.metrics.QueueMetricsCollector`)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from .metrics import queue_registry, serve
+
+    registry = queue_registry(_dsn(args), schema=args.schema, statement_timeout=args.statement_timeout)
+    stop = threading.Event()
+    stop_server = _serving(lambda: serve(registry, args.port, args.host), "metrics")
+    logging.getLogger("pyqueue.metrics").info("serving http://%s:%d/metrics", args.host, args.port)
+    try:
+        with stop_signals(lambda _: stop.set()):
+            stop.wait()
+    finally:
+        stop_server()
+    return 0
 
 
 def _cmd_queue(args: argparse.Namespace) -> int:
@@ -549,8 +596,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also call dq_cron_tick() every this many seconds (one worker per database at a time)")
     p.add_argument("--async", dest="use_async", action="store_true",
                    help="run the asyncio worker (a coroutine handler is awaited, a plain one runs in a thread)")
+    p.add_argument("--metrics-port", type=Integer(0, 65535), default=None,
+                   help="serve the worker's Prometheus metrics on this port (needs pgdelayq[metrics])")
+    p.add_argument("--metrics-host", default="127.0.0.1", help="address of the metrics server (default 127.0.0.1)")
     p.add_argument("handler", help="package.module:function, imported from the current directory or PYTHONPATH")
     p.set_defaults(func=_cmd_worker)
+
+    p = add("metrics", "serve every queue's figures and the tables' health for Prometheus (pgdelayq[metrics])")
+    p.add_argument("--port", type=Integer(0, 65535), default=9187, help="default 9187")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--statement-timeout", type=Duration(), default=timedelta(seconds=5),
+                   help="the most a scrape's queries may run (default 5s)")
+    p.set_defaults(func=_cmd_metrics)
 
     p = add("stats", "show the dq_stats view (one row per queue) as a table")
     p.add_argument("--queue", default=None, help="only this queue")

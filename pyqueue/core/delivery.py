@@ -475,11 +475,12 @@ class WorkerCore(Generic[Q, H]):
         if metrics is not None:
             # Its middleware is the innermost layer: it times the handler alone.
             self.middleware = (*self.middleware, *check_middleware([metrics.attach(self)], self._middleware_kind))
-        #: The handler wrapped in the middleware that wrap handler calls, or None without any.
-        self._through = chain(self.middleware, "handle", self._call_handler) if wraps(
-            self.middleware, "handle") else None
         #: The ``nacked`` notifications of the middleware (:func:`~pyqueue.core.middleware.notified`).
         self._nacked = notified(self.middleware, "nacked")
+        #: The handler wrapped in the middleware that wrap handler calls, or None without any (nor
+        #: any ``nacked`` notification, which needs the call).
+        self._through = chain(self.middleware, "handle", self._call_handler) if wraps(
+            self.middleware, "handle") or self._nacked else None
         self._deliveries = Deliveries(self.stats)
         self._stopping = False
         self._signals = 0

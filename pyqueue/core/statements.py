@@ -205,6 +205,8 @@ class SqlTexts:
     resume: str = "SELECT {s}dq_resume_queue(%(queue)s) AS changed"
     stats: str = "SELECT {stats} FROM {s}dq_queue_stats(%(queue)s)"
     all_stats: str = "SELECT {stats} FROM {s}dq_stats"
+    metrics: str = "SELECT * FROM {s}dq_metrics()"
+    table_health: str = "SELECT component, name, figure, value FROM {s}dq_table_health()"
     purge: str = "SELECT {s}dq_purge(%(queue)s, %(confirm)s) AS purged"
     release_locks: str = "SELECT {s}dq_release_locks(%(queue)s) AS released"
     redrive: str = "SELECT {s}dq_redrive(%(queue)s, %(max_count)s) AS moved"
@@ -298,6 +300,14 @@ class Statements:
 
     def all_stats(self) -> Statement[list[QueueStats]]:
         return Statement(self.sql.all_stats, {}, _records(_queue_stats))
+
+    def metrics(self) -> Statement[list[dict[str, Any]]]:
+        """Every queue's row of ``dq_metrics()`` as ``{column: value}``."""
+        return Statement(self.sql.metrics, {}, _records(dict))
+
+    def table_health(self) -> Statement[list[dict[str, Any]]]:
+        """The figures of ``dq_table_health()`` (component, name, figure, value) as ``{column: value}``."""
+        return Statement(self.sql.table_health, {}, _records(dict))
 
     # -- cron ------------------------------------------------------------------------------------
     def cron_install(

@@ -231,3 +231,7 @@ def assert_idle_budget(calls: dict[str, int], registrations: int, lifetime: floa
     assert calls.get("dq_channel") == 1, calls
     top_level = {"dq_ack", "dq_nack", "dq_extend", "dq_offer", "dq_get", "dq_next_due", "dq_wait_done"}
     assert not top_level & set(calls), calls
+
+
+def noop(message: Message) -> None:
+    """Does nothing: the message is acknowledged."""
