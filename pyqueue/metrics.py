@@ -272,19 +272,6 @@ WORKER_COUNTERS: dict[str, tuple[str, str]] = {
 }
 
 
-class _Tally:
-    """What the middleware layer of one worker counts: handler calls started and ended."""
-
-    __slots__ = ("worker", "queue", "started", "ended", "lock")
-
-    def __init__(self, worker: Any) -> None:
-        self.worker = worker
-        self.queue: str = worker.queue.queue
-        self.started = 0
-        self.ended = 0
-        self.lock = threading.Lock()
-
-
 class WorkerMetrics(Collector):
     """Prometheus metrics of the workers it is given (``Worker(..., metrics=this)`` or
     ``AsyncWorker(..., metrics=this)``; several workers may share one, each labelled by its queue).
@@ -301,7 +288,7 @@ class WorkerMetrics(Collector):
     """
 
     def __init__(self, registry: CollectorRegistry | None = REGISTRY) -> None:
-        self._tallies: list[_Tally] = []
+        self._workers: list[Any] = []
         self.duration = Histogram(f"{PREFIX}_worker_handler_duration_seconds", "How long handler calls ran.",
                                   ["queue"], buckets=DURATION_BUCKETS, registry=registry)
         self.lateness = Histogram(f"{PREFIX}_worker_lateness_seconds",
@@ -316,10 +303,9 @@ class WorkerMetrics(Collector):
     def attach(self, worker: Any) -> Middleware | AsyncMiddleware:
         """Count ``worker`` (called by the worker's constructor): returns the middleware layer that
         times its handler calls, sync or asyncio after the worker's kind."""
-        tally = _Tally(worker)
-        self._tallies.append(tally)
+        self._workers.append(worker)
         kind = _AsyncLayer if issubclass(worker._middleware_kind, AsyncMiddleware) else _SyncLayer
-        return kind(self, tally)
+        return kind(self, worker.queue.queue)
 
     def collect(self) -> Iterator[Metric]:
         counters = {column: CounterMetricFamily(f"{PREFIX}_{name}", text, labels=["queue"])
@@ -328,16 +314,18 @@ class WorkerMetrics(Collector):
                                     labels=["queue"])
         prefetched = GaugeMetricFamily(f"{PREFIX}_worker_prefetched_messages",
                                        "Messages polled and waiting for a free handler slot.", labels=["queue"])
+        # Handler calls started and ended, by queue: the observations of the two histograms (one
+        # lateness observation as each call starts, one duration as it ends).
+        started, ended = _counts(self.lateness), _counts(self.duration)
         by_queue: dict[str, dict[str, float]] = {}
-        for tally in self._tallies:
-            stats = tally.worker.stats.snapshot()
-            with tally.lock:
-                started, ended = tally.started, tally.ended
-            sums = by_queue.setdefault(tally.queue, dict.fromkeys([*WORKER_COUNTERS, "running", "prefetched"], 0.0))
+        for worker in self._workers:
+            stats = worker.stats.snapshot()
+            sums = by_queue.setdefault(worker.queue.queue, dict.fromkeys(WORKER_COUNTERS, 0.0))
             for column in WORKER_COUNTERS:
                 sums[column] += stats[column]
-            sums["running"] += started - ended
-            sums["prefetched"] += max(stats["delivered"] - started, 0)
+        for queue, sums in by_queue.items():
+            sums["running"] = started.get(queue, 0.0) - ended.get(queue, 0.0)
+            sums["prefetched"] = max(sums["delivered"] - started.get(queue, 0.0), 0.0)
         for queue, sums in by_queue.items():
             for column, family in counters.items():
                 family.add_metric([queue], sums[column])
@@ -348,30 +336,28 @@ class WorkerMetrics(Collector):
         yield prefetched
 
 
-class _Layer:
-    """What the sync and asyncio layers share: before and after a handler call."""
+def _counts(histogram: Histogram) -> dict[str, float]:
+    """The observation count of each queue's child of ``histogram``."""
+    return {sample.labels["queue"]: sample.value for family in histogram.collect() for sample in family.samples
+            if sample.name.endswith("_count")}
 
-    def __init__(self, metrics: WorkerMetrics, tally: _Tally) -> None:
-        self._tally = tally
-        self._duration = metrics.duration.labels(tally.queue)
-        self._lateness = metrics.lateness.labels(tally.queue)
+
+class _Layer:
+    """What the sync and asyncio layers share: before and after a handler call (no lock of its
+    own: each observation is one histogram's, under its lock)."""
+
+    def __init__(self, metrics: WorkerMetrics, queue: str) -> None:
+        self._duration = metrics.duration.labels(queue)
+        self._lateness = metrics.lateness.labels(queue)
 
     def _before(self, call: HandlerCall[Any]) -> None:
-        tally = self._tally
-        with tally.lock:
-            tally.started += 1
         message = call.message
-        if message.claimed_at is not None:
-            self._lateness.observe(max((message.claimed_at - message.scheduled_at).total_seconds(), 0.0))
+        claimed = message.claimed_at
+        self._lateness.observe(0.0 if claimed is None else max((claimed - message.scheduled_at).total_seconds(), 0.0))
 
     def _after(self, call: HandlerCall[Any]) -> None:
-        tally = self._tally
-        with tally.lock:
-            tally.ended += 1
-        if call.duration is not None:
-            self._duration.observe(call.duration.total_seconds())
-
-
+        duration = call.duration
+        self._duration.observe(0.0 if duration is None else duration.total_seconds())
 class _SyncLayer(_Layer, Middleware):
     def handle(self, call: HandlerCall[Any], call_next: Callable[[HandlerCall[Any]], Any]) -> Any:
         self._before(call)
