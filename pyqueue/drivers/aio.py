@@ -18,7 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 from ..core import routines, steps
 from ..core.checks import check_conninfo, first_connection_kwargs
 from ..core.statements import QueueStatements, Statement, Statements
-from ..errors import connection_failed, translating
+from ..errors import PyQueueError, connection_failed, translating
 
 __all__ = ["AsyncConnection", "AsyncDriver", "run", "resolve"]
 
@@ -183,7 +183,10 @@ class AsyncDriver:
                     await self._give_back(held, keep)
                 return None
             case steps.Notified(timeout):
-                return await _notified(_held(held, step), timeout)
+                notified = await _notified(_held(held, step), timeout)
+                if self._closed:  # closed meanwhile: no poll after the wait (nobody would take what it claims)
+                    raise PyQueueError("the queue was closed during the wait")
+                return notified
             case steps.RunPooled(statement):
                 async with self._pool.connection() as other:
                     return await run(other, statement)

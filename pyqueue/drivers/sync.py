@@ -18,7 +18,7 @@ from psycopg_pool import ConnectionPool
 from ..core import routines, steps
 from ..core.checks import check_conninfo, first_connection_kwargs
 from ..core.statements import QueueStatements, Statement, Statements
-from ..errors import connection_failed, translating
+from ..errors import PyQueueError, connection_failed, translating
 
 __all__ = ["Connection", "Driver", "resolve", "run"]
 
@@ -202,7 +202,10 @@ class Driver:
                     self._give_back(held, keep)
                 return None
             case steps.Notified(timeout):
-                return _notified(_held(held, step), timeout)
+                notified = _notified(_held(held, step), timeout)
+                if self._closed:  # closed meanwhile: no poll after the wait (nobody would take what it claims)
+                    raise PyQueueError("the queue was closed during the wait")
+                return notified
             case steps.RunPooled(statement):
                 self.open()
                 with self._pool.connection() as other:

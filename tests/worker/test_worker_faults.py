@@ -198,3 +198,26 @@ def test_an_idle_wait_that_outlives_close_closes_its_connection(dsn: str) -> Non
             assert not th.is_alive()
         wait_until(conn, "SELECT NOT EXISTS (SELECT FROM pg_stat_activity WHERE pid = %s)", (pid,))
         assert q._driver._listeners == []  # noqa: SLF001 - what close() would have had to close
+
+
+def test_an_idle_wait_that_outlives_close_claims_nothing(dsn: str) -> None:
+    """A notification that reaches the idle wait of a stopped worker after its queue was closed
+    ends the wait without a poll: offers made then stay ready for other consumers, rather than
+    claimed by a thread nobody listens to and held until their locks expire."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        q = DelayedQueue(dsn, "jobs")
+        worker = Worker(q, lambda m: None, concurrency=1, idle_check=5)
+        t = threading.Thread(target=worker.run)
+        t.start()
+        idle_waiters(conn)
+        worker.stop()
+        t.join(HANG_S)
+        assert not t.is_alive()
+        q.close()
+        conn.execute("SELECT dq_offer_many('jobs', ARRAY['a','b','c'], ARRAY['x','y','z']::bytea[])")
+        waits = [th for th in threading.enumerate() if th.name == "pyqueue-idle-wait"]
+        for th in waits:
+            th.join(HANG_S)
+            assert not th.is_alive()
+        assert conn.execute("SELECT count(*) FILTER (WHERE lock_token IS NULL), count(*) FROM dq_messages"
+                            ).fetchone() == (3, 3)
