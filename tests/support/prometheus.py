@@ -15,6 +15,7 @@ histogram (``_bucket``, ``_sum``, ``_count``). ``LABELS`` is every label name th
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -236,3 +237,32 @@ def running_prometheus(targets: dict[str, list[str]], tmp_path: Path, *,
         yield Prometheus(url, process, log)
     finally:
         _stop(process)
+
+
+# --- reading PromQL -------------------------------------------------------------------------------
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+_MATCHERS = re.compile(r"\{([^{}]*)\}")
+_GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^()]*)\)")
+_RANGE = re.compile(r"\[[^\]]*\]")
+_NUMBER = re.compile(r"(?<![\w:])(?:0x[0-9a-fA-F]+|\d+(?:\.\d*)?(?:[eE][+-]?\d+)?(?:ms|[smhdwy])?)")
+_IDENTIFIER = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
+_KEYWORDS = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or",
+                       "unless", "offset", "atan2", "inf", "nan", "Inf", "NaN"})
+
+
+def promql_names(expr: str) -> tuple[set[str], set[str]]:
+    """The metric names and the label names ``expr`` uses (in matchers and in ``by``/``on``/… lists):
+    what remains, once strings, matchers, grouping lists, ranges and numbers are set aside, besides
+    functions (a name before ``(``) and keywords, is a metric name. Enough for our own expressions, not a
+    PromQL parser (Prometheus itself checks them: :meth:`Prometheus.query`)."""
+    text = _STRING.sub('""', expr)
+    labels: set[str] = set()
+    for matchers in _MATCHERS.findall(text):
+        labels.update(re.findall(r"([A-Za-z_]\w*)\s*(?:=~|!~|!=|=)", matchers))
+    for grouping in _GROUPING.findall(text):
+        labels.update(name.strip() for name in grouping.split(",") if name.strip())
+    text = _NUMBER.sub(" ", _RANGE.sub(" ", _GROUPING.sub(" ", _MATCHERS.sub(" ", text))))
+    metrics = {m.group() for m in _IDENTIFIER.finditer(text)
+               if m.group() not in _KEYWORDS and not re.match(r"\s*\(", text[m.end():])}
+    return metrics, labels
