@@ -24,6 +24,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from docblocks import heading_anchors
 from psycopg import sql
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -263,26 +264,6 @@ def test_docs_select_a_configuration_row_with_its_column_names(path: Path) -> No
         for m in re.finditer(r"SELECT\s+dq_configure_queue\(", text)
     ]
     assert not hits, f"the bare form (an unlabeled tuple in psql) at {hits}; select its columns"
-
-
-def heading_anchors(path: Path) -> set[str]:
-    """The anchors GitHub gives the headings of a markdown file: the heading's text without its links'
-    targets, lower case, without punctuation other than ``-`` and ``_``, spaces as ``-``; a repeated
-    heading gets ``-1``, ``-2`` …"""
-    found: set[str] = set()
-    fenced = False
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.startswith("```"):
-            fenced = not fenced
-        elif not fenced and re.match(r"#{1,6} ", line):
-            text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", line.lstrip("#").strip()).lower()
-            anchor = base = re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
-            n = 0
-            while anchor in found:
-                n += 1
-                anchor = f"{base}-{n}"
-            found.add(anchor)
-    return found
 
 
 LINK = re.compile(r"\]\(([^)\s]+)\)")

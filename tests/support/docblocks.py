@@ -70,6 +70,26 @@ class Block:
         return f"{self.path.relative_to(ROOT)}:{self.line}"
 
 
+def heading_anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives the headings of a markdown file: the heading's text without its links'
+    targets, lower case, without punctuation other than ``-`` and ``_``, spaces as ``-``; a repeated
+    heading gets ``-1``, ``-2`` …"""
+    found: set[str] = set()
+    fenced = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#{1,6} ", line):
+            text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", line.lstrip("#").strip()).lower()
+            anchor = base = re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+            n = 0
+            while anchor in found:
+                n += 1
+                anchor = f"{base}-{n}"
+            found.add(anchor)
+    return found
+
+
 def code_blocks(path: Path, lang: str | None = None) -> list[Block]:
     """The fenced blocks of the markdown file ``path`` (of language ``lang`` if given), in order."""
     lines = path.read_text(encoding="utf-8").splitlines()
