@@ -16,7 +16,8 @@ and a worker's own counters, handler durations and lateness.
 
 Names follow Prometheus' conventions (https://prometheus.io/docs/practices/naming/): the
 ``pgdelayq_`` prefix, base units (seconds, bytes), ``_total`` on counters, and only bounded label
-values (``queue``, ``table``, ``index``, ``job``, ``outcome``; never a message key).
+values (``queue``, ``table``, ``index``, ``cron_job``, ``outcome``; never a message key; not
+``job``, which Prometheus keeps for the scrape job).
 docs/observability.md lists every metric.
 """
 
@@ -97,7 +98,7 @@ HEALTH_HELP: dict[tuple[str, str], str] = {
 }
 
 #: The label of each ``dq_table_health()`` component (none for the xmin horizon).
-HEALTH_LABEL = {"table": "table", "index": "index", "cron_job": "job"}
+HEALTH_LABEL = {"table": "table", "index": "index", "cron_job": "cron_job"}
 
 _NAME = re.compile(r"[^a-z0-9_]")
 

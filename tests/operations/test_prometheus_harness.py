@@ -49,14 +49,18 @@ def test_prometheus_scrapes_a_counter_and_answers_queries(
     assert prometheus.process.poll() is not None, "prometheus still runs after the block"
 
 
-def test_a_scraped_job_label_is_kept_as_exported_job(exposed: tuple[str, CollectorRegistry], tmp_path: Path) -> None:
-    """Prometheus keeps its own ``job`` (the scrape job) and renames the target's ``job`` label to
-    ``exported_job`` (``honor_labels: false``, the default): the cron job of the pgdelayq_cron_job_*
-    metrics is read as ``exported_job`` in the alert rules and the dashboard."""
+def test_the_cron_job_label_survives_a_scrape(exposed: tuple[str, CollectorRegistry], tmp_path: Path) -> None:
+    """The pg_cron job of the pgdelayq_cron_job_* metrics is labelled ``cron_job``, which a scrape keeps
+    as it is; a target's ``job`` label would be renamed ``exported_job`` (``honor_labels: false``, the
+    default), since Prometheus keeps ``job`` for the scrape job."""
     address, registry = exposed
-    failed = Gauge("pgdelayq_cron_job_last_run_failed", "Last run failed", ["job"], registry=registry)
-    failed.labels(job="dq-vacuum").set(1)
+    failed = Gauge("pgdelayq_cron_job_last_run_failed", "Last run failed", ["cron_job"], registry=registry)
+    failed.labels(cron_job="dq-vacuum").set(1)
+    clash = Gauge("clash_example", "A target label named job", ["job"], registry=registry)
+    clash.labels(job="dq-vacuum").set(1)
     with running_prometheus({"pgdelayq": [address]}, tmp_path) as prometheus:
         result = prometheus.wait_for("pgdelayq_cron_job_last_run_failed", lambda r: len(r) == 1)
+        renamed = prometheus.wait_for("clash_example", lambda r: len(r) == 1)
     assert result[0]["metric"]["job"] == "pgdelayq"
-    assert result[0]["metric"]["exported_job"] == "dq-vacuum"
+    assert result[0]["metric"]["cron_job"] == "dq-vacuum"
+    assert renamed[0]["metric"]["job"] == "pgdelayq" and renamed[0]["metric"]["exported_job"] == "dq-vacuum"

@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from pyqueue import metrics
+
 # --- the metric names -----------------------------------------------------------------------------
 
 #: Per queue (label ``queue``), from ``dq_metrics()``: gauges.
@@ -60,8 +62,8 @@ HEALTH_FIGURES: dict[str, tuple[str, ...]] = {
     "xmin_horizon": ("age_seconds", "age_transactions"),
     "cron_job": ("last_start_timestamp_seconds", "last_run_failed", "failures_last_hour"),
 }
-#: The label each health component's metrics carry (the xmin horizon has none).
-HEALTH_LABEL = {"table": "table", "index": "index", "cron_job": "job"}
+#: The label each health component's metrics carry (the xmin horizon has none): the exporter's own.
+HEALTH_LABEL = metrics.HEALTH_LABEL
 HEALTH_METRICS = frozenset(f"pgdelayq_{component}_{figure}"
                            for component, figures in HEALTH_FIGURES.items() for figure in figures)
 
@@ -85,10 +87,9 @@ METRIC_NAMES = (QUEUE_METRICS | HEALTH_METRICS | EXPORTER_METRICS
 SERIES_NAMES = (METRIC_NAMES - WORKER_HISTOGRAMS) | frozenset(
     f"{name}{suffix}" for name in WORKER_HISTOGRAMS for suffix in ("_bucket", "_sum", "_count"))
 
-#: Label names of our series: ours, ``le`` of the histogram buckets, the target labels Prometheus adds
-#: (``job``, ``instance``) and ``exported_job``, the name Prometheus gives a scraped ``job`` label
-#: (the cron job of ``pgdelayq_cron_job_*``) so that it does not overwrite its own.
-LABELS = frozenset({"queue", "outcome", "table", "index", "le", "job", "instance", "exported_job"})
+#: Label names of our series: ours, ``le`` of the histogram buckets, and the target labels Prometheus
+#: adds (``job``, ``instance``).
+LABELS = frozenset({"queue", "outcome", "table", "index", "cron_job", "le", "job", "instance"})
 
 
 # --- the server -----------------------------------------------------------------------------------
