@@ -12,6 +12,7 @@ wait event 'ClientRead': the client sleeps on LISTEN)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -235,3 +237,28 @@ def assert_idle_budget(calls: dict[str, int], registrations: int, lifetime: floa
 
 def noop(message: Message) -> None:
     """Does nothing: the message is acknowledged."""
+
+
+def run_until(worker: Any, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """Run the sync ``worker`` in a thread until ``done(worker.stats.snapshot())`` (at most HANG_S),
+    stop it and wait for it; its counters then."""
+    t = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    t.start()
+    deadline = time.monotonic() + HANG_S
+    while not done(worker.stats.snapshot()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    worker.stop()
+    t.join(HANG_S)
+    assert not t.is_alive()
+    return dict(worker.stats.snapshot())
+
+
+async def run_until_async(worker: Any, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """The asyncio twin of :func:`run_until` for an ``AsyncWorker``, in the running loop."""
+    task = asyncio.create_task(worker.run(install_signal_handlers=False))
+    deadline = time.monotonic() + HANG_S
+    while not done(worker.stats.snapshot()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    worker.stop()
+    await asyncio.wait_for(task, HANG_S)
+    return dict(worker.stats.snapshot())

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -20,7 +19,7 @@ import psycopg
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from workerhandlers import HANG_S, start_worker, stop
+from workerhandlers import HANG_S, run_until, run_until_async, start_worker, stop
 
 from pyqueue import Backoff, DelayedQueue, HandlerCall, Middleware, NackOutcome, NackResult, Worker
 from pyqueue.aio import AsyncDelayedQueue, AsyncMiddleware, AsyncWorker
@@ -79,14 +78,7 @@ def drain(dsn: str, mode: str, keys: list[str], failing: set[str], done: Callabl
             q.configure(max_deliveries=2, dead_letter_queue="jobs_dlq")
             q.offer_many([(k, {"k": k}) for k in keys])
             worker = Worker(q, handler, middleware=[nacks], **settings)
-            t = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
-            t.start()
-            deadline = time.monotonic() + HANG_S
-            while not done(worker.stats.snapshot()) and time.monotonic() < deadline:
-                time.sleep(0.02)
-            worker.stop()
-            t.join(HANG_S)
-            assert not t.is_alive()
+            run_until(worker, done)
         return worker.stats.snapshot(), nacks.seen
 
     async def main() -> tuple[dict[str, Any], list[Any]]:
@@ -96,12 +88,7 @@ def drain(dsn: str, mode: str, keys: list[str], failing: set[str], done: Callabl
             await q.offer_many([(k, {"k": k}) for k in keys])
             worker = AsyncWorker(q, coroutine_handler if mode == "async" else handler, middleware=[nacks],
                                  **settings)
-            task = asyncio.create_task(worker.run(install_signal_handlers=False))
-            deadline = time.monotonic() + HANG_S
-            while not done(worker.stats.snapshot()) and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-            worker.stop()
-            await asyncio.wait_for(task, HANG_S)
+            await run_until_async(worker, done)
             return worker.stats.snapshot(), nacks.seen
 
     return asyncio.run(main())
