@@ -17,7 +17,11 @@
 --   dq_producer  offer (dq_offer, dq_offer_many) and cancel (dq_cancel)
 --   dq_consumer  poll (dq_poll_many, dq_poll_or_wait, dq_wait, dq_wait_done, dq_channel), finish
 --                (dq_ack, dq_nack, dq_extend) and read (dq_get, dq_next_due)
---   dq_admin     everything: both roles above, configuration, redrive, purge, release, stats,
+--   dq_viewer    read only: metrics and table health (dq_metrics, dq_table_health, dq_health),
+--                stats, lists and reads (dq_queue_stats, dq_stats, dq_list_messages, dq_get,
+--                dq_next_due, dq_dead_letters), schedules (dq_cron_list, dq_cron_schedules,
+--                dq_cron_occurrences); it may change nothing
+--   dq_admin     everything: the three roles above, configuration, redrive, purge, release,
 --                retention, schedules (dq_cron_*, dq_install_tick, dq_uninstall_tick)
 --
 -- Two schemas. The install schema holds the tables and the public API (dq_* functions, procedures
@@ -171,7 +175,7 @@ COMMENT ON FUNCTION dq__clock() IS 'Internal: the queue''s clock at this instant
 REVOKE ALL ON FUNCTION dq__clock() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
-GRANT dq_producer, dq_consumer TO dq_admin;
+GRANT dq_producer, dq_consumer, dq_viewer TO dq_admin;
 
 -- The composite types the functions return (created by the migrations) gain the attributes of this
 -- release here, in the transaction that replaces the functions returning them: a function of the
@@ -207,7 +211,7 @@ $$;
 DO $$
 BEGIN
     IF NOT pg_catalog.has_schema_privilege('public', dq__schema(), 'USAGE') THEN
-        EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA %I TO dq_producer, dq_consumer, dq_admin', dq__schema());
+        EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA %I TO dq_producer, dq_consumer, dq_admin, dq_viewer', dq__schema());
     END IF;
 END;
 $$;
@@ -229,15 +233,15 @@ REVOKE ALL ON FUNCTION dq_channel(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_channel(text) TO dq_consumer;
 
 -- The queue's time, for clients: the default due time of an offer, and the base to which the Python
--- client adds a delay. Every role that offers or polls may execute it (the defaults of dq_offer,
--- dq_offer_many and dq_cron_occurrences call it as the caller).
+-- client adds a delay. Every role that offers, polls or reads schedules may execute it (the defaults
+-- of dq_offer, dq_offer_many and dq_cron_occurrences call it as the caller).
 CREATE OR REPLACE FUNCTION dq_now()
 RETURNS timestamptz
 LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$ SELECT dq__now() $$;
 COMMENT ON FUNCTION dq_now() IS 'dq_now() -> timestamptz: the queue''s time, the start of the current transaction as now(), which is the default scheduled_at of dq_offer and dq_offer_many. Errors: none.';
 REVOKE ALL ON FUNCTION dq_now() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION dq_now() TO dq_producer, dq_consumer;
+GRANT EXECUTE ON FUNCTION dq_now() TO dq_producer, dq_consumer, dq_viewer;
 
 -- Re-pin the SECURITY DEFINER functions of this file to the private schema first (sql/000_common.sql).
 SELECT dq__search_path(internal => false);

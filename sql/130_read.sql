@@ -82,7 +82,7 @@ END;
 $$;
 COMMENT ON FUNCTION dq_get(text, text) IS 'dq_get(queue text, key text) -> SETOF dq_message: the messages with this key, the ordinary one first, then dead letters; a plain read, no lock. Errors: 22004/22023/22001 queue or key.';
 REVOKE ALL ON FUNCTION dq_get(text, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION dq_get(text, text) TO dq_consumer;
+GRANT EXECUTE ON FUNCTION dq_get(text, text) TO dq_consumer, dq_viewer;
 
 -- The messages of a queue for operators (dq_admin may not read dq_messages): by due time, at
 -- most max_rows, optionally of one state. A plain read: no lock is taken, nothing changes. It sorts
@@ -127,7 +127,7 @@ END;
 $$;
 COMMENT ON FUNCTION dq_list_messages(text, text, integer) IS 'dq_list_messages(queue text, in_state text default NULL, max_rows integer default 100) -> the queue''s messages by due time, of one state (ready, scheduled, in_flight, redelivered) or all, payloads as text; a plain read. Errors: 22004/22023/22001 queue, 22004/22023 max_rows (1..10000), 22023 in_state.';
 REVOKE ALL ON FUNCTION dq_list_messages(text, text, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION dq_list_messages(text, text, integer) TO dq_admin;
+GRANT EXECUTE ON FUNCTION dq_list_messages(text, text, integer) TO dq_admin, dq_viewer;
 
 CREATE OR REPLACE FUNCTION dq_next_due(queue text)
 RETURNS timestamptz
@@ -149,7 +149,7 @@ END;
 $$;
 COMMENT ON FUNCTION dq_next_due(text) IS 'dq_next_due(queue text) -> timestamptz: when the next message of the queue becomes visible (of a FIFO group only its head counts), NULL when there is none; pause and limits aside. Errors: 22004/22023/22001 queue.';
 REVOKE ALL ON FUNCTION dq_next_due(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION dq_next_due(text) TO dq_consumer;
+GRANT EXECUTE ON FUNCTION dq_next_due(text) TO dq_consumer, dq_viewer;
 
 -- Re-pin the SECURITY DEFINER functions of this file to the private schema first (sql/000_common.sql).
 SELECT dq__search_path(internal => false);

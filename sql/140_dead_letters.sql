@@ -173,7 +173,7 @@ END;
 $$;
 COMMENT ON FUNCTION dq_dead_letters(text, integer) IS 'dq_dead_letters(dead_letter_queue text, max_rows integer default 100) -> the dead letters of the queue, oldest death first, with where and why they died; a plain read. Errors: 22004/22023/22001 dead_letter_queue, 22004/22023 max_rows (1..100000).';
 REVOKE ALL ON FUNCTION dq_dead_letters(text, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION dq_dead_letters(text, integer) TO dq_admin;
+GRANT EXECUTE ON FUNCTION dq_dead_letters(text, integer) TO dq_admin, dq_viewer;
 
 -- Re-pin the SECURITY DEFINER functions of this file to the private schema first (sql/000_common.sql).
 SELECT dq__search_path(internal => false);

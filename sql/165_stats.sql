@@ -11,8 +11,10 @@ SELECT dq__search_path(internal => true);  -- internal helpers: created in the p
 --  * an archive count past the limit is extrapolated from the time the limit-th newest row was
 --    acknowledged.
 
--- Rows of one queue according to the planner's statistics (NULL when there are none yet).
-CREATE OR REPLACE FUNCTION dq__estimated_rows(queue text, due_fraction_of boolean)
+-- Rows of one queue in a table of the install with a column queue (dq_messages, dq_archive)
+-- according to the planner's statistics: the table's reltuples times the queue's share of the column
+-- (its most-common-values frequency, else an even share of the rest); NULL when there are none yet.
+CREATE OR REPLACE FUNCTION dq__estimated_queue_rows(tablename text, queue text)
 RETURNS double precision
 LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
 AS $$
@@ -21,17 +23,18 @@ DECLARE
     v_vals    text[];
     v_freqs   real[];
     v_ndist   real;
-    v_bounds  timestamptz[];
     v_pos     integer;
     v_share   double precision;
 BEGIN
-    SELECT greatest(c.reltuples, 0) INTO v_tuples FROM pg_class c WHERE c.oid = 'dq_messages'::regclass;
+    SELECT greatest(c.reltuples, 0) INTO v_tuples FROM pg_class c
+     WHERE c.oid = to_regclass(format('%I.%I', dq__schema(), dq__estimated_queue_rows.tablename));
     SELECT s.most_common_vals::text::text[], s.most_common_freqs, s.n_distinct INTO v_vals, v_freqs, v_ndist
-      FROM pg_stats s WHERE s.schemaname = dq__schema() AND s.tablename = 'dq_messages' AND s.attname = 'queue';
+      FROM pg_stats s
+     WHERE s.schemaname = dq__schema() AND s.tablename = dq__estimated_queue_rows.tablename AND s.attname = 'queue';
     IF NOT FOUND OR v_tuples IS NULL THEN
         RETURN NULL;
     END IF;
-    v_pos := array_position(v_vals, dq__estimated_rows.queue);
+    v_pos := array_position(v_vals, dq__estimated_queue_rows.queue);
     IF v_pos IS NOT NULL THEN
         v_share := v_freqs[v_pos];
     ELSE
@@ -39,16 +42,31 @@ BEGIN
                  / greatest(CASE WHEN v_ndist < 0 THEN -v_ndist * v_tuples ELSE v_ndist END
                             - coalesce(array_length(v_vals, 1), 0), 1);
     END IF;
-    IF NOT due_fraction_of THEN
-        RETURN v_tuples * v_share;
+    RETURN v_tuples * v_share;
+END;
+$$;
+COMMENT ON FUNCTION dq__estimated_queue_rows(text, text) IS 'Internal: planner-statistics estimate of a queue''s rows in dq_messages or dq_archive (dq_queue_stats and dq_metrics past the exact limit).';
+REVOKE ALL ON FUNCTION dq__estimated_queue_rows(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- Rows of one queue in dq_messages according to the planner's statistics, all or the due share (by
+-- the scheduled_at histogram); NULL when there are none yet.
+CREATE OR REPLACE FUNCTION dq__estimated_rows(queue text, due_fraction_of boolean)
+RETURNS double precision
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rows    double precision := dq__estimated_queue_rows('dq_messages'::text, dq__estimated_rows.queue);
+    v_bounds  timestamptz[];
+BEGIN
+    IF v_rows IS NULL OR NOT due_fraction_of THEN
+        RETURN v_rows;
     END IF;
     SELECT s.histogram_bounds::text::timestamptz[] INTO v_bounds
       FROM pg_stats s WHERE s.schemaname = dq__schema() AND s.tablename = 'dq_messages' AND s.attname = 'scheduled_at';
     IF v_bounds IS NULL OR array_length(v_bounds, 1) < 2 THEN
-        RETURN v_tuples * v_share / 2;
+        RETURN v_rows / 2;
     END IF;
-    RETURN v_tuples * v_share
-         * (width_bucket(dq__now(), v_bounds) - 0.5) / (array_length(v_bounds, 1) - 1)::double precision;
+    RETURN v_rows * (width_bucket(dq__now(), v_bounds) - 0.5) / (array_length(v_bounds, 1) - 1)::double precision;
 END;
 $$;
 COMMENT ON FUNCTION dq__estimated_rows(text, boolean) IS 'Internal: planner-statistics estimate of a queue''s rows (all, or the due share), for dq_queue_stats past its exact limit.';
@@ -227,7 +245,7 @@ END;
 $$;
 COMMENT ON FUNCTION dq_queue_stats(text) IS 'dq_queue_stats(queue text) -> dq_stats_row: the queue''s counts (ready, scheduled, in flight, redelivered, dead, held, expired, acknowledged in the last minute and hour), oldest_ready_age, next_due and paused; counts past 20000 rows are estimated (approximate). Errors: 22004/22023/22001 queue.';
 REVOKE ALL ON FUNCTION dq_queue_stats(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION dq_queue_stats(text) TO dq_admin;
+GRANT EXECUTE ON FUNCTION dq_queue_stats(text) TO dq_admin, dq_viewer;
 
 -- One row per queue: every queue with messages (found by a skip scan of the (queue, scheduled_at)
 -- index, one probe per queue, not a scan of the table) and every configured queue.
@@ -247,9 +265,10 @@ SELECT s.*
  CROSS JOIN LATERAL dq_queue_stats(names.queue) s
  ORDER BY s.queue;
 COMMENT ON VIEW dq_stats IS 'One row per queue: dq_queue_stats of every queue with messages and every configured queue.';
--- Reading it is an operator's business (the view runs with its owner's rights).
+-- Reading it is an operator's business (the view runs with its owner's rights): dq_admin and the
+-- read-only dq_viewer.
 REVOKE ALL ON dq_stats FROM PUBLIC;
-GRANT SELECT ON dq_stats TO dq_admin;
+GRANT SELECT ON dq_stats TO dq_admin, dq_viewer;
 
 -- Re-pin the SECURITY DEFINER functions of this file to the private schema first (sql/000_common.sql).
 SELECT dq__search_path(internal => false);

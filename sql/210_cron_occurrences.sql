@@ -201,7 +201,7 @@ END;
 $$;
 COMMENT ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) IS 'dq_cron_occurrences(schedule, timezone, after, until, max_count) -> SETOF timestamptz: the instants at which the schedule fires in (after, until], earliest first; changes nothing. Errors: 22004 NULL, 22023 bad schedule, timezone or max_count or a schedule that never fires, 22001 schedule too long, 22008 after or until out of range.';
 REVOKE ALL ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) TO dq_admin;
+GRANT EXECUTE ON FUNCTION dq_cron_occurrences(text, text, timestamptz, timestamptz, integer) TO dq_admin, dq_viewer;
 
 -- Re-pin the SECURITY DEFINER functions of this file to the private schema first (sql/000_common.sql).
 SELECT dq__search_path(internal => false);

@@ -400,7 +400,7 @@ SELECT c.name, c.queue, c.schedule, c.timezone, c.payload_type, c.lookahead, c.c
 $$;
 COMMENT ON FUNCTION dq_cron_list() IS 'dq_cron_list() -> the named schedules (the rows of the view dq_cron_schedules) with their next 5 occurrences and the tick''s bookkeeping. Errors: none.';
 REVOKE ALL ON FUNCTION dq_cron_list() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION dq_cron_list() TO dq_admin;
+GRANT EXECUTE ON FUNCTION dq_cron_list() TO dq_admin, dq_viewer;
 
 CREATE OR REPLACE VIEW dq_cron_schedules AS
 SELECT l.name, l.queue, l.schedule, l.timezone, l.payload_type, l.lookahead, l.config_hash, l.paused,
@@ -408,9 +408,10 @@ SELECT l.name, l.queue, l.schedule, l.timezone, l.payload_type, l.lookahead, l.c
        l.updated_at, l.last_error, l.last_error_at
   FROM dq_cron_list() l;
 COMMENT ON VIEW dq_cron_schedules IS 'The named schedules (dq_cron_install) with their next 5 occurrences, the tick''s bookkeeping and the last evaluation error.';
--- Reading it is an operator's business (the view runs with its owner's rights).
+-- Reading it is an operator's business (the view runs with its owner's rights): dq_admin and the
+-- read-only dq_viewer.
 REVOKE ALL ON dq_cron_schedules FROM PUBLIC;
-GRANT SELECT ON dq_cron_schedules TO dq_admin;
+GRANT SELECT ON dq_cron_schedules TO dq_admin, dq_viewer;
 
 
 -- Re-pin the SECURITY DEFINER functions of this file to the private schema first (sql/000_common.sql).

@@ -129,6 +129,9 @@ def admin_calls(app: psycopg.Connection[Any], q: str) -> None:
     assert one("SELECT dq_resume_queue(%s)", q) == (True,)
     assert one("SELECT (dq_queue_stats(%s)).queue", q) == (q,)
     assert one("SELECT count(*) > 0 FROM dq_stats") == (True,)
+    assert one("SELECT count(*) > 0 FROM dq_metrics()") == (True,)
+    assert one("SELECT count(*) > 0 FROM dq_table_health()") == (True,)
+    assert one("SELECT count(*) > 0 FROM dq_health") == (True,)
     assert one("SELECT count(*) > 0 FROM dq_list_messages(%s)", q) == (True,)
     # A message nacked after its only delivery goes to the dead-letter queue at its next poll.
     assert one("SELECT dq_offer(%s, 'poison', 'x'::text)", q) == ("created",)

@@ -4,7 +4,8 @@
   with psql's default search_path, or through psycopg) changes nothing, ``pg_dump --schema-only``
   and the privileges included.
 * Privileges are table-driven from ``pg_proc``: every public ``dq_*`` function is SECURITY DEFINER
-  with the pinned search_path and executable by exactly the roles of :data:`installhelpers.ROLE_OF`;
+  with the pinned search_path and executable by exactly the roles of :data:`installhelpers.ROLE_OF`
+  (and dq_viewer for :data:`installhelpers.VIEWER_READS`);
   every internal ``dq__*`` helper lives in the private schema ``<install>_internal`` and is
   executable by no role, which may not even use that schema. A new function fails the test until it
   is added there.
@@ -22,7 +23,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from installhelpers import ROLE_OF, ROLES, privileges, run_psql_file
+from installhelpers import ROLE_OF, ROLES, VIEWER_READS, privileges, run_psql_file
 from psycopg import sql
 from sqlhelpers import PROJECT, schema_dump
 
@@ -83,7 +84,7 @@ def test_privileges_are_those_of_the_table(conn: psycopg.Connection[Any]) -> Non
         assert not name.startswith("dq__"), f"{sig}: an internal helper in the install schema"
         public_names.add(name)
         assert name in ROLE_OF, f"{sig} is not in ROLE_OF: add it with the role that may execute it"
-        assert executable_by == MAY_EXECUTE[ROLE_OF[name]], sig
+        assert executable_by == MAY_EXECUTE[ROLE_OF[name]] | ({"dq_viewer"} if name in VIEWER_READS else set()), sig
         if kind == "p":  # a procedure that commits can be neither SECURITY DEFINER nor pinned
             assert not secdef and config is None, sig
         else:
@@ -96,14 +97,14 @@ def test_privileges_are_those_of_the_table(conn: psycopg.Connection[Any]) -> Non
             False,), role
 
 
-def test_views_are_granted_to_dq_admin_only(conn: psycopg.Connection[Any]) -> None:
-    for view in ("dq_stats", "dq_cron_schedules"):
+def test_views_are_granted_to_dq_admin_and_dq_viewer_only(conn: psycopg.Connection[Any]) -> None:
+    for view in ("dq_stats", "dq_cron_schedules", "dq_health"):
         granted = {
             role
             for role in ("public", *ROLES)
             if conn.execute("SELECT has_table_privilege(%s, %s, 'SELECT')", (role, view)).fetchone()[0]
         }
-        assert granted == {"dq_admin"}, view
+        assert granted == {"dq_admin", "dq_viewer"}, view
 
 
 # --------------------------------------------------------------------------- a second install

@@ -23,9 +23,16 @@ from pyqueue.migrate import FUNCTION_STEP, migrations_dir, yoyo_uri
 from pyqueue.migrate import schema_steps as installer_schema_steps
 
 #: The application roles an install creates.
-ROLES = ("dq_producer", "dq_consumer", "dq_admin")
+ROLES = ("dq_producer", "dq_consumer", "dq_admin", "dq_viewer")
 
-#: The role granted EXECUTE on each public function (dq_admin is a member of the other two).
+#: The functions the read-only role dq_viewer may execute too (besides the role of :data:`ROLE_OF`);
+#: it may change nothing (tests/operations/test_observability_sql.py calls every other one as it).
+VIEWER_READS = frozenset({
+    "dq_now", "dq_get", "dq_next_due", "dq_list_messages", "dq_dead_letters", "dq_queue_stats",
+    "dq_cron_list", "dq_cron_occurrences", "dq_metrics", "dq_table_health",
+})
+
+#: The role granted EXECUTE on each public function (dq_admin is a member of the other three).
 ROLE_OF = {
     "dq_offer": "dq_producer",
     "dq_offer_many": "dq_producer",
@@ -70,6 +77,8 @@ ROLE_OF = {
     "dq_cron_tick": "dq_admin",
     "dq_cron_list": "dq_admin",
     "dq_cron_prune_run_details": "dq_admin",
+    "dq_metrics": "dq_admin",
+    "dq_table_health": "dq_admin",
 }
 
 
