@@ -13,7 +13,8 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -45,6 +46,24 @@ def q(name: str) -> tuple[tuple[str, str], ...]:
 
 
 @pytest.fixture
+def registry_of() -> Iterator[Callable[..., CollectorRegistry]]:
+    """``registry_of(conninfo, **options)``: a registry holding a QueueMetricsCollector, whose
+    connection is closed after the test."""
+    made: list[QueueMetricsCollector] = []
+
+    def make(conninfo: str, **options: Any) -> CollectorRegistry:
+        collector = QueueMetricsCollector(conninfo, **options)
+        made.append(collector)
+        registry = CollectorRegistry()
+        registry.register(collector)
+        return registry
+
+    yield make
+    for collector in made:
+        collector.close()
+
+
+@pytest.fixture
 def workload(dsn: str) -> Iterator[str]:
     """Queue 'jobs': 5 ready, 3 scheduled, 2 in flight (one redelivered), 1 dead letter in 'jobs_dlq';
     queue 'slow' paused with a rate limit and an in-flight limit."""
@@ -64,8 +83,8 @@ def workload(dsn: str) -> Iterator[str]:
     yield dsn
 
 
-def test_queue_gauges_say_what_dq_stats_says(workload: str) -> None:
-    registry = queue_registry(workload)
+def test_queue_gauges_say_what_dq_stats_says(workload: str, registry_of: Callable[..., CollectorRegistry]) -> None:
+    registry = registry_of(workload)
     found = scrape_registry(registry)
     assert found[("pgdelayq_up", ())] == 1
     assert found[("pgdelayq_queue_ready_messages", q("jobs"))] == 5
@@ -94,9 +113,10 @@ def test_queue_gauges_say_what_dq_stats_says(workload: str) -> None:
     assert found[("pgdelayq_xmin_horizon_age_seconds", ())] >= 0
 
 
-def test_the_exporter_needs_only_dq_viewer(workload: str, login) -> None:  # type: ignore[no-untyped-def]
+def test_the_exporter_needs_only_dq_viewer(workload: str, login: Callable[[str], str],
+                                           registry_of: Callable[..., CollectorRegistry]) -> None:
     viewer = login("dq_viewer")
-    found = scrape_registry(queue_registry(viewer))
+    found = scrape_registry(registry_of(viewer))
     assert found[("pgdelayq_up", ())] == 1
     assert found[("pgdelayq_queue_ready_messages", q("jobs"))] == 5
     assert ("pgdelayq_table_dead_tuples", (("table", "dq_messages"),)) in found
@@ -104,8 +124,9 @@ def test_the_exporter_needs_only_dq_viewer(workload: str, login) -> None:  # typ
         conn.execute("SELECT dq_offer('jobs', 'nope', 'x'::bytea)")
 
 
-def test_a_held_snapshot_shows_as_a_growing_xmin_horizon_age(dsn: str) -> None:
-    registry = queue_registry(dsn)
+def test_a_held_snapshot_shows_as_a_growing_xmin_horizon_age(
+        dsn: str, registry_of: Callable[..., CollectorRegistry]) -> None:
+    registry = registry_of(dsn)
     before = scrape_registry(registry)[("pgdelayq_xmin_horizon_age_seconds", ())]
     with psycopg.connect(dsn) as holder:
         holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -118,10 +139,9 @@ def test_a_held_snapshot_shows_as_a_growing_xmin_horizon_age(dsn: str) -> None:
     assert after < held
 
 
-def test_a_database_slower_than_the_statement_timeout_reports_down(dsn: str) -> None:
-    collector = QueueMetricsCollector(dsn, statement_timeout=0.5)
-    registry = CollectorRegistry()
-    registry.register(collector)
+def test_a_database_slower_than_the_statement_timeout_reports_down(
+        dsn: str, registry_of: Callable[..., CollectorRegistry]) -> None:
+    registry = registry_of(dsn, statement_timeout=0.5)
     assert scrape_registry(registry)[("pgdelayq_up", ())] == 1
     with psycopg.connect(dsn) as locker:
         locker.execute("LOCK TABLE dq_messages IN ACCESS EXCLUSIVE MODE")
@@ -133,16 +153,15 @@ def test_a_database_slower_than_the_statement_timeout_reports_down(dsn: str) -> 
     assert not any(name.startswith("pgdelayq_queue_") for name, _ in found)
     assert took < 5, took
     assert scrape_registry(registry)[("pgdelayq_up", ())] == 1  # reconnected after the failure
-    collector.close()
 
 
 def test_a_refused_login_reports_down(dsn: str) -> None:
-    found = scrape_registry(queue_registry(make_conninfo(dsn, password="wrong", user="nobody_here")))
+    found = scrape_registry(queue_registry(make_conninfo(dsn, password="wrong", user="nobody_here")))  # no connection
     assert found[("pgdelayq_up", ())] == 0
 
 
-def test_series_do_not_grow_with_keys(dsn: str) -> None:
-    registry = queue_registry(dsn)
+def test_series_do_not_grow_with_keys(dsn: str, registry_of: Callable[..., CollectorRegistry]) -> None:
+    registry = registry_of(dsn)
     with DelayedQueue(dsn, "jobs") as jobs:
         jobs.offer("one", "x")
         few = {k for k in scrape_registry(registry) if k[0].startswith("pgdelayq_queue_")}
@@ -180,10 +199,8 @@ def test_pyqueue_metrics_serves_over_http(workload: str) -> None:
     assert proc.returncode == 0, out
 
 
-def test_concurrent_scrapes_share_one_connection(dsn: str) -> None:
-    collector = QueueMetricsCollector(dsn)
-    registry = CollectorRegistry()
-    registry.register(collector)
+def test_concurrent_scrapes_share_one_connection(dsn: str, registry_of: Callable[..., CollectorRegistry]) -> None:
+    registry = registry_of(dsn)
     results: list[float] = []
 
     def one() -> None:
@@ -198,4 +215,3 @@ def test_concurrent_scrapes_share_one_connection(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pyqueue metrics'"
                             ).fetchone() == (1,)
-    collector.close()
