@@ -100,7 +100,7 @@ def test_dq_dead_letters_and_dq_list_messages_reject_bad_input(conn: psycopg.Con
 # workers call on a schedule (a NOTICE there would fill pg_cron's run log): the rest must print one.
 QUIET = {
     "dq_queue_stats", "dq_export_archive", "dq_export_archive_bounds", "dq_cron_config_hash", "dq_cron_occurrences",
-    "dq_cron_list", "dq_dead_letters", "dq_list_messages",  # read only
+    "dq_cron_list", "dq_dead_letters", "dq_list_messages", "dq_metrics", "dq_table_health",  # read only
     "dq_install_tick", "dq_uninstall_tick", "dq_cron_tick",  # called by pg_cron and the cron ticker
     "dq_prune_archive",  # one batch of dq_prune_archive_all (pg_cron's retention job), which prints the total
     "dq_cron_prune_run_details",  # pg_cron's history job
