@@ -16,6 +16,8 @@ Variants (:data:`VARIANTS`): a name and a function that, given the worker's kind
 ``metrics``); a row is one more entry:
 
 * ``none``: no middleware;
+* ``pass-through``: one middleware whose ``handle`` only calls ``call_next``: the worker's middleware
+  path alone (the handler call as a :class:`pyqueue.HandlerCall`, timed, through the chain);
 * ``tracing``: :class:`pyqueue.otel.TracingMiddleware` (or its asyncio twin) with an SDK
   ``TracerProvider`` that samples every span, its ``BatchSpanProcessor`` (default settings) handing
   them to an exporter that discards them: the cost of recording every span, without the export's;
@@ -52,8 +54,8 @@ from bench.lib.database import create_database, drain, fill_one_transaction, pre
 from bench.lib.report import arguments, console, machine_info, publish, rich_table
 from bench.lib.sides import DQ, QUEUE, value
 from bench.lib.workers import READY_TIMEOUT_S, Drain, interrupt_on_sigterm, run_baseline_side
-from pyqueue import DelayedQueue, Worker
-from pyqueue.aio import AsyncDelayedQueue, AsyncWorker
+from pyqueue import DelayedQueue, HandlerCall, Middleware, Worker
+from pyqueue.aio import AsyncDelayedQueue, AsyncMiddleware, AsyncWorker
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -114,9 +116,20 @@ def _tracing(kind: str, *, sampled: bool) -> dict[str, Any]:
     return {"middleware": [layer(tracer_provider=provider)]}
 
 
+class _PassThrough(Middleware):
+    def handle(self, call: HandlerCall[Any], call_next: Callable[[HandlerCall[Any]], Any]) -> Any:
+        return call_next(call)
+
+
+class _AsyncPassThrough(AsyncMiddleware):
+    async def handle(self, call: HandlerCall[Any], call_next: Callable[[HandlerCall[Any]], Any]) -> Any:
+        return await call_next(call)
+
+
 #: name -> function of the worker's kind ("sync", "async") returning the worker's keyword arguments.
 VARIANTS: dict[str, Callable[[str], dict[str, Any]]] = {
     "none": lambda kind: {"middleware": []},
+    "pass-through": lambda kind: {"middleware": [_PassThrough() if kind == "sync" else _AsyncPassThrough()]},
     "tracing": lambda kind: _tracing(kind, sampled=True),
     "tracing not sampled": lambda kind: _tracing(kind, sampled=False),
 }
