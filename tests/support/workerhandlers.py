@@ -12,6 +12,7 @@ wait event 'ClientRead': the client sleeps on LISTEN)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -118,6 +120,31 @@ def idle_worker_calls(dsn: str, *worker_args: str, idle_check: float,
 #: and every worker it started, which the test kills if it is still running.
 WORKER_ARGS: list[str] = []
 STARTED: list[subprocess.Popen[str]] = []
+
+
+def run_until(worker: Any, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """Run the sync ``worker`` (a :class:`pyqueue.Worker`) in a thread until ``done(its counters)``,
+    at most :data:`HANG_S`; then stop it and wait for it to end. Returns its counters."""
+    t = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    t.start()
+    deadline = time.monotonic() + HANG_S
+    while not done(worker.stats.snapshot()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    worker.stop()
+    t.join(HANG_S)
+    assert not t.is_alive()
+    return worker.stats.snapshot()  # type: ignore[no-any-return]
+
+
+async def run_until_async(worker: Any, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """:func:`run_until` for a :class:`pyqueue.aio.AsyncWorker`, in a task of the running loop."""
+    task = asyncio.create_task(worker.run(install_signal_handlers=False))
+    deadline = time.monotonic() + HANG_S
+    while not done(worker.stats.snapshot()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    worker.stop()
+    await asyncio.wait_for(task, HANG_S)
+    return worker.stats.snapshot()  # type: ignore[no-any-return]
 
 
 def start_worker(dsn: str, handler: str, *args: str) -> subprocess.Popen[str]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -16,7 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from workerhandlers import HANG_S
+from workerhandlers import run_until, run_until_async
 
 from pyqueue import (
     Backoff,
@@ -119,30 +118,15 @@ def run(dsn: str, mode: str, fails: tuple[str | None, str | None], handler_fails
         with DelayedQueue(dsn, "jobs", middleware=layers) as q:
             for key in keys:
                 q.offer(key, {"k": key})
-            worker = Worker(q, handler, **settings)
-            t = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
-            t.start()
-            deadline = time.monotonic() + HANG_S
-            while not done(worker.stats.snapshot()) and time.monotonic() < deadline:
-                time.sleep(0.02)
-            worker.stop()
-            t.join(HANG_S)
-            assert not t.is_alive()
-        return seen, worker.stats.snapshot()
+            return seen, run_until(Worker(q, handler, **settings), done)
 
     async def main() -> Any:
         layers: list[Any] = [Async("outer", seen, fails[0]), Async("inner", seen, fails[1])]
         async with AsyncDelayedQueue(dsn, "jobs", middleware=layers) as q:
             for key in keys:
                 await q.offer(key, {"k": key})
-            worker = AsyncWorker(q, coroutine_handler if mode == "async" else handler, **settings)
-            task = asyncio.create_task(worker.run(install_signal_handlers=False))
-            deadline = time.monotonic() + HANG_S
-            while not done(worker.stats.snapshot()) and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-            worker.stop()
-            await asyncio.wait_for(task, HANG_S)
-            return worker.stats.snapshot()
+            return await run_until_async(AsyncWorker(q, coroutine_handler if mode == "async" else handler,
+                                                     **settings), done)
 
     return seen, asyncio.run(main())
 

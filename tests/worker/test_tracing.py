@@ -10,7 +10,6 @@ import asyncio
 import gc
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
@@ -23,7 +22,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from workerhandlers import HANG_S
+from workerhandlers import run_until, run_until_async
 
 from pyqueue import Backoff, DelayedQueue, HandlerCall, Middleware, NackOutcome, NackResult, OfferRequest, Worker
 from pyqueue.aio import AsyncDelayedQueue, AsyncWorker
@@ -125,15 +124,7 @@ def consume(dsn: str, mode: str, traces: Traces, done: Callable[[dict[str, Any]]
             running["queue"] = q
             layers = [*outer, TracingMiddleware(tracer_provider=traces.provider)]
             running["worker"] = worker = Worker(q, handler, middleware=layers, **settings)
-            t = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
-            t.start()
-            deadline = time.monotonic() + HANG_S
-            while not done(worker.stats.snapshot()) and time.monotonic() < deadline:
-                time.sleep(0.02)
-            worker.stop()
-            t.join(HANG_S)
-            assert not t.is_alive()
-        return worker.stats.snapshot()
+            return run_until(worker, done)
 
     async def main() -> dict[str, Any]:
         async with AsyncDelayedQueue(dsn, queue) as q:
@@ -141,13 +132,7 @@ def consume(dsn: str, mode: str, traces: Traces, done: Callable[[dict[str, Any]]
             layers = [*outer, AsyncTracingMiddleware(tracer_provider=traces.provider)]
             running["worker"] = worker = AsyncWorker(q, coroutine_handler if mode == "async" else handler,
                                                      middleware=layers, **settings)
-            task = asyncio.create_task(worker.run(install_signal_handlers=False))
-            deadline = time.monotonic() + HANG_S
-            while not done(worker.stats.snapshot()) and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-            worker.stop()
-            await asyncio.wait_for(task, HANG_S)
-            return worker.stats.snapshot()
+            return await run_until_async(worker, done)
 
     return asyncio.run(main())
 
