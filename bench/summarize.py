@@ -20,7 +20,8 @@ from typing import Any
 
 from bench.lib.report import RESULTS, console, result_name, write_json
 
-BENCHMARKS = ("core", "latency", "controls", "peers", "spark", "chaos", "soak", "snapshot", "targets", "scrape")
+BENCHMARKS = ("core", "latency", "controls", "peers", "spark", "chaos", "soak", "snapshot", "targets", "scrape",
+              "middleware_overhead")
 
 
 def benchmark_of(path: Path, report: dict[str, Any]) -> str:

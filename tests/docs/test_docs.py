@@ -220,12 +220,13 @@ def imported_modules(folder: Path) -> set[str]:
 
 
 def test_every_runtime_dependency_is_imported_by_the_package() -> None:
-    """pyproject.toml's dependencies (and the spark extra) are each imported by pyqueue/."""
+    """pyproject.toml's dependencies (and the spark and otel extras) are each imported by pyqueue/."""
     import tomllib
     from importlib.metadata import packages_distributions
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    wanted = project["dependencies"] + project["optional-dependencies"]["spark"]
+    extras = project["optional-dependencies"]
+    wanted = project["dependencies"] + extras["spark"] + extras["otel"]
     distributions = {re.split(r"[\[<>=!~; ]", req, maxsplit=1)[0].lower().replace("_", "-") for req in wanted}
     provided = {
         dist.lower().replace("_", "-")

@@ -122,6 +122,31 @@ WORKER_ARGS: list[str] = []
 STARTED: list[subprocess.Popen[str]] = []
 
 
+def run_until(worker: Any, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """Run the sync ``worker`` (a :class:`pyqueue.Worker`) in a thread until ``done(its counters)``,
+    at most :data:`HANG_S`; then stop it and wait for it to end. Returns its counters."""
+    t = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    t.start()
+    deadline = time.monotonic() + HANG_S
+    while not done(worker.stats.snapshot()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    worker.stop()
+    t.join(HANG_S)
+    assert not t.is_alive()
+    return worker.stats.snapshot()  # type: ignore[no-any-return]
+
+
+async def run_until_async(worker: Any, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """:func:`run_until` for a :class:`pyqueue.aio.AsyncWorker`, in a task of the running loop."""
+    task = asyncio.create_task(worker.run(install_signal_handlers=False))
+    deadline = time.monotonic() + HANG_S
+    while not done(worker.stats.snapshot()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    worker.stop()
+    await asyncio.wait_for(task, HANG_S)
+    return worker.stats.snapshot()  # type: ignore[no-any-return]
+
+
 def start_worker(dsn: str, handler: str, *args: str) -> subprocess.Popen[str]:
     """Start ``pyqueue worker`` on queue 'jobs' with ``handler`` (``workerhandlers:NAME``), the
     options of :data:`WORKER_ARGS` and ``args``; its output (stdout and stderr) is a text pipe."""
@@ -238,27 +263,3 @@ def assert_idle_budget(calls: dict[str, int], registrations: int, lifetime: floa
 def noop(message: Message) -> None:
     """Does nothing: the message is acknowledged."""
 
-
-def run_until(worker: Any, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-    """Run the sync ``worker`` in a thread until ``done(worker.stats.snapshot())`` (at most HANG_S),
-    stop it and wait for it; its counters then."""
-    t = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
-    t.start()
-    deadline = time.monotonic() + HANG_S
-    while not done(worker.stats.snapshot()) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    worker.stop()
-    t.join(HANG_S)
-    assert not t.is_alive()
-    return dict(worker.stats.snapshot())
-
-
-async def run_until_async(worker: Any, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-    """The asyncio twin of :func:`run_until` for an ``AsyncWorker``, in the running loop."""
-    task = asyncio.create_task(worker.run(install_signal_handlers=False))
-    deadline = time.monotonic() + HANG_S
-    while not done(worker.stats.snapshot()) and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
-    worker.stop()
-    await asyncio.wait_for(task, HANG_S)
-    return dict(worker.stats.snapshot())

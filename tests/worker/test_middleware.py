@@ -118,18 +118,15 @@ def run(dsn: str, mode: str, fails: tuple[str | None, str | None], handler_fails
         with DelayedQueue(dsn, "jobs", middleware=layers) as q:
             for key in keys:
                 q.offer(key, {"k": key})
-            worker = Worker(q, handler, **settings)
-            run_until(worker, done)
-        return seen, worker.stats.snapshot()
+            return seen, run_until(Worker(q, handler, **settings), done)
 
     async def main() -> Any:
         layers: list[Any] = [Async("outer", seen, fails[0]), Async("inner", seen, fails[1])]
         async with AsyncDelayedQueue(dsn, "jobs", middleware=layers) as q:
             for key in keys:
                 await q.offer(key, {"k": key})
-            worker = AsyncWorker(q, coroutine_handler if mode == "async" else handler, **settings)
-            await run_until_async(worker, done)
-            return worker.stats.snapshot()
+            return await run_until_async(AsyncWorker(q, coroutine_handler if mode == "async" else handler,
+                                                     **settings), done)
 
     return seen, asyncio.run(main())
 
