@@ -18,6 +18,8 @@ Variants (:data:`VARIANTS`): a name and a function that, given the worker's kind
 * ``none``: no middleware;
 * ``pass-through``: one middleware whose ``handle`` only calls ``call_next``: the worker's middleware
   path alone (the handler call as a :class:`pyqueue.HandlerCall`, timed, through the chain);
+* ``metrics``: :class:`pyqueue.metrics.WorkerMetrics` (``metrics=``), in a registry of its own
+  that nothing scrapes: the cost of its histograms on each handler call;
 * ``tracing``: :class:`pyqueue.otel.TracingMiddleware` (or its asyncio twin) with an SDK
   ``TracerProvider`` that samples every span, its ``BatchSpanProcessor`` (default settings) handing
   them to an exporter that discards them: the cost of recording every span, without the export's;
@@ -116,6 +118,14 @@ def _tracing(kind: str, *, sampled: bool) -> dict[str, Any]:
     return {"middleware": [layer(tracer_provider=provider)]}
 
 
+def _metrics(kind: str) -> dict[str, Any]:
+    from prometheus_client import CollectorRegistry
+
+    from pyqueue.metrics import WorkerMetrics
+
+    return {"metrics": WorkerMetrics(CollectorRegistry())}
+
+
 class _PassThrough(Middleware):
     def handle(self, call: HandlerCall[Any], call_next: Callable[[HandlerCall[Any]], Any]) -> Any:
         return call_next(call)
@@ -130,6 +140,7 @@ class _AsyncPassThrough(AsyncMiddleware):
 VARIANTS: dict[str, Callable[[str], dict[str, Any]]] = {
     "none": lambda kind: {"middleware": []},
     "pass-through": lambda kind: {"middleware": [_PassThrough() if kind == "sync" else _AsyncPassThrough()]},
+    "metrics": _metrics,
     "tracing": lambda kind: _tracing(kind, sampled=True),
     "tracing not sampled": lambda kind: _tracing(kind, sampled=False),
 }

@@ -33,8 +33,8 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from functools import partial
-from types import TracebackType
+from functools import lru_cache, partial
+from types import MappingProxyType, TracebackType
 from typing import Any
 
 try:
@@ -87,13 +87,31 @@ class _HeaderGetter(Getter[Mapping[str, Any]]):
 _GETTER = _HeaderGetter()
 
 
+#: Trace contexts read lately, by (traceparent, tracestate): the messages of one ``offer_many``
+#: carry the same one, read once. Bounded (emptied when full); a dict's reads and writes are atomic.
+_CONTEXTS: dict[tuple[Any, Any], SpanContext | None] = {}
+_CONTEXTS_MOST = 4096
+
+
 def creation_context(headers: Mapping[str, Any] | None) -> SpanContext | None:
     """The trace context a message's ``headers`` carry (``traceparent``, ``tracestate``), or None
     when they carry none or an invalid one."""
     if not isinstance(headers, Mapping) or TRACEPARENT not in headers:
         return None
-    found = trace.get_current_span(_W3C.extract(headers, otel_context.Context(), _GETTER)).get_span_context()
-    return found if found.is_valid else None
+    cache_key = (headers[TRACEPARENT], headers.get(TRACESTATE))
+    try:
+        return _CONTEXTS[cache_key]
+    except (KeyError, TypeError):  # not read yet, or a header value that is no str (unhashable)
+        pass
+    found: SpanContext | None = trace.get_current_span(
+        _W3C.extract(headers, otel_context.Context(), _GETTER)).get_span_context()
+    if found is not None and not found.is_valid:
+        found = None
+    if isinstance(cache_key[0], str) and isinstance(cache_key[1], (str, type(None))):
+        if len(_CONTEXTS) >= _CONTEXTS_MOST:
+            _CONTEXTS.clear()
+        _CONTEXTS[cache_key] = found
+    return found
 
 
 def _error_type(exc: BaseException) -> str:
@@ -178,9 +196,8 @@ class _Tracing:
         parent = None
         if found is not None and self._creation_parent and not trace.get_current_span().get_span_context().is_valid:
             parent = trace.set_span_in_context(NonRecordingSpan(found))
-        attributes = _attributes(call.queue, "process")
-        attributes["messaging.message.id"] = message.key
-        attributes[DELIVERY_COUNT] = message.delivery_count
+        attributes = {**_attributes(call.queue, "process"), "messaging.message.id": message.key,
+                      DELIVERY_COUNT: message.delivery_count}
         span = self._tracer.start_span(f"process {call.queue}", parent, SpanKind.CONSUMER, attributes,
                                        None if found is None else [Link(found)])
         return _Current(span, partial(self._handler_ended, call))
@@ -221,10 +238,16 @@ class _Tracing:
         span.end()
 
 
+@lru_cache(maxsize=1024)
+def _span_attributes(queue: str, operation: str) -> Mapping[str, AttributeValue]:
+    return MappingProxyType({"messaging.system": SYSTEM, "messaging.destination.name": queue,
+                             "messaging.operation.type": operation, "messaging.operation.name": operation})
+
+
 def _attributes(queue: str, operation: str) -> dict[str, AttributeValue]:
-    """The attributes every span of ``operation`` (``send``, ``process``) on ``queue`` has."""
-    return {"messaging.system": SYSTEM, "messaging.destination.name": queue,
-            "messaging.operation.type": operation, "messaging.operation.name": operation}
+    """The attributes every span of ``operation`` (``send``, ``process``) on ``queue`` has (a new
+    dict, from one built once per queue and operation)."""
+    return dict(_span_attributes(queue, operation))
 
 
 def _with_context(request: OfferRequest, carrier: dict[str, str]) -> OfferRequest:
