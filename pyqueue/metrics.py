@@ -23,6 +23,7 @@ docs/observability.md lists every metric.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import threading
@@ -33,13 +34,14 @@ from typing import Any
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, Histogram
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
     from prometheus_client.registry import Collector
 except ImportError as exc:  # pragma: no cover - exercised by a subprocess test
     raise ImportError("pyqueue.metrics needs prometheus_client: pip install 'pgdelayq[metrics]'") from exc
 
 import psycopg
 
+from .core.delivery import LATENESS_BUCKETS_MS
 from .core.middleware import AsyncMiddleware, HandlerCall, Middleware
 from .core.statements import Statements
 from .drivers.sync import run
@@ -256,8 +258,6 @@ def serve(registry: CollectorRegistry, port: int, host: str = "127.0.0.1") -> Ca
 
 #: Histogram buckets of the handler duration (seconds): 1 ms to 5 min.
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-#: Histogram buckets of the lateness, claim time − due time (seconds): 1 ms to 10 min.
-LATENESS_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 600.0)
 
 #: The worker's counters (:meth:`pyqueue.core.delivery.WorkerStats.snapshot` keys) -> (name, help).
 WORKER_COUNTERS: dict[str, tuple[str, str]] = {
@@ -277,12 +277,13 @@ class WorkerMetrics(Collector):
     """Prometheus metrics of the workers it is given (``Worker(..., metrics=this)`` or
     ``AsyncWorker(..., metrics=this)``; several workers may share one, each labelled by its queue).
 
-    Counters (read from each worker's :class:`~pyqueue.core.delivery.WorkerStats` at scrape time,
-    summed by queue): ``pgdelayq_worker_{delivered,acknowledged,failed,retried,dead_lettered,
-    lock_lost}_messages_total``. Histograms (seconds): ``pgdelayq_worker_handler_duration_seconds``
-    and ``pgdelayq_worker_lateness_seconds`` (claim time − due time, on the database clock).
-    Gauges: ``pgdelayq_worker_running_handlers`` and ``pgdelayq_worker_prefetched_messages``
-    (polled, waiting for a free handler slot).
+    Read from each worker at scrape time, summed by queue (nothing added to the worker's hot path):
+    the counters ``pgdelayq_worker_{delivered,acknowledged,failed,retried,dead_lettered,
+    lock_lost}_messages_total`` and the histogram ``pgdelayq_worker_lateness_seconds`` (claim time
+    − due time on the database clock, the worker's own :class:`~pyqueue.core.delivery.WorkerStats`),
+    and the gauges ``pgdelayq_worker_running_handlers`` and ``pgdelayq_worker_prefetched_messages``
+    (polled, waiting for a free handler slot). Measured by the middleware layer it adds to each
+    worker: the histogram ``pgdelayq_worker_handler_duration_seconds``.
 
     :param registry: where the metrics are registered (default: prometheus_client's global
         ``REGISTRY``, which ``start_http_server`` serves); None: not registered.
@@ -292,9 +293,6 @@ class WorkerMetrics(Collector):
         self._workers: list[Any] = []
         self.duration = Histogram(f"{PREFIX}_worker_handler_duration_seconds", "How long handler calls ran.",
                                   ["queue"], buckets=DURATION_BUCKETS, registry=registry)
-        self.lateness = Histogram(f"{PREFIX}_worker_lateness_seconds",
-                                  "Claim time minus due time of each delivery (database clock).",
-                                  ["queue"], buckets=LATENESS_BUCKETS, registry=registry)
         if registry is not None:
             registry.register(self)
 
@@ -306,7 +304,7 @@ class WorkerMetrics(Collector):
         times its handler calls, sync or asyncio after the worker's kind."""
         self._workers.append(worker)
         kind = _AsyncLayer if issubclass(worker._middleware_kind, AsyncMiddleware) else _SyncLayer
-        return kind(self, worker.queue.queue)
+        return kind(self.duration.labels(worker.queue.queue))
 
     def collect(self) -> Iterator[Metric]:
         counters = {column: CounterMetricFamily(f"{PREFIX}_{name}", text, labels=["queue"])
@@ -315,63 +313,65 @@ class WorkerMetrics(Collector):
                                     labels=["queue"])
         prefetched = GaugeMetricFamily(f"{PREFIX}_worker_prefetched_messages",
                                        "Messages polled and waiting for a free handler slot.", labels=["queue"])
-        # Handler calls started and ended, by queue: the observations of the two histograms (one
-        # lateness observation as each call starts, one duration as it ends).
-        started, ended = _counts(self.lateness), _counts(self.duration)
-        by_queue: dict[str, dict[str, float]] = {}
+        lateness = HistogramMetricFamily(f"{PREFIX}_worker_lateness_seconds",
+                                         "Claim time minus due time of each delivery (database clock).",
+                                         labels=["queue"])
+        by_queue: dict[str, dict[str, Any]] = {}
         for worker in self._workers:
             stats = worker.stats.snapshot()
-            sums = by_queue.setdefault(worker.queue.queue, dict.fromkeys(WORKER_COUNTERS, 0.0))
-            for column in WORKER_COUNTERS:
+            sums = by_queue.setdefault(worker.queue.queue, {
+                **dict.fromkeys([*WORKER_COUNTERS, "running", "prefetched", "lateness_sum_ms"], 0.0),
+                "lateness_ms": [0] * len(LATENESS_BUCKETS_MS)})
+            for column in (*WORKER_COUNTERS, "lateness_sum_ms"):
                 sums[column] += stats[column]
-        for queue, sums in by_queue.items():
-            sums["running"] = started.get(queue, 0.0) - ended.get(queue, 0.0)
-            sums["prefetched"] = max(sums["delivered"] - started.get(queue, 0.0), 0.0)
+            sums["lateness_ms"] = [a + b for a, b in zip(sums["lateness_ms"], stats["lateness_ms"].values(),
+                                                          strict=True)]
+            handlers, waiting = worker.handler_counts()
+            sums["running"] += handlers
+            sums["prefetched"] += waiting
         for queue, sums in by_queue.items():
             for column, family in counters.items():
                 family.add_metric([queue], sums[column])
             running.add_metric([queue], sums["running"])
             prefetched.add_metric([queue], sums["prefetched"])
+            cumulative = list(itertools.accumulate(sums["lateness_ms"]))
+            lateness.add_metric([queue], [(_le(bound), float(count)) for bound, count in
+                                          zip(LATENESS_BUCKETS_MS, cumulative, strict=True)],
+                                sum_value=sums["lateness_sum_ms"] / 1000)
         yield from counters.values()
         yield running
         yield prefetched
+        yield lateness
 
 
-def _counts(histogram: Histogram) -> dict[str, float]:
-    """The observation count of each queue's child of ``histogram``."""
-    return {sample.labels["queue"]: sample.value for family in histogram.collect() for sample in family.samples
-            if sample.name.endswith("_count")}
+def _le(bound_ms: float) -> str:
+    """A lateness bucket's upper bound in milliseconds as the ``le`` label of seconds."""
+    return "+Inf" if bound_ms == float("inf") else repr(bound_ms / 1000)
 
 
-class _Layer:
-    """What the sync and asyncio layers share: before and after a handler call (no lock of its
-    own: each observation is one histogram's, under its lock)."""
+class _SyncLayer(Middleware):
+    """Times each handler call of a sync worker (the innermost middleware)."""
 
-    def __init__(self, metrics: WorkerMetrics, queue: str) -> None:
-        self._duration = metrics.duration.labels(queue)
-        self._lateness = metrics.lateness.labels(queue)
+    def __init__(self, duration: Any) -> None:
+        self._observe = duration.observe
 
-    def _before(self, call: HandlerCall[Any]) -> None:
-        message = call.message
-        claimed = message.claimed_at
-        self._lateness.observe(0.0 if claimed is None else max((claimed - message.scheduled_at).total_seconds(), 0.0))
-
-    def _after(self, call: HandlerCall[Any]) -> None:
-        duration = call.duration
-        self._duration.observe(0.0 if duration is None else duration.total_seconds())
-class _SyncLayer(_Layer, Middleware):
     def handle(self, call: HandlerCall[Any], call_next: Callable[[HandlerCall[Any]], Any]) -> Any:
-        self._before(call)
         try:
             return call_next(call)
         finally:
-            self._after(call)
+            if (seconds := call.seconds) is not None:
+                self._observe(seconds)
 
 
-class _AsyncLayer(_Layer, AsyncMiddleware):
+class _AsyncLayer(AsyncMiddleware):
+    """Times each handler call of an asyncio worker (the innermost middleware)."""
+
+    def __init__(self, duration: Any) -> None:
+        self._observe = duration.observe
+
     async def handle(self, call: HandlerCall[Any], call_next: Callable[[HandlerCall[Any]], Any]) -> Any:
-        self._before(call)
         try:
             return await call_next(call)
         finally:
-            self._after(call)
+            if (seconds := call.seconds) is not None:
+                self._observe(seconds)

@@ -150,6 +150,7 @@ class WorkerStats:
     dead_lettered: int = 0
     lock_lost: int = 0
     lateness_ms: list[int] = field(default_factory=lambda: [0] * len(LATENESS_BUCKETS_MS))
+    lateness_sum_ms: float = 0.0  #: the sum of every delivery's lateness counted in ``lateness_ms``
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def snapshot(self) -> dict[str, Any]:
@@ -163,6 +164,7 @@ class WorkerStats:
                 "dead_lettered": self.dead_lettered,
                 "lock_lost": self.lock_lost,
                 "lateness_ms": dict(zip((str(b) for b in LATENESS_BUCKETS_MS), self.lateness_ms, strict=True)),
+                "lateness_sum_ms": self.lateness_sum_ms,
             }
 
 
@@ -236,10 +238,11 @@ class Deliveries:
             raise DeliveryStateError(f"delivery {delivery.lock_token}: {delivery.state.value} -> {to.value}")
         delivery.state = to
 
-    def received(self, message: Any, lateness_bucket: int) -> Delivery:
+    def received(self, message: Any, lateness_bucket: int, lateness_ms: float = 0.0) -> Delivery:
         """A polled message whose handler is about to start: a RUNNING record.
 
         :param lateness_bucket: index into ``LATENESS_BUCKETS_MS`` of its claim time − due time.
+        :param lateness_ms: that time, in milliseconds (≥ 0).
         :raises DeliveryStateError: the worker already holds this lock token.
         """
         delivery = Delivery(message)
@@ -249,6 +252,7 @@ class Deliveries:
             self._running[delivery.lock_token] = delivery
             self.stats.delivered += 1
             self.stats.lateness_ms[lateness_bucket] += 1
+            self.stats.lateness_sum_ms += lateness_ms
         return delivery
 
     def _end(self, delivery: Delivery) -> None:
@@ -359,6 +363,11 @@ class Runners:
     def held(self) -> int:
         """Deliveries added whose handlers have not ended (running or waiting)."""
         return self._held
+
+    def counts(self) -> tuple[int, int]:
+        """(handlers running, deliveries waiting for a runner) now, read together."""
+        with self._lock:
+            return self._held - len(self._waiting), len(self._waiting)
 
     def _one_more(self) -> bool:
         if self._starting or self._runners >= self.concurrency:
@@ -490,7 +499,14 @@ class WorkerCore(Generic[Q, H]):
         self._setup()
 
     def _setup(self) -> None:
-        """The driver's own state (threads or tasks), set up at the end of ``__init__``."""
+        """The driver's own state (threads or tasks), set up at the end of ``__init__``: at least
+        ``self._runners``, its handler slots (:class:`Runners`)."""
+
+    _runners: Runners
+
+    def handler_counts(self) -> tuple[int, int]:
+        """(handlers running, messages polled and waiting for a free handler slot) now."""
+        return self._runners.counts()
 
     # -- control -------------------------------------------------------------------------------
     def _request_stop(self) -> None:
@@ -602,7 +618,7 @@ class WorkerCore(Generic[Q, H]):
         claim_to_due = message.locked_until - self.lock_timeout - message.scheduled_at
         lateness_ms = max(claim_to_due.total_seconds() * 1000, 0.0)
         # The first bucket >= lateness_ms.
-        return self._deliveries.received(message, bisect_left(LATENESS_BUCKETS_MS, lateness_ms))
+        return self._deliveries.received(message, bisect_left(LATENESS_BUCKETS_MS, lateness_ms), lateness_ms)
 
     def _flush_steps(self) -> WorkerSteps:
         """Acknowledge the DONE deliveries in one ``dq_ack_many(uuid[])``."""

@@ -8,7 +8,8 @@ the chain (the next middleware, and at the end the handler call or the statement
   :class:`Middleware`) or :class:`pyqueue.aio.AsyncWorker` (:class:`AsyncMiddleware`, coroutines).
   ``call`` is a :class:`HandlerCall`: the delivery (``call.message``: key, payload, headers,
   delivery_count …) and, once ``call_next`` returned or raised, the handler's own outcome
-  (``"returned"`` or ``"raised"``), its exception and its duration (a :class:`~datetime.timedelta`).
+  (``"returned"`` or ``"raised"``), its exception and its duration (``call.duration``, a
+  :class:`~datetime.timedelta`; ``call.seconds``, the same as a float).
 * ``offer(call, call_next)`` around each ``offer`` and ``offer_many`` of
   :class:`pyqueue.DelayedQueue` (or :class:`pyqueue.aio.AsyncDelayedQueue`), before anything is
   sent: ``call`` is an :class:`OfferCall` whose ``requests`` a middleware may replace (for
@@ -62,7 +63,7 @@ __all__ = ["AsyncMiddleware", "HandlerCall", "Middleware", "OfferCall", "chain",
 M = TypeVar("M")
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True, weakref_slot=True)
 class HandlerCall(Generic[M]):
     """One handler call as a middleware sees it.
 
@@ -70,15 +71,21 @@ class HandlerCall(Generic[M]):
     :ivar queue: the queue's name.
     :ivar outcome: None until the handler ended, then ``"returned"`` or ``"raised"``.
     :ivar error: what the handler raised, or None.
-    :ivar duration: how long the handler ran (a timedelta), None until it ended.
+    :ivar seconds: how long the handler ran, in seconds (a float), None until it ended.
     """
 
     message: M
     queue: str
     outcome: Literal["returned", "raised"] | None = None
     error: BaseException | None = None
-    duration: timedelta | None = None
+    seconds: float | None = None
     _started: float = field(default=0.0, repr=False)
+
+    @property
+    def duration(self) -> timedelta | None:
+        """How long the handler ran (a timedelta), None until it ended."""
+        seconds = self.seconds
+        return None if seconds is None else timedelta(seconds=seconds)
 
     def started(self) -> None:
         """The handler starts now (called by the worker just before the handler)."""
@@ -86,7 +93,7 @@ class HandlerCall(Generic[M]):
 
     def ended(self, error: BaseException | None) -> None:
         """The handler returned (``error`` None) or raised ``error`` (called by the worker)."""
-        self.duration = timedelta(seconds=time.perf_counter() - self._started)
+        self.seconds = time.perf_counter() - self._started
         self.outcome, self.error = ("returned", None) if error is None else ("raised", error)
 
 

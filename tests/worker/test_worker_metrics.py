@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -206,3 +207,39 @@ def test_pyqueue_imports_no_metrics_library() -> None:
     code = ("import sys, pyqueue, pyqueue.aio, pyqueue.cli; "
             "assert 'prometheus_client' not in sys.modules, 'prometheus_client imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=HANG_S)
+
+
+def test_running_and_prefetched_while_a_handler_blocks(dsn: str) -> None:
+    """One handler slot busy, messages polled ahead: the gauges say so, and drop to 0 once done."""
+    registry = CollectorRegistry()
+    release = threading.Event()
+
+    def handler(m: Any) -> None:
+        release.wait(HANG_S)
+
+    q_label = (("queue", "jobs"),)
+    with DelayedQueue(dsn, "jobs") as q:
+        q.offer_many([(f"k{i}", "x") for i in range(3)])
+        worker = Worker(q, handler, concurrency=1, batch_size=3, prefetch=3, idle_check=0.2,
+                        metrics=WorkerMetrics(registry))
+        t = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+        t.start()
+        try:
+            deadline = time.monotonic() + HANG_S
+            while worker.handler_counts() != (1, 2) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            found = samples(registry)
+            assert found[("pgdelayq_worker_running_handlers", q_label)] == 1
+            assert found[("pgdelayq_worker_prefetched_messages", q_label)] == 2
+            release.set()
+            while worker.stats.snapshot()["acknowledged"] < 3 and time.monotonic() < deadline:
+                time.sleep(0.02)
+        finally:
+            release.set()
+            worker.stop()
+            t.join(HANG_S)
+    found = samples(registry)
+    assert found[("pgdelayq_worker_running_handlers", q_label)] == 0
+    assert found[("pgdelayq_worker_prefetched_messages", q_label)] == 0
+    assert found[("pgdelayq_worker_lateness_seconds_count", q_label)] == 3
+    assert found[("pgdelayq_worker_lateness_seconds_bucket", (("le", "+Inf"), *q_label))] == 3
