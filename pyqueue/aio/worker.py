@@ -271,9 +271,9 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
         try:
             result = await self._call(call.message)
         except BaseException as exc:
-            call.ended(exc)
+            self.handler_ended(call, exc)
             raise
-        call.ended(None)
+        self.handler_ended(call, None)
         return result
 
     def _spawn(self, generator: WorkerSteps) -> None:

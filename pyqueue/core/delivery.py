@@ -484,12 +484,13 @@ class WorkerCore(Generic[Q, H]):
         if metrics is not None:
             # Its middleware is the innermost layer: it times the handler alone.
             self.middleware = (*self.middleware, *check_middleware([metrics.attach(self)], self._middleware_kind))
-        #: The ``nacked`` notifications of the middleware (:func:`~pyqueue.core.middleware.notified`).
+        #: The ``ended`` and ``nacked`` notifications of the middleware (:func:`~pyqueue.core.middleware.notified`).
+        self._on_ended = notified(self.middleware, "ended")
         self._nacked = notified(self.middleware, "nacked")
         #: The handler wrapped in the middleware that wrap handler calls, or None without any (nor
-        #: any ``nacked`` notification, which needs the call).
+        #: any notification, which needs the call).
         self._through = chain(self.middleware, "handle", self._call_handler) if wraps(
-            self.middleware, "handle") or self._nacked else None
+            self.middleware, "handle") or self._on_ended or self._nacked else None
         self._deliveries = Deliveries(self.stats)
         self._stopping = False
         self._signals = 0
@@ -691,6 +692,17 @@ class WorkerCore(Generic[Q, H]):
                 notify(call, result)
             except Exception as exc:  # a notification never changes what happened to the delivery
                 self._log.error("middleware nacked() raised for key %r: %s", call.message.key, error_text(exc),
+                                exc_info=exc)
+
+    def handler_ended(self, call: HandlerCall[Any], error: BaseException | None) -> None:
+        """The handler of ``call`` returned (``error`` None) or raised ``error``: recorded on the
+        call, then the middleware's ``ended`` notifications (what they raise is logged)."""
+        call.ended(error)
+        for notify in self._on_ended:
+            try:
+                notify(call)
+            except Exception as exc:  # a notification never changes what happened to the delivery
+                self._log.error("middleware ended() raised for key %r: %s", call.message.key, error_text(exc),
                                 exc_info=exc)
 
     def _nack_steps(self, delivery: Delivery, exc: BaseException) -> WorkerSteps:

@@ -263,9 +263,9 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
         try:
             result = self.handler(call.message)
         except BaseException as exc:
-            call.ended(exc)
+            self.handler_ended(call, exc)
             raise
-        call.ended(None)
+        self.handler_ended(call, None)
         return result
 
     def _spawn(self, generator: WorkerSteps) -> None:

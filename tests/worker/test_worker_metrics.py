@@ -243,3 +243,68 @@ def test_running_and_prefetched_while_a_handler_blocks(dsn: str) -> None:
     assert found[("pgdelayq_worker_prefetched_messages", q_label)] == 0
     assert found[("pgdelayq_worker_lateness_seconds_count", q_label)] == 3
     assert found[("pgdelayq_worker_lateness_seconds_bucket", (("le", "+Inf"), *q_label))] == 3
+
+
+class Ended(Middleware):
+    def __init__(self, fail: bool = False) -> None:
+        self.seen: list[tuple[str, str | None, float | None]] = []
+        self.fail = fail
+
+    def ended(self, call: HandlerCall[Any]) -> None:
+        self.seen.append((call.message.key, call.outcome, call.seconds))
+        if self.fail:
+            raise RuntimeError("ended broke")
+
+
+class AsyncEnded(AsyncMiddleware):
+    def __init__(self, fail: bool = False) -> None:
+        self.seen: list[tuple[str, str | None, float | None]] = []
+        self.fail = fail
+
+    def ended(self, call: HandlerCall[Any]) -> None:
+        self.seen.append((call.message.key, call.outcome, call.seconds))
+        if self.fail:
+            raise RuntimeError("ended broke")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("fail", [False, True])
+def test_ended_hears_each_handler_call_and_cannot_break_it(dsn: str, mode: str, fail: bool,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """``ended(call)`` comes once per handler call with its outcome and duration; one that raises is
+    logged, and the delivery is settled as the handler's outcome says."""
+    def handler(m: Any) -> None:
+        time.sleep(0.005)
+        if m.key == "bad":
+            raise ValueError("no")
+
+    async def coroutine_handler(m: Any) -> None:
+        await asyncio.sleep(0.005)
+        if m.key == "bad":
+            raise ValueError("no")
+
+    settings: dict[str, Any] = {"concurrency": 1, "idle_check": 0.2, "backoff": Backoff(base=timedelta(hours=1), cap=timedelta(hours=1))}
+    done = settled_counts(1, 1)
+    if mode == "sync":
+        ended: Any = Ended(fail)
+        with DelayedQueue(dsn, "jobs") as q:
+            q.offer_many([("ok", "x"), ("bad", "x")])
+            stats = run_until(Worker(q, handler, middleware=[ended], **settings), done)
+    else:
+        ended = AsyncEnded(fail)
+
+        async def main() -> dict[str, Any]:
+            async with AsyncDelayedQueue(dsn, "jobs") as q:
+                await q.offer_many([("ok", "x"), ("bad", "x")])
+                return await run_until_async(AsyncWorker(q, coroutine_handler if mode == "async" else handler,
+                                                         middleware=[ended], **settings), done)
+        stats = asyncio.run(main())
+    assert stats["acknowledged"] == 1 and stats["retried"] == 1
+    assert sorted((key, outcome) for key, outcome, _ in ended.seen) == [("bad", "raised"), ("ok", "returned")]
+    assert all(seconds is not None and seconds >= 0.004 for _, _, seconds in ended.seen)
+    logged = [r.getMessage() for r in caplog.records if "middleware ended() raised" in r.getMessage()]
+    assert len(logged) == (2 if fail else 0)
+
+
+def settled_counts(acked: int, retried: int) -> Callable[[dict[str, Any]], bool]:
+    return lambda s: s["acknowledged"] >= acked and s["retried"] >= retried
