@@ -389,8 +389,8 @@ class _Durations:
         return counts, sum(cells[-1] for cells in every)
 
 
-class _SyncLayer(Middleware):
-    """Times each handler call of a sync worker (its ``ended`` notification: no frame around the handler)."""
+class _Timing:
+    """Times each handler call with its ``ended`` notification (no frame around the handler)."""
 
     def __init__(self, durations: _Durations) -> None:
         self._observe = durations.observe
@@ -400,12 +400,9 @@ class _SyncLayer(Middleware):
             self._observe(seconds)
 
 
-class _AsyncLayer(AsyncMiddleware):
-    """The same for an asyncio worker."""
+class _SyncLayer(_Timing, Middleware):
+    """:class:`_Timing` for a sync worker."""
 
-    def __init__(self, durations: _Durations) -> None:
-        self._observe = durations.observe
 
-    def ended(self, call: HandlerCall[Any]) -> None:
-        if (seconds := call.seconds) is not None:
-            self._observe(seconds)
+class _AsyncLayer(_Timing, AsyncMiddleware):
+    """:class:`_Timing` for an asyncio worker."""

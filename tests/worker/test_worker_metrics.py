@@ -41,7 +41,7 @@ def samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str
     return found
 
 
-class Nacks(Middleware):
+class NackRecorder:
     def __init__(self) -> None:
         self.seen: list[tuple[str, int, NackResult | None]] = []
 
@@ -49,12 +49,12 @@ class Nacks(Middleware):
         self.seen.append((call.message.key, call.message.delivery_count, result))
 
 
-class AsyncNacks(AsyncMiddleware):
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, int, NackResult | None]] = []
+class Nacks(NackRecorder, Middleware):
+    pass
 
-    def nacked(self, call: HandlerCall[Any], result: NackResult | None) -> None:
-        self.seen.append((call.message.key, call.message.delivery_count, result))
+
+class AsyncNacks(NackRecorder, AsyncMiddleware):
+    pass
 
 
 def drain(dsn: str, mode: str, keys: list[str], failing: set[str], done: Callable[[dict[str, Any]], bool],
@@ -245,7 +245,9 @@ def test_running_and_prefetched_while_a_handler_blocks(dsn: str) -> None:
     assert found[("pgdelayq_worker_lateness_seconds_bucket", (("le", "+Inf"), *q_label))] == 3
 
 
-class Ended(Middleware):
+class EndedRecorder:
+    """Records each ``ended`` notification; with ``fail``, raises from it."""
+
     def __init__(self, fail: bool = False) -> None:
         self.seen: list[tuple[str, str | None, float | None]] = []
         self.fail = fail
@@ -256,15 +258,12 @@ class Ended(Middleware):
             raise RuntimeError("ended broke")
 
 
-class AsyncEnded(AsyncMiddleware):
-    def __init__(self, fail: bool = False) -> None:
-        self.seen: list[tuple[str, str | None, float | None]] = []
-        self.fail = fail
+class Ended(EndedRecorder, Middleware):
+    pass
 
-    def ended(self, call: HandlerCall[Any]) -> None:
-        self.seen.append((call.message.key, call.outcome, call.seconds))
-        if self.fail:
-            raise RuntimeError("ended broke")
+
+class AsyncEnded(EndedRecorder, AsyncMiddleware):
+    pass
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -283,7 +282,8 @@ def test_ended_hears_each_handler_call_and_cannot_break_it(dsn: str, mode: str, 
         if m.key == "bad":
             raise ValueError("no")
 
-    settings: dict[str, Any] = {"concurrency": 1, "idle_check": 0.2, "backoff": Backoff(base=timedelta(hours=1), cap=timedelta(hours=1))}
+    hour = timedelta(hours=1)
+    settings: dict[str, Any] = {"concurrency": 1, "idle_check": 0.2, "backoff": Backoff(base=hour, cap=hour)}
     done = settled_counts(1, 1)
     if mode == "sync":
         ended: Any = Ended(fail)
