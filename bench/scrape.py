@@ -57,7 +57,7 @@ INSERT INTO dq_messages (queue, key, payload, payload_type, scheduled_at, schedu
 SELECT 'big', 'k' || g, '\\x7b7d'::bytea, 'bytes',
        now() + CASE WHEN g %% 2 = 0 THEN -1 ELSE 1 END * (g %% 86400) * interval '1 second', now(),
        CASE WHEN g %% 10 = 0 THEN 'group-' || (g %% 1000) END,
-       CASE WHEN g %% 10000 = 1 THEN gen_random_uuid() END, CASE WHEN g %% 10000 = 1 THEN 1 ELSE 0 END
+       CASE WHEN g %% %(every)s = 1 THEN gen_random_uuid() END, CASE WHEN g %% %(every)s = 1 THEN 1 ELSE 0 END
   FROM generate_series(%(first)s, %(last)s) g
 """
 
@@ -73,15 +73,16 @@ SELECT g, 'big', 'a' || g, '\\x7b7d'::bytea, 'bytes', now(), now(), now(), 1,
 CHUNK = 1_000_000
 
 
-def load(dsn: str, rows: int) -> dict[str, Any]:
-    """Fill the database: the big queue in chunks of a million rows, its archive, the small queues."""
+def load(dsn: str, rows: int, every: int = 10_000) -> dict[str, Any]:
+    """Fill the database: the big queue in chunks of a million rows (one in ``every`` in flight), its
+    archive, the small queues."""
     started = time.perf_counter()
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SET synchronous_commit = off")
         conn.execute("SELECT dq_configure_queue('big', 5, 'big.dead', archive => true, max_in_flight => 1000, "
                      "rate_limit => 1000, rate_period => '1 second')")
         for first in range(1, rows + 1, CHUNK):
-            conn.execute(LOAD, {"first": first, "last": min(first + CHUNK - 1, rows)})  # type: ignore[arg-type]
+            conn.execute(LOAD, {"first": first, "last": min(first + CHUNK - 1, rows), "every": every})  # type: ignore[arg-type]
         conn.execute(ARCHIVE, {"rows": rows // 10})  # type: ignore[arg-type]
         conn.execute("SELECT dq_offer('small', 'k' || g, 'x') FROM generate_series(1, 10) g")
         conn.execute("VACUUM ANALYZE dq_messages")
@@ -136,13 +137,14 @@ def summary(report: dict[str, Any]) -> dict[str, Any]:
     return {**without(report, "runs"), "runs": [without(run, "times_ms") for run in report["runs"]]}
 
 
-def run(admin_dsn: str, sizes: list[int], repeat: int, db_name: str, out: Path | None, quick: bool) -> dict[str, Any]:
+def run(admin_dsn: str, sizes: list[int], repeat: int, db_name: str, out: Path | None, quick: bool,
+        every: int = 10_000) -> dict[str, Any]:
     started, timestamp = time.perf_counter(), datetime.now(UTC)
     runs = []
     for rows in sizes:
         console().log(f"{rows:,} rows: installing and loading {db_name}")
         dsn = create_database(admin_dsn, db_name, baseline=False)
-        loaded = load(dsn, rows)
+        loaded = load(dsn, rows, every)
         console().log(f"{rows:,} rows loaded in {loaded['load_s']} s; measuring")
         measured = measure(dsn, db_name, repeat)
         runs.append({"rows": rows, **loaded, **measured})
@@ -150,7 +152,7 @@ def run(admin_dsn: str, sizes: list[int], repeat: int, db_name: str, out: Path |
     with psycopg.connect(dsn) as conn:
         server, source = server_info(conn), source_info(conn)
     report = {"timestamp": timestamp.isoformat(timespec="seconds"), "mode": "quick" if quick else "full",
-              "wall_time_s": round(time.perf_counter() - started, 1), "repeat": repeat,
+              "wall_time_s": round(time.perf_counter() - started, 1), "repeat": repeat, "in_flight_every": every,
               "statements": STATEMENTS, "machine": machine_info(), "server": server, "source": source, "runs": runs}
     publish("scrape", report, summary(report), tables(report), out, quick=quick, at=timestamp)
     return report
@@ -160,12 +162,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = arguments("bench.scrape", __doc__, quick="development: 10^5 rows, 3 repeats", db_name="dq_scrape")
     parser.add_argument("--rows", default=None, help="queue sizes, comma-separated (default 1e6,1e7)")
     parser.add_argument("--repeat", type=int, default=None, help="runs of each statement per size (default 7)")
+    parser.add_argument("--in-flight-every", type=int, default=10_000,
+                        help="one message in this many is in flight (default 10000; 100: 1 %%)")
     args = parser.parse_args(argv)
     sizes = [int(float(s)) for s in (args.rows or ("1e5" if args.quick else "1e6,1e7")).split(",")]
     repeat = args.repeat or (3 if args.quick else 7)
-    if repeat < 1 or any(s < 1 for s in sizes):
-        raise SystemExit("bench.scrape: --rows and --repeat must be positive")
-    run(args.dsn, sizes, repeat, args.db_name, args.out, args.quick)
+    if repeat < 1 or args.in_flight_every < 1 or any(s < 1 for s in sizes):
+        raise SystemExit("bench.scrape: --rows, --repeat and --in-flight-every must be positive")
+    run(args.dsn, sizes, repeat, args.db_name, args.out, args.quick, args.in_flight_every)
 
 
 if __name__ == "__main__":

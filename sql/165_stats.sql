@@ -191,9 +191,14 @@ BEGIN
     r.queue := v_q;
     v_due := dq__stats_due_count(v_q, '-infinity', v_now, v_limit + 1);
     v_future := dq__stats_due_count(v_q, v_now, 'infinity', v_limit + 1);
-    -- In flight: held under a lock that has not expired (the partial index on lock_token).
-    SELECT count(*), count(*) FILTER (WHERE m.delivery_count > 1) INTO r.in_flight, r.redelivered
-      FROM dq_messages m WHERE m.lock_token IS NOT NULL AND m.queue = v_q AND m.scheduled_at > v_now;
+    -- In flight: held under a lock that has not expired (the partial index on lock_token), counted
+    -- up to the limit + 1 like the others (redelivered: of those counted).
+    SELECT count(*), count(*) FILTER (WHERE s.delivery_count > 1) INTO r.in_flight, r.redelivered
+      FROM (SELECT m.delivery_count FROM dq_messages m
+             WHERE m.lock_token IS NOT NULL AND m.queue = v_q AND m.scheduled_at > v_now LIMIT v_limit + 1) s;
+    IF r.in_flight > v_limit THEN
+        v_approx := true;  -- no estimate finer than "more than the limit", as for dead letters
+    END IF;
     SELECT count(*) INTO r.dead FROM (
         SELECT 1 FROM dq_messages m WHERE m.dead_from = v_q LIMIT v_limit + 1) s;
     IF r.dead > v_limit THEN
@@ -243,7 +248,7 @@ BEGIN
     RETURN r;
 END;
 $$;
-COMMENT ON FUNCTION dq_queue_stats(text) IS 'dq_queue_stats(queue text) -> dq_stats_row: the queue''s counts (ready, scheduled, in flight, redelivered, dead, held, expired, acknowledged in the last minute and hour), oldest_ready_age, next_due and paused; counts past 20000 rows are estimated (approximate). Errors: 22004/22023/22001 queue.';
+COMMENT ON FUNCTION dq_queue_stats(text) IS 'dq_queue_stats(queue text) -> dq_stats_row: the queue''s counts (ready, scheduled, in flight, redelivered, dead, held, expired, acknowledged in the last minute and hour), oldest_ready_age, next_due and paused; counts past 20000 rows are estimated (approximate; in flight, redelivered, dead, held and expired then stop at 20001). Errors: 22004/22023/22001 queue.';
 REVOKE ALL ON FUNCTION dq_queue_stats(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_queue_stats(text) TO dq_admin, dq_viewer;
 

@@ -135,6 +135,23 @@ def test_stats_past_the_exact_limit_are_estimated_and_flagged(conn) -> None:
     assert 0.8 * 30000 <= scheduled <= 1.2 * 30000
 
 
+def test_stats_count_messages_in_flight_up_to_the_exact_limit(conn) -> None:
+    """In flight past the exact limit (20,000): the count stops at the limit + 1 and the row says it
+    is approximate, so a scrape of a queue with a hundred thousand messages in flight stays cheap."""
+    conn.execute(
+        "INSERT INTO dq_messages (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, "
+        "                         lock_token, delivery_count) "
+        "SELECT 'busy', 'k' || g, 'x', 'bytes', now() + interval '1 hour', now(), gen_random_uuid(), 1 + g % 2 "
+        "FROM generate_series(1, 25000) g")
+    in_flight, redelivered, approximate = conn.execute(
+        "SELECT in_flight, redelivered, approximate FROM dq_queue_stats('busy')").fetchone()
+    assert in_flight == 20001 and approximate is True
+    assert 9000 < redelivered < 11000  # of the rows counted
+    conn.execute("DELETE FROM dq_messages WHERE queue = 'busy' AND key NOT IN ('k1', 'k2', 'k3')")
+    assert conn.execute("SELECT in_flight, redelivered, approximate FROM dq_queue_stats('busy')"
+                        ).fetchone() == (3, 2, False)  # k1 and k3 were delivered twice
+
+
 def test_stats_use_no_sequential_scan_of_the_live_table(conn) -> None:
     conn.execute(
         "INSERT INTO dq_messages (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially) "
