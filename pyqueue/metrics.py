@@ -142,8 +142,12 @@ class QueueMetricsCollector(Collector):
         self._lock = threading.Lock()
 
     def describe(self) -> Iterable[Metric]:
-        """Nothing: registering the collector does not query the database."""
-        return []
+        """The families of every queue metric and of the exporter (empty), without querying the
+        database: a registry then refuses a second collector of the same names (ValueError)."""
+        yield from (GaugeMetricFamily(f"{PREFIX}_{name}", text) for name, text in QUEUE_GAUGES.values())
+        yield GaugeMetricFamily(f"{PREFIX}_{ARCHIVED[0]}", ARCHIVED[1])
+        yield GaugeMetricFamily(f"{PREFIX}_up", "")
+        yield GaugeMetricFamily(f"{PREFIX}_scrape_duration_seconds", "")
 
     def close(self) -> None:
         """Close the connection (a later scrape opens a new one)."""
@@ -288,6 +292,7 @@ class WorkerMetrics(Collector):
 
     :param registry: where the metrics are registered (default: prometheus_client's global
         ``REGISTRY``, which ``start_http_server`` serves); None: not registered.
+    :raises ValueError: ``registry`` already holds a ``WorkerMetrics`` (share that one).
     """
 
     def __init__(self, registry: CollectorRegistry | None = REGISTRY) -> None:
@@ -297,7 +302,10 @@ class WorkerMetrics(Collector):
             registry.register(self)
 
     def describe(self) -> Iterable[Metric]:
-        return []
+        """The families it serves (empty): a registry then refuses a second ``WorkerMetrics``
+        (ValueError), whose series would repeat these; give every worker of a process the same one."""
+        return [CounterMetricFamily(f"{PREFIX}_worker_delivered_messages", ""),
+                GaugeMetricFamily(f"{PREFIX}_worker_running_handlers", "")]
 
     def attach(self, worker: Any) -> Middleware | AsyncMiddleware:
         """Count ``worker`` (called by the worker's constructor): returns the middleware layer that

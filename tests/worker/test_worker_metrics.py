@@ -308,3 +308,17 @@ def test_ended_hears_each_handler_call_and_cannot_break_it(dsn: str, mode: str, 
 
 def settled_counts(acked: int, retried: int) -> Callable[[dict[str, Any]], bool]:
     return lambda s: s["acknowledged"] >= acked and s["retried"] >= retried
+
+
+def test_a_registry_takes_one_worker_metrics_and_one_exporter() -> None:
+    """A second collector of the same series in one registry is refused at registration, rather than
+    served as duplicate series that Prometheus would reject at every scrape."""
+    from pyqueue.metrics import QueueMetricsCollector
+
+    registry = CollectorRegistry()
+    WorkerMetrics(registry)
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        WorkerMetrics(registry)
+    registry.register(QueueMetricsCollector("postgresql://nobody@127.0.0.1:1/none"))  # no query at registration
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        registry.register(QueueMetricsCollector("postgresql://nobody@127.0.0.1:1/none"))
