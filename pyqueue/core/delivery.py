@@ -683,26 +683,24 @@ class WorkerCore(Generic[Q, H]):
         try:
             nacked = yield from self._nack_steps(delivery, exc)
         finally:
-            if call is not None and self._nacked:
-                self._notify_nacked(call, nacked)
-
-    def _notify_nacked(self, call: HandlerCall[Any], result: NackResult | None) -> None:
-        for notify in self._nacked:
-            try:
-                notify(call, result)
-            except Exception as exc:  # a notification never changes what happened to the delivery
-                self._log.error("middleware nacked() raised for key %r: %s", call.message.key, error_text(exc),
-                                exc_info=exc)
+            if call is not None:
+                self._notify(self._nacked, "nacked", call, nacked)
 
     def handler_ended(self, call: HandlerCall[Any], error: BaseException | None) -> None:
         """The handler of ``call`` returned (``error`` None) or raised ``error``: recorded on the
         call, then the middleware's ``ended`` notifications (what they raise is logged)."""
         call.ended(error)
-        for notify in self._on_ended:
+        self._notify(self._on_ended, "ended", call)
+
+    def _notify(self, notifications: Sequence[Callable[..., None]], name: str, call: HandlerCall[Any],
+                *args: Any) -> None:
+        """Each of ``notifications`` (the middleware's ``name`` methods) with ``call`` and ``args``;
+        what one raises is logged and never changes what happened to the delivery."""
+        for notify in notifications:
             try:
-                notify(call)
-            except Exception as exc:  # a notification never changes what happened to the delivery
-                self._log.error("middleware ended() raised for key %r: %s", call.message.key, error_text(exc),
+                notify(call, *args)
+            except Exception as exc:
+                self._log.error("middleware %s() raised for key %r: %s", name, call.message.key, error_text(exc),
                                 exc_info=exc)
 
     def _nack_steps(self, delivery: Delivery, exc: BaseException) -> WorkerSteps:
