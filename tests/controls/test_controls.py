@@ -382,13 +382,15 @@ def test_rate_limit_holds_in_every_window_with_eight_pollers(dsn):
     claimed = sorted(t for r in run_workers(rate_consumer, [(dsn, "rated", 3.0)] * 8, timeout=120) for t in r)
     assert len(claimed) > 100  # enough windows for the check to mean something (no speed floor)
     worst, j = 0, 0
-    for i, t in enumerate(claimed):  # the most claims in any half-open window [t, t + 0.2 s)
-        while claimed[j] <= t - 0.2:
+    # The most claims in any half-open window [t, t + 0.2 s), in exact microseconds: a token used
+    # at s may be used again at exactly s + 0.2 s, and happens to be (seen in about one run of six).
+    for i, t in enumerate(claimed):
+        while claimed[j] <= t - 200_000:
             j += 1
         worst = max(worst, i - j + 1)
     assert worst <= 50, worst
     span = claimed[-1] - claimed[0]
-    assert len(claimed) <= 50 * (span / 0.2 + 1)
+    assert len(claimed) <= 50 * (span / 200_000 + 1)
 
 
 # ----------------------------------------------------------------------------- pause / resume

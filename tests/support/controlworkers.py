@@ -97,14 +97,15 @@ def in_flight_sampler(barrier: Any, dsn: str, queue: str, seconds: float) -> lis
     return samples
 
 
-def rate_consumer(barrier: Any, dsn: str, queue: str, seconds: float) -> list[float]:
-    """Poll greedily for ``seconds`` and acknowledge at once; return the claim time (epoch seconds,
-    the server's) of every delivery."""
-    claimed: list[float] = []
+def rate_consumer(barrier: Any, dsn: str, queue: str, seconds: float) -> list[int]:
+    """Poll greedily for ``seconds`` and acknowledge at once; return the claim time (epoch
+    microseconds, the server's, exact: a float of epoch seconds rounds a gap of exactly one
+    rate_period either way) of every delivery."""
+    claimed: list[int] = []
     with racing(barrier, dsn) as conn:
         for _ in during(seconds):
             rows = conn.execute(
-                "SELECT lock_token, extract(epoch FROM claimed_at)::float8 "
+                "SELECT lock_token, (extract(epoch FROM claimed_at) * 1000000)::bigint "
                 "FROM dq_poll_many(%s, 10, interval '1 minute')",
                 (queue,),
             ).fetchall()
@@ -112,7 +113,7 @@ def rate_consumer(barrier: Any, dsn: str, queue: str, seconds: float) -> list[fl
                 time.sleep(0.002)
                 continue
             conn.execute("SELECT dq_ack_many(%s::uuid[])", ([r[0] for r in rows],))
-            claimed.extend(float(r[1]) for r in rows)
+            claimed.extend(int(r[1]) for r in rows)
     return claimed
 
 
