@@ -309,7 +309,7 @@ class Views:
         return await authenticated_user(self.c.authenticate, request)
 
     def _url(self, request: Request, name: str, query: dict[str, Any] | None = None, **params: Any) -> str:
-        path = str(request.url_for(name, **{k: quoted(v) if k == "queue" else v for k, v in params.items()}))
+        path = request.url_for(name, **{k: quoted(v) if k == "queue" else v for k, v in params.items()}).path
         kept = {k: v for k, v in (query or {}).items() if v not in (None, "")}
         return path + ("?" + urlencode(kept) if kept else "")
 
@@ -334,7 +334,7 @@ class Views:
             request=request, url=url, title=self.c.title, user=user, actions=actions,
             csrf_token=self.c.csrf.token(cookie), csrf_field=CSRF_FIELD, read_only=not actions,
             notice=request.query_params.get("notice"), error=request.query_params.get("error"),
-            static=lambda path: str(request.url_for("static", path=path)), now=datetime.now(UTC),
+            static=lambda path: request.url_for("static", path=path).path, now=datetime.now(UTC),
             **context)
         response = HTMLResponse(html, status_code=status)
         if new:

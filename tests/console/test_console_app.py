@@ -57,7 +57,7 @@ def csrf_of(page: str) -> str:
     return found.group(1)
 
 
-def post(client: TestClient, action: str, data: dict[str, Any], page: str = "/", **headers: str) -> Any:
+def post(client: TestClient, action: str, data: dict[str, Any], page: str = "/queues/jobs", **headers: str) -> Any:
     """POST an action the way the page's form does (its CSRF token, Sec-Fetch-Site same-origin)."""
     token = csrf_of(client.get(page).text)
     return client.post(f"/actions/{action}", data={"csrf_token": token, "back": page, **data},
@@ -206,8 +206,8 @@ def test_redrive_one_selected_and_matching_with_the_typed_count(actions: TestCli
         for token, in c.execute("SELECT lock_token FROM dq_poll_many('other', 10)").fetchall():
             c.execute("SELECT dq_nack(%s, interval '0', 'timeout')", (token,))
         c.execute("SELECT dq_poll_many('other', 10)")
-    ids = [r for r, in psycopg.connect(seeded, autocommit=True).execute(
-        "SELECT id FROM dq_browse_messages('jobs_dlq', 'dead') ORDER BY key")]
+    with psycopg.connect(seeded, autocommit=True) as c:
+        ids = [r for r, in c.execute("SELECT id FROM dq_browse_messages('jobs_dlq', 'dead') ORDER BY key")]
     assert len(ids) == 4
     page = "/dead-letters/jobs_dlq"
     html = actions.get(page).text
@@ -310,7 +310,8 @@ def test_a_permission_hook_grants_actions_per_user(seeded: str) -> None:
 
 def test_the_message_browser_pages_by_keyset_and_filters(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as c:
-        c.execute("SELECT dq_offer_many('big', ARRAY(SELECT 'k' || lpad(i::text, 4, '0') FROM generate_series(1, 120) i), "
+        c.execute("SELECT dq_offer_many('big', ARRAY(SELECT 'k' || lpad(i::text, 4, '0') "
+                  "FROM generate_series(1, 120) i), "
                   "array_fill('x'::bytea, ARRAY[120]))")
         c.execute("SELECT dq_offer('big', 'other-1', 'x'::text, now() + interval '1 day')")
     seen: list[str] = []
@@ -335,7 +336,7 @@ def test_the_message_page_shows_each_payload_kind(seeded: str) -> None:
             message_id = scalar(seeded, "SELECT id FROM dq_browse_messages('jobs', NULL, %s)", key)
             return client.get(f"/queues/jobs/messages/{message_id}").text
 
-        assert '{\n  &#34;order&#34;: 7,\n  &#34;items&#34;: [\n    1,' in page("ready-1")
+        assert '{\n  &#34;items&#34;: [\n    1,\n    2\n  ],\n  &#34;order&#34;: 7\n}' in page("ready-1")
         assert "plain text" in page("later-1")
         assert "00000000  00 ff 10" in page("bytes-1")
         huge = page("huge-1")
@@ -372,18 +373,25 @@ def test_metrics_page_serves_the_queue_figures(seeded: str) -> None:
     with client_for(seeded) as client:
         r = client.get("/metrics")
     assert r.headers["content-type"].startswith("text/plain")
-    assert 'pgdelayq_ready{queue="jobs"} 1.0' in r.text and "pgdelayq_up 1.0" in r.text
+    assert 'pgdelayq_queue_ready_messages{queue="jobs"} 2.0' in r.text and "pgdelayq_up 1.0" in r.text
 
 
-def test_the_live_hub_sends_a_refresh_when_the_figures_change(seeded: str) -> None:
+def test_the_live_hub_is_woken_by_the_queue_channel_and_sends_a_refresh(seeded: str) -> None:
+    """The hub reads the figures every 30 s here: a refresh within 10 s came from the NOTIFY on
+    dq_channel('jobs') (as an offer sends it while a consumer waits), read as dq_viewer."""
     app = create_app(seeded)
     hub = app.state.console.hub
-    hub.interval, hub.debounce = 0.2, 0.05
+    hub.interval, hub.debounce = 30.0, 0.05
+
+    def offer_and_notify() -> None:
+        with psycopg.connect(seeded, autocommit=True) as c, c.transaction():
+            c.execute("SELECT dq_offer('jobs', 'new-1', 'x'::text)")
+            c.execute("SELECT pg_notify(dq_channel('jobs'), 'jobs')")
 
     async def scenario() -> list[str]:
         stream = hub.subscribe(None)
         events = [(await stream.__anext__())["event"]]  # hello
-        offer = threading.Timer(0.8, lambda: scalar(seeded, "SELECT dq_offer('jobs', 'new-1', 'x'::text)"))
+        offer = threading.Timer(1.5, offer_and_notify)
         offer.start()
         events.append((await asyncio.wait_for(stream.__anext__(), 10))["event"])
         await stream.aclose()
