@@ -160,6 +160,23 @@ class Console:
         audit_log.info("%s %s queue=%r target=%r details=%r result=%r", actor, action, queue, target, details, result)
         return result
 
+    async def check(self) -> None:
+        """Connect, take the role and read the queues once: what ``pyqueue console`` does before it
+        listens, so a wrong DSN, role or install fails at start and not on every page.
+
+        :raises PyQueueError: the database refused (its SQLSTATE kept).
+        """
+        conn = None
+        try:
+            conn = await psycopg.AsyncConnection.connect(self.dsn, **self.conninfo_options())
+            await self._configure(conn)
+            await run(conn, self.statements.metrics())
+        except psycopg.Error as exc:
+            raise translate(exc) from exc
+        finally:
+            if conn is not None:
+                await conn.close()
+
     async def close(self) -> None:
         """Close the pool and the live updates' connection."""
         await self.hub.close()
@@ -491,13 +508,9 @@ class Views:
 
     async def schedules(self, request: Request) -> Response:
         async def render() -> Response:
-            rows = await self.c.read(self.common.cron_schedules())
+            rows = await self.c.read(self.c.statements.schedules())
             return await self._page(request, "schedules.html", schedules=rows)
         return await self._guarded(request, render)
-
-    @property
-    def common(self) -> Statements:
-        return self.c.common
 
     async def health(self, request: Request) -> Response:
         async def render() -> Response:
