@@ -204,8 +204,9 @@ COMMENT ON FUNCTION dq_count_dead_letters(text, text, text) IS 'dq_count_dead_le
 REVOKE ALL ON FUNCTION dq_count_dead_letters(text, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_count_dead_letters(text, text, text) TO dq_admin, dq_viewer;
 
--- Redrive exactly these dead letters (ids of dq_browse_messages or dq_dead_letters' dead_from_id's
--- live rows): dq__redrive restricted to the ids, which locks them FOR UPDATE SKIP LOCKED (a dead
+-- Redrive exactly these dead letters (their id as dq_browse_messages and dq_message_detail give it;
+-- not dq_dead_letters' dead_from_id, the id each had in its source queue): dq__redrive restricted to
+-- the ids, which locks them FOR UPDATE SKIP LOCKED (a dead
 -- letter a consumer holds or an ack in progress is skipped, never waited for) and leaves a dead
 -- letter whose key is live in its queue where it is. An id that is not a dead letter of this queue
 -- is ignored: no ordinary message and no other queue's row is touched.
