@@ -27,7 +27,6 @@ from clock import TestClock
 from sqlhelpers import message, nested_plans, table_rows, value_of, wait_for_lock_wait
 
 
-
 def browse(conn: psycopg.Connection[Any], queue: str, state: str | None = None, **kw: Any) -> list[tuple[Any, ...]]:
     args = "".join(f", {k} => %({k})s" for k in kw)
     return conn.execute(f"SELECT key, state FROM dq_browse_messages(%(q)s, %(s)s{args})",  # noqa: S608
