@@ -204,8 +204,9 @@ COMMENT ON FUNCTION dq_count_dead_letters(text, text, text) IS 'dq_count_dead_le
 REVOKE ALL ON FUNCTION dq_count_dead_letters(text, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_count_dead_letters(text, text, text) TO dq_admin, dq_viewer;
 
--- Redrive exactly these dead letters (ids of dq_browse_messages or dq_dead_letters' dead_from_id's
--- live rows): dq__redrive restricted to the ids, which locks them FOR UPDATE SKIP LOCKED (a dead
+-- Redrive exactly these dead letters (their id as dq_browse_messages and dq_message_detail give it;
+-- not dq_dead_letters' dead_from_id, the id each had in its source queue): dq__redrive restricted to
+-- the ids, which locks them FOR UPDATE SKIP LOCKED (a dead
 -- letter a consumer holds or an ack in progress is skipped, never waited for) and leaves a dead
 -- letter whose key is live in its queue where it is. An id that is not a dead letter of this queue
 -- is ignored: no ordinary message and no other queue's row is touched.
@@ -280,8 +281,8 @@ GRANT EXECUTE ON FUNCTION dq_redrive_matching(text, text, text, integer) TO dq_a
 -- Make a scheduled message due now, as an offer that moves its due time would: its priority and
 -- group stay, a grouped message's group is settled (its head's due time follows; a message behind
 -- its head still waits for the head) and waiting consumers are woken. Only a message that is not
--- due yet, not in flight, not expired and not a dead letter: false otherwise, or when the queue has
--- no such key. Its first due time (scheduled_at_initially, the order of its group) is kept.
+-- due yet, not in flight and not a dead letter: false otherwise, or when the queue has no such key
+-- (a message not due yet has not expired: an offer's expires_at is after its due time). Its first due time (scheduled_at_initially, the order of its group) is kept.
 -- Concurrency (READ COMMITTED): one UPDATE by (queue, key) whose conditions are checked again on
 -- the row's latest version after any wait for its lock. A poller holding the row (it became due
 -- meanwhile) is waited for, and the message, then in flight, is left alone; a concurrent re-offer
@@ -310,9 +311,10 @@ BEGIN
        SET scheduled_at = v_now
      WHERE m.queue = dq_make_due.queue AND m.key = dq_make_due.key AND m.dead_from_id IS NULL
        AND m.dead_from IS NULL AND m.lock_token IS NULL AND m.scheduled_at > v_now
-       AND (m.expires_at IS NULL OR m.expires_at > v_now)
     RETURNING m.message_group INTO v_group;
     IF NOT FOUND THEN
+        RAISE NOTICE 'dq_make_due: queue % has no scheduled message with key % (not due yet, not in flight, not a dead letter)',
+            dq_make_due.queue, dq_make_due.key;
         RETURN false;
     END IF;
     IF v_group IS NOT NULL THEN
@@ -322,10 +324,11 @@ BEGIN
         -- Wake a waiter that would otherwise sleep past now (sql/010_wait.sql).
         v_woken := dq__wake(dq_make_due.queue, v_now);
     END IF;
+    RAISE NOTICE 'dq_make_due: message % of queue % is due now', dq_make_due.key, dq_make_due.queue;
     RETURN true;
 END;
 $$;
-COMMENT ON FUNCTION dq_make_due(text, text) IS 'dq_make_due(queue text, key text) -> boolean: the queue''s scheduled message with this key (not due yet, not in flight, not expired, not a dead letter) becomes due now, keeping its priority and its place in its FIFO group, and waiting consumers are woken; false when there is no such message. Errors: 22004/22023/22001 queue or key.';
+COMMENT ON FUNCTION dq_make_due(text, text) IS 'dq_make_due(queue text, key text) -> boolean: the queue''s scheduled message with this key (not due yet, not in flight, not a dead letter) becomes due now, keeping its priority and its place in its FIFO group, and waiting consumers are woken; false when there is no such message. Errors: 22004/22023/22001 queue or key.';
 REVOKE ALL ON FUNCTION dq_make_due(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_make_due(text, text) TO dq_admin;
 
@@ -437,6 +440,7 @@ BEGIN
     VALUES (dq__clock(), dq_audit.actor, dq_audit.action, dq_audit.queue, dq_audit.target, dq_audit.details,
             dq_audit.outcome)
     RETURNING l.id INTO v_id;
+    RAISE NOTICE 'dq_audit: entry % recorded (% by %)', v_id, dq_audit.action, dq_audit.actor;
     RETURN v_id;
 END;
 $$;

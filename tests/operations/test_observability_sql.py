@@ -160,6 +160,21 @@ def test_a_viewer_reads_every_figure_and_may_change_nothing(conn: psycopg.Connec
         assert viewer.execute("SELECT name FROM dq_cron_list()").fetchall() == [("nightly",)]
         assert viewer.execute("SELECT name FROM dq_cron_schedules").fetchall() == [("nightly",)]
         assert len(viewer.execute("SELECT * FROM dq_cron_occurrences('every 1 minute')").fetchall()) == 10
+        # The web console's reads (sql/168_console.sql).
+        assert viewer.execute("SELECT key, state FROM dq_browse_messages('v', 'ready')").fetchall() == [
+            ("live", "ready")]
+        assert viewer.execute("SELECT key, state, dead_from FROM dq_browse_messages('v.dead', 'dead')").fetchall() == [
+            ("k", "dead", "v")]
+        (dead_id,) = viewer.execute("SELECT id FROM dq_browse_messages('v.dead')").fetchone()
+        assert viewer.execute("SELECT key, payload FROM dq_message_detail('v.dead', %s)", (dead_id,)).fetchall() == [
+            ("k", b"x")]
+        assert viewer.execute("SELECT dead_from, messages FROM dq_dead_letter_groups('v.dead')").fetchall() == [
+            ("v", 1)]
+        assert viewer.execute("SELECT dq_count_dead_letters('v.dead')").fetchone() == (1,)
+        assert viewer.execute("SELECT max_deliveries, dead_letter_queue FROM dq_queue_config('v')").fetchone() == (
+            1, "v.dead")
+        assert viewer.execute("SELECT count(*) FROM dq_throughput('v')").fetchone() == (0,)  # v does not archive
+        assert viewer.execute("SELECT count(*) FROM dq_audit_entries()").fetchone() == (0,)
 
         functions = conn.execute(
             r"SELECT p.oid::regprocedure::text, p.proname, p.prokind, "
@@ -185,7 +200,8 @@ def test_a_viewer_reads_every_figure_and_may_change_nothing(conn: psycopg.Connec
         assert {"dq_offer", "dq_offer_many", "dq_poll_many", "dq_ack", "dq_nack", "dq_extend", "dq_cancel",
                 "dq_configure_queue", "dq_pause_queue", "dq_purge", "dq_redrive", "dq_release_locks",
                 "dq_cron_install", "dq_cron_pause", "dq_cron_tick", "dq_install_tick",
-                "dq_prune_archive_all", "dq_wait"} <= {s.split("(")[0] for s in refused}
+                "dq_prune_archive_all", "dq_wait", "dq_redrive_messages", "dq_redrive_matching", "dq_make_due",
+                "dq_audit"} <= {s.split("(")[0] for s in refused}
     assert table_rows(conn) == before
 
 

@@ -101,6 +101,8 @@ def test_dq_dead_letters_and_dq_list_messages_reject_bad_input(conn: psycopg.Con
 QUIET = {
     "dq_queue_stats", "dq_export_archive", "dq_export_archive_bounds", "dq_cron_config_hash", "dq_cron_occurrences",
     "dq_cron_list", "dq_dead_letters", "dq_list_messages", "dq_metrics", "dq_table_health",  # read only
+    "dq_browse_messages", "dq_message_detail", "dq_dead_letter_groups", "dq_count_dead_letters", "dq_queue_config",
+    "dq_throughput", "dq_audit_entries",  # read only (the web console's)
     "dq_install_tick", "dq_uninstall_tick", "dq_cron_tick",  # called by pg_cron and the cron ticker
     "dq_prune_archive",  # one batch of dq_prune_archive_all (pg_cron's retention job), which prints the total
     "dq_cron_prune_run_details",  # pg_cron's history job
@@ -120,6 +122,14 @@ CALLS = [
     ("dq_resume_queue", "SELECT dq_resume_queue('jobs')", "dq_resume_queue: queue jobs is resumed"),
     ("dq_release_locks", "SELECT dq_release_locks('jobs')", "dq_release_locks: released 0 locks of queue jobs"),
     ("dq_redrive", "SELECT dq_redrive('jobs.dead')", "dq_redrive: 0 dead letters of jobs.dead"),
+    ("dq_redrive_messages", "SELECT dq_redrive_messages('jobs.dead', '{1}')",
+     "dq_redrive_messages: 0 dead letters of jobs.dead"),
+    ("dq_redrive_matching", "SELECT dq_redrive_matching('jobs.dead', 'jobs')",
+     "dq_redrive_matching: 0 dead letters of jobs.dead"),
+    ("dq_make_due", "SELECT dq_make_due('jobs', 'nope')",
+     "dq_make_due: queue jobs has no scheduled message with key nope"),
+    ("dq_audit", "SELECT dq_audit('alice', 'pause', 'jobs', NULL, NULL, 'ok')",
+     "dq_audit: entry 1 recorded (pause by alice)"),
     ("dq_purge", "SELECT dq_purge('jobs', confirm => true)", "dq_purge: deleted"),
     ("dq_prune_archive_all", "CALL dq_prune_archive_all()", None),  # prints only when it deleted something
 ]

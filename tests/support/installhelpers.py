@@ -30,6 +30,9 @@ ROLES = ("dq_producer", "dq_consumer", "dq_admin", "dq_viewer")
 VIEWER_READS = frozenset({
     "dq_now", "dq_get", "dq_next_due", "dq_list_messages", "dq_dead_letters", "dq_queue_stats",
     "dq_cron_list", "dq_cron_occurrences", "dq_metrics", "dq_table_health",
+    # the web console's reads (sql/168_console.sql)
+    "dq_browse_messages", "dq_message_detail", "dq_dead_letter_groups", "dq_count_dead_letters", "dq_queue_config",
+    "dq_throughput", "dq_audit_entries",
 })
 
 #: The role granted EXECUTE on each public function (dq_admin is a member of the other three).
@@ -79,6 +82,17 @@ ROLE_OF = {
     "dq_cron_prune_run_details": "dq_admin",
     "dq_metrics": "dq_admin",
     "dq_table_health": "dq_admin",
+    "dq_browse_messages": "dq_admin",
+    "dq_message_detail": "dq_admin",
+    "dq_dead_letter_groups": "dq_admin",
+    "dq_count_dead_letters": "dq_admin",
+    "dq_redrive_messages": "dq_admin",
+    "dq_redrive_matching": "dq_admin",
+    "dq_make_due": "dq_admin",
+    "dq_queue_config": "dq_admin",
+    "dq_throughput": "dq_admin",
+    "dq_audit": "dq_admin",
+    "dq_audit_entries": "dq_admin",
 }
 
 
