@@ -33,6 +33,8 @@ VIEWER_READS = frozenset({
     # the web console's reads (sql/168_console.sql)
     "dq_browse_messages", "dq_message_detail", "dq_dead_letter_groups", "dq_count_dead_letters", "dq_queue_config",
     "dq_throughput", "dq_audit_entries",
+    # the console's live updates LISTEN on the queues' channels
+    "dq_channel",
 })
 
 #: The role granted EXECUTE on each public function (dq_admin is a member of the other three).
