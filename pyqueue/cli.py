@@ -33,7 +33,7 @@ import psycopg
 from . import cron as cron_api
 from .core.checks import check_int
 from .drivers.signals import stop_signals
-from .durations import as_timedelta
+from .durations import parse_duration
 from .errors import InvalidArgument, PyQueueError, translating
 from .limits import POLL_MAX_COUNT
 from .migrate import migrate, pending
@@ -382,6 +382,50 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_console(args: argparse.Namespace) -> int:
+    """Serve the web console (:func:`pyqueue.console.create_app`) with uvicorn until SIGTERM/SIGINT.
+    Off loopback it refuses to start without credentials from the environment."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from .console.security import PASSWORD_ENV, TOKEN_ENV, USER_ENV, Credentials, is_loopback
+
+    try:
+        credentials = Credentials.from_environment()
+    except ValueError as exc:
+        print(f"pyqueue console: {exc}", file=sys.stderr)
+        return 2
+    if credentials is None and not is_loopback(args.host):
+        print(f"pyqueue console: refusing to listen on {args.host} without authentication: set {TOKEN_ENV} "
+              f"(clients send 'Authorization: Bearer <token>'), or {USER_ENV} and {PASSWORD_ENV} (HTTP basic), "
+              "or listen on 127.0.0.1", file=sys.stderr)
+        return 2
+    import uvicorn
+
+    from .console import create_app
+
+    app = create_app(_dsn(args), schema=args.schema, allow_actions=args.allow_actions, authenticate=credentials,
+                     statement_timeout=args.statement_timeout)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
+                            proxy_headers=False, server_header=False, timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    server.config.setup_event_loop()
+
+    async def serve() -> None:
+        await server.startup()
+        if server.should_exit:
+            raise SystemExit(1)
+        bound = server.servers[0].sockets[0].getsockname() if server.servers else (args.host, args.port)
+        print(f"pgdelayq console listening on http://{args.host}:{bound[1]}/"
+              f" ({'actions allowed' if args.allow_actions else 'read-only'}"
+              f"{', authentication required' if credentials else ''})", file=sys.stderr, flush=True)
+        await server.main_loop()
+        await server.shutdown()
+
+    import asyncio
+
+    asyncio.run(serve())
+    return 0
+
+
 def _cmd_queue(args: argparse.Namespace) -> int:
     """``pyqueue queue pause|resume|configure NAME``: a queue's delivery controls (role dq_admin)."""
     with DelayedQueue(_dsn(args), args.name, pool_size=1, schema=args.schema) as q:
@@ -429,25 +473,17 @@ class Duration:
     (:func:`pyqueue.durations.as_timedelta`: finite, not negative, within what a timedelta holds;
     positive unless ``allow_zero``) and at most ``maximum`` when given."""
 
-    _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-    _WITH_UNIT = re.compile(r"^\s*(\S+?)\s*(ms|s|m|h)\s*$")
-
     def __init__(self, *, allow_zero: bool = False, maximum: timedelta | None = None) -> None:
         self.allow_zero = allow_zero
         self.maximum = maximum
 
     def __call__(self, text: str) -> timedelta:
-        m = self._WITH_UNIT.match(text)
-        number, unit = (m.group(1), self._UNITS[m.group(2)]) if m else (text, 1.0)
         try:
-            seconds = float(number) * unit
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"not a duration: {text!r} (seconds, or a number with ms, s, m or h: 500ms, 30s, 2m, 1h)") from None
-        try:
-            value = as_timedelta(seconds, "the duration", allow_zero=self.allow_zero)
+            value = parse_duration(text, "the duration", allow_zero=self.allow_zero)
         except InvalidArgument as exc:
-            raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+            raise argparse.ArgumentTypeError(f"{text!r}: {exc}" if "not a duration" not in str(exc)
+                                             else f"not a duration: {text!r} (seconds, or a number with ms, s, m "
+                                             "or h: 500ms, 30s, 2m, 1h)") from None
         if self.maximum is not None and value > self.maximum:
             raise argparse.ArgumentTypeError(f"{text!r}: the duration is at most {self.maximum}")
         return value
@@ -608,6 +644,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--statement-timeout", type=Duration(), default=timedelta(seconds=5),
                    help="the most a scrape's queries may run (default 5s)")
     p.set_defaults(func=_cmd_metrics)
+
+    p = add("console", "serve the web console: queues, messages, dead letters, schedules, health (pgdelayq[console])")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; any other needs $PGDELAYQ_CONSOLE_TOKEN or "
+                        "$PGDELAYQ_CONSOLE_USER and $PGDELAYQ_CONSOLE_PASSWORD)")
+    p.add_argument("--port", type=Integer(0, 65535), default=8080, help="default 8080; 0 picks a free port")
+    p.add_argument("--allow-actions", action="store_true",
+                   help="offer pause, resume, cancel, due now, redrive, purge and limits (connects as dq_admin; "
+                        "default: read-only, as dq_viewer)")
+    p.add_argument("--statement-timeout", type=Duration(), default=timedelta(seconds=5),
+                   help="the most any query of the console may run (default 5s)")
+    p.set_defaults(func=_cmd_console)
 
     p = add("stats", "show the dq_stats view (one row per queue) as a table")
     p.add_argument("--queue", default=None, help="only this queue")

@@ -8,11 +8,12 @@ error are the same everywhere.
 from __future__ import annotations
 
 import math
+import re
 from datetime import timedelta
 
 from .errors import InvalidArgument
 
-__all__ = ["Seconds", "as_timedelta", "format_duration"]
+__all__ = ["Seconds", "as_timedelta", "format_duration", "parse_duration"]
 
 #: What a duration parameter accepts: a timedelta, or seconds as an int or float.
 Seconds = float | int | timedelta
@@ -42,3 +43,24 @@ def as_timedelta(value: Seconds, name: str, *, allow_zero: bool = False) -> time
         raise InvalidArgument(
             f"{name} is {format_duration(td)}, it must be {'non-negative' if allow_zero else 'positive'}")
     return td
+
+
+_UNITS = {"ms": 0.001, "millisecond": 0.001, "s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0,
+          "minute": 60.0, "h": 3600.0, "hour": 3600.0}
+_WITH_UNIT = re.compile(r"^\s*(\S+?)\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?)\s*$")
+
+
+def parse_duration(text: str, name: str, *, allow_zero: bool = False) -> timedelta:
+    """A duration typed by a person: seconds (``30``, ``1.5``) or a number with a unit (``500ms``,
+    ``30s``, ``2m``, ``1h``, or spelt out: ``1 second``, ``5 minutes``), checked by
+    :func:`as_timedelta`. Raises :class:`pyqueue.InvalidArgument` naming ``name`` when it is neither."""
+    m = _WITH_UNIT.match(text)
+    number, unit = (m.group(1), _UNITS[m.group(2).rstrip("s") or "s"] if m.group(2) not in _UNITS
+                    else _UNITS[m.group(2)]) if m else (text, 1.0)
+    try:
+        seconds = float(number) * unit
+    except ValueError:
+        raise InvalidArgument(
+            f"{name} is not a duration: {text[:40]!r} (seconds, or a number with ms, s, m or h: 500ms, 30s, 2m, "
+            "1h)") from None
+    return as_timedelta(seconds, name, allow_zero=allow_zero)

@@ -230,7 +230,7 @@ AS $$
 $$;
 COMMENT ON FUNCTION dq_channel(text) IS 'dq_channel(queue text) -> text: the LISTEN channel on which offers wake the consumers of queue (''dq_'' and an md5 hash of the queue, and of the schema outside public); NULL for a NULL queue. Errors: none.';
 REVOKE ALL ON FUNCTION dq_channel(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION dq_channel(text) TO dq_consumer;
+GRANT EXECUTE ON FUNCTION dq_channel(text) TO dq_consumer, dq_viewer;
 
 -- The queue's time, for clients: the default due time of an offer, and the base to which the Python
 -- client adds a delay. Every role that offers, polls or reads schedules may execute it (the defaults

@@ -105,6 +105,16 @@ CREATE OR REPLACE FUNCTION dq__limit_prune_batch_max() RETURNS integer LANGUAGE 
 COMMENT ON FUNCTION dq__limit_prune_batch_max() IS 'Internal: the largest batch_size of dq_prune_archive: 1,000,000 rows.';
 REVOKE ALL ON FUNCTION dq__limit_prune_batch_max() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
+CREATE OR REPLACE FUNCTION dq__limit_audit_actor_chars() RETURNS integer LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 200 $$;
+COMMENT ON FUNCTION dq__limit_audit_actor_chars() IS 'Internal: the longest actor of an audit log entry (dq_audit): 200 characters.';
+REVOKE ALL ON FUNCTION dq__limit_audit_actor_chars() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+CREATE OR REPLACE FUNCTION dq__limit_audit_action_chars() RETURNS integer LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 100 $$;
+COMMENT ON FUNCTION dq__limit_audit_action_chars() IS 'Internal: the longest action of an audit log entry (dq_audit): 100 characters.';
+REVOKE ALL ON FUNCTION dq__limit_audit_action_chars() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+CREATE OR REPLACE FUNCTION dq__limit_throughput_buckets() RETURNS integer LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 10000 $$;
+COMMENT ON FUNCTION dq__limit_throughput_buckets() IS 'Internal: the most buckets one dq_throughput call covers (since / bucket): 10,000.';
+REVOKE ALL ON FUNCTION dq__limit_throughput_buckets() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
 -- ----------------------------------------------------------------------------- tuning
 -- Not bounds of an argument: how far the queue's own work goes.
 -- Counts of dq_queue_stats are exact up to this many rows, estimated beyond (sql/165_stats.sql).

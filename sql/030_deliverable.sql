@@ -81,4 +81,38 @@ AS $$
 $$;
 COMMENT ON FUNCTION dq__in_flight(text, timestamptz, integer) IS 'Internal: the number of messages of a queue in flight at a time (lock not expired), counted up to up_to.';
 REVOKE ALL ON FUNCTION dq__in_flight(text, timestamptz, integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+-- The state of a message, written once for every reader that names states (dq_list_messages,
+-- dq_browse_messages, dq_message_detail). Both are SQL expressions PostgreSQL inlines (SQL, no SET
+-- clause): they cost what the CASE costs, on any number of rows.
+-- By time: in_flight (held under a lock that has not expired), else ready (due) or scheduled. A
+-- message whose lock expired is ready: the next poll delivers it again.
+CREATE OR REPLACE FUNCTION dq__timing_state(lock_token uuid, scheduled_at timestamptz, at timestamptz)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN lock_token IS NOT NULL AND scheduled_at > at THEN 'in_flight'
+                WHEN scheduled_at <= at THEN 'ready'
+                ELSE 'scheduled' END
+$$;
+COMMENT ON FUNCTION dq__timing_state(uuid, timestamptz, timestamptz) IS 'Internal: in_flight, ready or scheduled at `at` (the timing states of dq_list_messages).';
+REVOKE ALL ON FUNCTION dq__timing_state(uuid, timestamptz, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- Every state, the first that applies: in_flight; dead (a dead letter, in its dead-letter queue);
+-- expired (past expires_at, not removed yet: a poll that reaches it removes it); held (a message of
+-- a FIFO group that is not its group's head: head is whether dq_groups names it, which the caller
+-- reads); else ready or scheduled by time (dq__timing_state).
+CREATE OR REPLACE FUNCTION dq__message_state(lock_token uuid, scheduled_at timestamptz, dead_from text,
+                                             expires_at timestamptz, message_group text, head boolean,
+                                             at timestamptz)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN lock_token IS NOT NULL AND scheduled_at > at THEN 'in_flight'
+                WHEN dead_from IS NOT NULL THEN 'dead'
+                WHEN expires_at <= at THEN 'expired'
+                WHEN message_group IS NOT NULL AND NOT coalesce(head, false) THEN 'held'
+                ELSE dq__timing_state(lock_token, scheduled_at, at) END
+$$;
+COMMENT ON FUNCTION dq__message_state(uuid, timestamptz, text, timestamptz, text, boolean, timestamptz) IS 'Internal: in_flight, dead, expired, held, ready or scheduled at `at` (dq_browse_messages, dq_message_detail).';
+REVOKE ALL ON FUNCTION dq__message_state(uuid, timestamptz, text, timestamptz, text, boolean, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);

@@ -115,9 +115,7 @@ BEGIN
            m.last_error, m.last_error_at, m.created_at, m.priority::integer, m.message_group, m.dead_from,
            m.payload_type, dq__payload_text(m.payload)
       FROM dq_messages m
-     CROSS JOIN LATERAL (SELECT CASE WHEN m.lock_token IS NOT NULL AND m.scheduled_at > v_now THEN 'in_flight'
-                                     WHEN m.scheduled_at <= v_now THEN 'ready'
-                                     ELSE 'scheduled' END AS state) s
+     CROSS JOIN LATERAL (SELECT dq__timing_state(m.lock_token, m.scheduled_at, v_now) AS state) s
      WHERE m.queue = dq_list_messages.queue
        AND (dq_list_messages.in_state IS NULL OR s.state = dq_list_messages.in_state
             OR (dq_list_messages.in_state = 'redelivered' AND m.delivery_count > 1))

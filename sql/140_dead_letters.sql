@@ -69,39 +69,45 @@ REVOKE ALL ON FUNCTION dq__dead_letter(bigint[], text, timestamptz) FROM PUBLIC,
 SELECT dq__search_path(internal => false);
 
 -- Send dead letters back to the queues they died in, due now, with delivery_count 0 (the error
--- stays in last_error for the record), as ordinary messages. Concurrency: candidates are taken FOR
--- UPDATE SKIP LOCKED (concurrent redrives share the work, and a poll or ack in progress is not
--- waited for); a dead letter held by a consumer (lock not expired) is left alone, so its ack still
--- succeeds and it is not handled twice; a dead letter whose key is live again in its queue stays
--- where it is (INSERT .. ON CONFLICT DO NOTHING, and only what was inserted is deleted), so nothing
--- is lost or overwritten. Each dead letter goes back to its own dead_from, even when several share
--- a key.
-CREATE OR REPLACE FUNCTION dq_redrive(dead_letter_queue text, max_count integer DEFAULT 1000)
+-- stays in last_error for the record), as ordinary messages: the one implementation of dq_redrive,
+-- dq_redrive_messages and dq_redrive_matching (sql/168_console.sql). It takes at most max_count dead
+-- letters of dead_letter_queue, oldest death first, restricted to those whose id is in ids, whose
+-- dead_from is dead_from and whose last_error is last_error (each NULL: any), and returns how many
+-- it sent back. Concurrency: candidates are taken FOR UPDATE SKIP LOCKED (concurrent redrives share
+-- the work, and a poll or ack in progress is not waited for); a dead letter held by a consumer (lock
+-- not expired) is left alone, so its ack still succeeds and it is not handled twice; a dead letter
+-- whose key is live again in its queue stays where it is (INSERT .. ON CONFLICT DO NOTHING, and only
+-- what was inserted is deleted), so nothing is lost or overwritten. Each dead letter goes back to its
+-- own dead_from, even when several share a key. Only rows of dead_letter_queue that are dead letters
+-- (dead_from set) are candidates: an id of an ordinary message, or of another queue, is never
+-- touched. Planned for each call's arguments (plan_cache_mode): with ids the candidates are read by
+-- primary key, without them through the dead-letter queue's rows.
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
+CREATE OR REPLACE FUNCTION dq__redrive(dead_letter_queue text, max_count integer, ids bigint[],
+                                       dead_from text, last_error text)
 RETURNS integer
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
+SET plan_cache_mode = force_custom_plan
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_error    jsonb;
     v_now     timestamptz := dq__clock();
     v_count   integer;
     v_queues  text[];
     v_groups  text[];
     v_settled integer;
 BEGIN
-    v_error := coalesce(dq__name_error('dq_redrive', 'dead_letter_queue', dq_redrive.dead_letter_queue, dq__limit_queue_chars()),
-                        dq__range_error('dq_redrive', 'max_count', dq_redrive.max_count, 1, dq__limit_redrive_max_count()));
-    IF v_error IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
     WITH cand AS (
         SELECT c.id, c.dead_from, c.key, c.payload, c.payload_type, c.created_at, c.last_error, c.last_error_at, c.dead_at,
                c.priority, c.message_group, c.expires_at, c.headers
           FROM dq_messages c
-         WHERE c.queue = dq_redrive.dead_letter_queue AND c.dead_from IS NOT NULL
+         WHERE c.queue = dq__redrive.dead_letter_queue AND c.dead_from IS NOT NULL
            AND (c.lock_token IS NULL OR c.scheduled_at <= v_now)
+           AND (dq__redrive.ids IS NULL OR c.id = ANY (dq__redrive.ids))
+           AND (dq__redrive.dead_from IS NULL OR c.dead_from = dq__redrive.dead_from)
+           AND (dq__redrive.last_error IS NULL OR c.last_error = dq__redrive.last_error)
          ORDER BY c.dead_at, c.id
-         LIMIT dq_redrive.max_count
+         LIMIT dq__redrive.max_count
            FOR UPDATE SKIP LOCKED
     ), pick AS (
         -- One dead letter per (source queue, key): two of them (the key died twice) cannot both be
@@ -132,6 +138,29 @@ BEGIN
     IF v_groups IS NOT NULL THEN
         v_settled := dq__settle_groups(v_queues, v_groups);
     END IF;
+    RETURN v_count;
+END;
+$$;
+COMMENT ON FUNCTION dq__redrive(text, integer, bigint[], text, text) IS 'Internal: sends up to max_count dead letters of a dead-letter queue (of these ids, this dead_from, this last_error; NULL: any) back to their queues, due now (dq_redrive, dq_redrive_messages, dq_redrive_matching).';
+REVOKE ALL ON FUNCTION dq__redrive(text, integer, bigint[], text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
+
+-- Send up to max_count dead letters back, oldest death first (dq__redrive).
+CREATE OR REPLACE FUNCTION dq_redrive(dead_letter_queue text, max_count integer DEFAULT 1000)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_error    jsonb;
+    v_count   integer;
+BEGIN
+    v_error := coalesce(dq__name_error('dq_redrive', 'dead_letter_queue', dq_redrive.dead_letter_queue, dq__limit_queue_chars()),
+                        dq__range_error('dq_redrive', 'max_count', dq_redrive.max_count, 1, dq__limit_redrive_max_count()));
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    v_count := dq__redrive(dq_redrive.dead_letter_queue, dq_redrive.max_count, NULL, NULL, NULL);
     RAISE NOTICE 'dq_redrive: % dead letters of % sent back to their queues', v_count, dq_redrive.dead_letter_queue;
     RETURN v_count;
 END;
