@@ -113,7 +113,6 @@ soak: venv
 # it and drives Debian's chromium through the pages (tests/support/consolebrowser.py, consoledemo.py).
 console-screenshots: migrate
 	scripts/install-os-deps.sh
-	$(VENV)/bin/pip install -q -e '.[console]'
 	$(PY) tests/support/consolebrowser.py screenshots --dsn "$(DSN)" --out docs/console
 
 lint: venv

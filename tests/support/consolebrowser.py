@@ -44,7 +44,7 @@ CHROMIUM_ARGS = (
 #: How long to wait for the console to serve, and for a page to load or an element to appear.
 START_TIMEOUT_S = 30.0
 #: The line the console prints on stderr once it serves.
-LISTENING = re.compile(r"pgdelayq console listening on (http://\S+?)/?\s*$")
+LISTENING = re.compile(r"pgdelayq console listening on (http://\S+)")
 #: The environment variables that configure the console's authentication: removed from the environment a
 #: test console inherits, so only what a test passes counts.
 AUTH_VARIABLES = ("PGDELAYQ_CONSOLE_TOKEN", "PGDELAYQ_CONSOLE_USER", "PGDELAYQ_CONSOLE_PASSWORD")
@@ -125,6 +125,8 @@ class ConsoleProcess:
                 self.process.kill()
                 self.process.wait(timeout=10)
         self._reader.join(timeout=5)
+        if self.process.stderr is not None:
+            self.process.stderr.close()
         return died
 
 
@@ -168,8 +170,9 @@ def running_console(dsn: str, *, allow_actions: bool = False, host: str = "127.0
         yield console.url
     except BaseException as error:
         died = console.stop()
-        error.add_note(f"pyqueue console ({'exited with status ' + str(died) if died is not None else 'running'}"
-                       f"), its stderr:\n{console.stderr}")
+        if console.stderr not in str(error):
+                error.add_note(f"pyqueue console ({'exited with status ' + str(died) if died is not None else 'running'}"
+                           f"), its stderr:\n{console.stderr}")
         raise
     died = console.stop()
     if died is not None:
