@@ -171,8 +171,8 @@ def running_console(dsn: str, *, allow_actions: bool = False, host: str = "127.0
     except BaseException as error:
         died = console.stop()
         if console.stderr not in str(error):
-                error.add_note(f"pyqueue console ({'exited with status ' + str(died) if died is not None else 'running'}"
-                           f"), its stderr:\n{console.stderr}")
+            state = "running" if died is None else f"exited with status {died}"
+            error.add_note(f"pyqueue console ({state}), its stderr:\n{console.stderr}")
         raise
     died = console.stop()
     if died is not None:
