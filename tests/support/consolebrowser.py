@@ -278,12 +278,12 @@ def _nav(page: Page, label: str) -> None:
     page.wait_for_load_state("load")
 
 
-def take_screenshots(base_url: str, out_dir: Path, *, browser: Browser | None = None,
-                     queue: str | None = None, dead_letter_queue: str | None = None) -> dict[str, Path]:
+def take_screenshots(base_url: str, out_dir: Path, *, browser: Browser | None = None, queue: str | None = None,
+                     message: str | None = None, dead_letter_queue: str | None = None) -> dict[str, Path]:
     """Screenshots (full-page PNGs, :data:`VIEWPORT` wide) of the console at ``base_url``, reached the way a
     person reaches them: the overview, then its link to ``queue`` (default: the first queue that is not a
-    dead-letter queue), the queue's first message, the nav link "Dead letters" and its link to
-    ``dead_letter_queue`` (default: the first), then the nav links Schedules, Health and Audit log.
+    dead-letter queue), the queue's message ``message`` (a key; default: the first), the nav link "Dead letters"
+    and its link to ``dead_letter_queue`` (default: the first), then the nav links Schedules, Health and Audit log.
 
     :param out_dir: created if needed; the files are ``<name>.png`` for each name of :data:`SCREENSHOTS`.
     :param browser: a browser of :func:`chromium`; one is launched for the call when None.
@@ -293,7 +293,7 @@ def take_screenshots(base_url: str, out_dir: Path, *, browser: Browser | None = 
     """
     if browser is None:
         with chromium() as launched:
-            return take_screenshots(base_url, out_dir, browser=launched, queue=queue,
+            return take_screenshots(base_url, out_dir, browser=launched, queue=queue, message=message,
                                     dead_letter_queue=dead_letter_queue)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
@@ -312,7 +312,8 @@ def take_screenshots(base_url: str, out_dir: Path, *, browser: Browser | None = 
                else '#queues tr[data-queue]:not([data-dlq="true"])')
         _follow(page, f"{row} a", "queue link")
         shoot("queue")
-        _follow(page, "#messages tr[data-key] a", "message link")
+        row = f'#messages tr[data-key="{_css_string(message)}"]' if message is not None else "#messages tr[data-key]"
+        _follow(page, f"{row} a", "message link")
         shoot("message")
         _nav(page, "Dead letters")
         row = (f'#dead-letter-queues tr[data-queue="{_css_string(dead_letter_queue)}"]'
@@ -345,13 +346,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     shots.add_argument("--out", type=Path, default=Path("docs/console"))
     shots.add_argument("--no-seed", action="store_true", help="show the database as it is")
     args = parser.parse_args(argv)
-    from consoledemo import DEMO_DEAD_LETTER_QUEUE, DEMO_QUEUE, seed_demo
+    from consoledemo import DEMO_DEAD_LETTER_QUEUE, DEMO_MESSAGE, DEMO_QUEUE, seed_demo
 
     if not args.no_seed:
         seed_demo(args.dsn)
-    with running_console(args.dsn, allow_actions=True) as url:
-        written = take_screenshots(url, args.out, queue=DEMO_QUEUE if not args.no_seed else None,
-                                   dead_letter_queue=DEMO_DEAD_LETTER_QUEUE if not args.no_seed else None)
+    with running_console(args.dsn, allow_actions=True) as url, chromium() as browser:
+        if not args.no_seed:
+            # Actions for the audit log: resume the paused queue "invoices" and pause it again.
+            with browser_page(browser, base_url=url) as page:
+                page.goto("/queues/invoices")
+                for form in ("#resume-form", "#pause-form"):
+                    with page.expect_navigation():
+                        page.locator(f"{form} button").click()
+                    page.wait_for_selector("p.notice")
+                assert_no_browser_errors(page)
+        demo = not args.no_seed
+        written = take_screenshots(url, args.out, browser=browser, queue=DEMO_QUEUE if demo else None,
+                                   message=DEMO_MESSAGE if demo else None,
+                                   dead_letter_queue=DEMO_DEAD_LETTER_QUEUE if demo else None)
     for name, path in written.items():
         print(f"{path}  {SCREENSHOTS[name]}")
     return 0

@@ -22,6 +22,8 @@ from clock import TestClock
 #: The queue the screenshots show (archiving, every state) and its dead-letter queue.
 DEMO_QUEUE = "emails"
 DEMO_DEAD_LETTER_QUEUE = "dead-letters"
+#: The message the screenshots show: JSON with headers, ready.
+DEMO_MESSAGE = "order-10100"
 #: Every queue the demo writes, and its cron schedules.
 DEMO_QUEUES = ("emails", "webhooks", "invoices", "reports", DEMO_DEAD_LETTER_QUEUE)
 DEMO_SCHEDULES = ("nightly-report", "hourly-digest")
