@@ -398,31 +398,34 @@ def _cmd_console(args: argparse.Namespace) -> int:
               f"(clients send 'Authorization: Bearer <token>'), or {USER_ENV} and {PASSWORD_ENV} (HTTP basic), "
               "or listen on 127.0.0.1", file=sys.stderr)
         return 2
+    import asyncio
+    import socket
+
     import uvicorn
 
     from .console import create_app
-
     app = create_app(_dsn(args), schema=args.schema, allow_actions=args.allow_actions, authenticate=credentials,
                      statement_timeout=args.statement_timeout)
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
-                            proxy_headers=False, server_header=False, timeout_graceful_shutdown=5)
-    server = uvicorn.Server(config)
-    server.config.setup_event_loop()
-
-    async def serve() -> None:
-        await server.startup()
-        if server.should_exit:
-            raise SystemExit(1)
-        bound = server.servers[0].sockets[0].getsockname() if server.servers else (args.host, args.port)
-        print(f"pgdelayq console listening on http://{args.host}:{bound[1]}/"
-              f" ({'actions allowed' if args.allow_actions else 'read-only'}"
-              f"{', authentication required' if credentials else ''})", file=sys.stderr, flush=True)
-        await server.main_loop()
-        await server.shutdown()
-
-    import asyncio
-
-    asyncio.run(serve())
+    console = app.state.console
+    try:
+        asyncio.run(console.check())
+    except PyQueueError as exc:
+        hint = (f" (the login must be granted {console.role}: GRANT {console.role} TO <login>)"
+                if exc.sqlstate in ("42501", "22023") else "")
+        print(f"pyqueue console: cannot read the queues as {console.role}: {exc.message}{hint}", file=sys.stderr)
+        return 2
+    # The socket is bound here, so the line below names the port (0: a free one) and is printed
+    # only once connections are accepted (they wait in the backlog until uvicorn serves them).
+    host = args.host.strip("[]")
+    sock = socket.create_server((host, args.port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", access_log=False, proxy_headers=False, server_header=False,
+                            timeout_graceful_shutdown=5)
+    print(f"pgdelayq console listening on http://{args.host}:{port}/"
+          f" ({'actions allowed' if args.allow_actions else 'read-only'}"
+          f"{', authentication required' if credentials else ''})", file=sys.stderr, flush=True)
+    with sock:
+        uvicorn.Server(config).run(sockets=[sock])
     return 0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 from collections import deque
@@ -59,6 +60,9 @@ from .security import (
 from .statements import PAGE_ROWS, STATES, ConsoleStatements
 
 log = logging.getLogger("pyqueue.console")
+#: The queries of the request being served: [count, seconds], for its Server-Timing header.
+_queries: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("pyqueue_console_queries",
+                                                                             default=None)
 audit_log = logging.getLogger("pyqueue.console.audit")
 T = TypeVar("T")
 
@@ -120,11 +124,14 @@ class Console:
         :raises PyQueueError: the database refused it (its SQLSTATE kept).
         """
         pool = await self.pool()
+        started = time.perf_counter()
         try:
             async with pool.connection(timeout=self.statement_timeout.total_seconds() + 5) as conn:
                 return await run(conn, op)
         except psycopg.Error as exc:
             raise translate(exc) from exc
+        finally:
+            _count_query(time.perf_counter() - started)
 
     async def act(self, actor: str, action: str, queue: str | None, target: str | None,
                   details: dict[str, Any], op: Statement[T]) -> T:
@@ -133,6 +140,7 @@ class Console:
         :raises PyQueueError: the database refused the action.
         """
         pool = await self.pool()
+        _count_query(0.0)
         try:
             async with pool.connection(timeout=self.statement_timeout.total_seconds() + 5) as conn:
                 async with conn.transaction():
@@ -152,6 +160,23 @@ class Console:
         audit_log.info("%s %s queue=%r target=%r details=%r result=%r", actor, action, queue, target, details, result)
         return result
 
+    async def check(self) -> None:
+        """Connect, take the role and read the queues once: what ``pyqueue console`` does before it
+        listens, so a wrong DSN, role or install fails at start and not on every page.
+
+        :raises PyQueueError: the database refused (its SQLSTATE kept).
+        """
+        conn = None
+        try:
+            conn = await psycopg.AsyncConnection.connect(self.dsn, **self.conninfo_options())
+            await self._configure(conn)
+            await run(conn, self.statements.metrics())
+        except psycopg.Error as exc:
+            raise translate(exc) from exc
+        finally:
+            if conn is not None:
+                await conn.close()
+
     async def close(self) -> None:
         """Close the pool and the live updates' connection."""
         await self.hub.close()
@@ -168,6 +193,39 @@ class Console:
             kept = self.samples.setdefault(row["queue"], deque(maxlen=SAMPLES))
             if not kept or now - kept[-1][0] >= 1.0:
                 kept.append((now, int(row["ready"] or 0), int(row["in_flight"] or 0)))
+
+
+def _count_query(seconds: float) -> None:
+    counted = _queries.get()
+    if counted is not None:
+        counted[0] += 1
+        counted[1] += seconds
+
+
+class ServerTiming:
+    """ASGI middleware: a ``Server-Timing`` header (W3C Server Timing) on every page, giving the
+    number of database queries the page ran and their time: ``db;dur=12.5;desc="3 queries"``."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        counted = [0, 0.0]
+        reset = _queries.set(counted)
+
+        async def send_with_timing(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                value = f'db;dur={counted[1] * 1000:.1f};desc="{int(counted[0])} queries"'
+                message["headers"] = [*message.get("headers", []), (b"server-timing", value.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_timing)
+        finally:
+            _queries.reset(reset)
 
 
 def _jsonable(value: Any) -> Any:
@@ -236,7 +294,8 @@ def create_app(
         Route("/actions/{action}", views.action, methods=["POST"], name="action"),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    app = Starlette(routes=routes, middleware=[Middleware(SecurityHeaders)], lifespan=lifespan)
+    app = Starlette(routes=routes, middleware=[Middleware(SecurityHeaders), Middleware(ServerTiming)],
+                    lifespan=lifespan)
     app.state.console = console
     return app
 
@@ -449,13 +508,9 @@ class Views:
 
     async def schedules(self, request: Request) -> Response:
         async def render() -> Response:
-            rows = await self.c.read(self.common.cron_schedules())
+            rows = await self.c.read(self.c.statements.schedules())
             return await self._page(request, "schedules.html", schedules=rows)
         return await self._guarded(request, render)
-
-    @property
-    def common(self) -> Statements:
-        return self.c.common
 
     async def health(self, request: Request) -> Response:
         async def render() -> Response:

@@ -45,6 +45,7 @@ class ConsoleTexts:
     audit: str = ("SELECT {s}dq_audit(%(actor)s, %(action)s, %(queue)s, %(target)s, %(details)s, %(outcome)s) "
                   "AS id")
     audit_entries: str = "SELECT * FROM {s}dq_audit_entries(%(before_id)s, %(max_rows)s)"
+    schedules: str = "SELECT * FROM {s}dq_cron_list()"
     channels: str = "SELECT {s}dq_channel(q) AS channel FROM unnest(%(queues)s::text[]) AS q"
 
 
@@ -124,6 +125,10 @@ class ConsoleStatements:
 
     def audit_entries(self, before_id: int | None, max_rows: int = PAGE_ROWS) -> Statement[list[dict[str, Any]]]:
         return Statement(self.sql.audit_entries, {"before_id": before_id, "max_rows": max_rows + 1}, _rows)
+
+    def schedules(self) -> Statement[list[dict[str, Any]]]:
+        """Every cron schedule (``dq_cron_list()``): next occurrences, last tick, last error."""
+        return Statement(self.sql.schedules, {}, _rows)
 
     def channels(self, queues: list[str]) -> Statement[list[str]]:
         return Statement(self.sql.channels, {"queues": queues}, _records(lambda r: r["channel"]))

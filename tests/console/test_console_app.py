@@ -401,3 +401,27 @@ def test_the_live_hub_is_woken_by_the_queue_channel_and_sends_a_refresh(seeded: 
         return events
 
     assert asyncio.run(scenario()) == ["hello", "refresh"]
+
+
+def test_each_page_reports_its_queries_in_server_timing(seeded: str) -> None:
+    with client_for(seeded) as client:
+        timing = client.get("/queues/jobs").headers["server-timing"]
+        static = client.get("/static/console.css").headers["server-timing"]
+    found = re.fullmatch(r'db;dur=([0-9.]+);desc="(\d+) queries"', timing)
+    assert found and int(found.group(2)) >= 3 and float(found.group(1)) > 0, timing
+    assert static == 'db;dur=0.0;desc="0 queries"'
+
+
+def test_the_vendored_htmx_is_the_one_recorded() -> None:
+    import hashlib
+    from pathlib import Path
+
+    import pyqueue.console
+
+    static = Path(pyqueue.console.__file__).with_name("static")
+    recorded = re.search(r"\| htmx\.min\.js \| htmx\.org \| ([0-9.]+) \|.*\| ([0-9a-f]{64}) \|",
+                         (static / "VENDORED.md").read_text())
+    assert recorded, "VENDORED.md lists htmx.min.js with its version and sha256"
+    assert hashlib.sha256((static / "htmx.min.js").read_bytes()).hexdigest() == recorded.group(2)
+    assert f'version:"{recorded.group(1)}"' in (static / "htmx.min.js").read_text()
+    assert "Zero-Clause BSD" in (static / "htmx.LICENSE").read_text()
