@@ -13,7 +13,7 @@ DSN ?= postgresql://postgres:postgres@127.0.0.1:$(DQ_PGPORT)/$(DQ_PGDB)
 SCHEMA ?= public
 DOCKER_ENGINE := $(shell docker info >/dev/null 2>&1 && echo yes)
 
-.PHONY: venv up down psql migrate demo test bench bench-quick bench-latency bench-peers bench-controls bench-spark bench-snapshot bench-targets chaos soak lint clean release-snapshot
+.PHONY: venv up down psql migrate demo test bench bench-quick bench-latency bench-peers bench-controls bench-spark bench-snapshot bench-targets chaos soak console-screenshots lint clean release-snapshot
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -106,6 +106,14 @@ chaos: venv
 soak: venv
 	scripts/install-os-deps.sh
 	$(PY) -m bench.soak $(SOAK_ARGS)
+
+# Screenshots of the web console into docs/console/ (overview, queue, message, dead-letters, schedules, health,
+# audit .png): writes a demo data set into DSN (it empties and refills its own queues emails, webhooks, invoices,
+# reports, dead-letters and schedules nightly-report, hourly-digest), runs `pyqueue console --allow-actions` on
+# it and drives Debian's chromium through the pages (tests/support/consolebrowser.py, consoledemo.py).
+console-screenshots: migrate
+	scripts/install-os-deps.sh
+	$(PY) tests/support/consolebrowser.py screenshots --dsn "$(DSN)" --out docs/console
 
 lint: venv
 	$(VENV)/bin/ruff check pyqueue tests bench

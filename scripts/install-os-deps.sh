@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the OS packages this project needs (Debian/Ubuntu): the PostgreSQL server and client,
-# pg_cron for the installed major version, PgBouncer and Prometheus (tests). Does nothing when everything is
-# present.
+# pg_cron for the installed major version, PgBouncer, Prometheus and Chromium (tests). Does nothing when
+# everything is present.
 set -euo pipefail
 
 need=()
@@ -21,9 +21,15 @@ command -v runuser >/dev/null || need+=(util-linux)
 # Prometheus and promtool: the tests start their own Prometheus on a free port and check the alert rules.
 prometheus=""
 { command -v prometheus >/dev/null && command -v promtool >/dev/null; } || prometheus=prometheus
-missing="${need[*]} $prometheus"
-missing="${missing# }"
-missing="${missing% }"
+# Chromium and its WebDriver: the web console's tests and `make console-screenshots` drive Debian's chromium
+# (Playwright's own browser download is not used). fonts-liberation: a sans-serif font with the usual metrics,
+# so pages and screenshots have readable text (Debian makes it only a recommendation of chromium-common).
+browser=()
+command -v chromium >/dev/null || browser+=(chromium)
+command -v chromedriver >/dev/null || browser+=(chromium-driver)
+[ -d /usr/share/fonts/truetype/liberation ] || browser+=(fonts-liberation)
+all=("${need[@]}" ${prometheus:+"$prometheus"} "${browser[@]}")
+missing="${all[*]}"
 
 if [ -z "$missing" ]; then
     exit 0
@@ -42,6 +48,11 @@ apt_install() {
 }
 if [ ${#need[@]} -gt 0 ]; then
     apt_install "${need[@]}"
+fi
+if [ ${#browser[@]} -gt 0 ]; then
+    # No recommends: they add udev, upower, a notification daemon and printer tools; headless Chromium with
+    # --no-sandbox --disable-gpu needs none of them (nor chromium-sandbox, which is setuid).
+    apt_install --no-install-recommends "${browser[@]}"
 fi
 if [ -n "$prometheus" ]; then
     # Debian's package enables a service listening on :9090 that the tests neither need nor want: keep it
