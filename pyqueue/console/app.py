@@ -95,7 +95,7 @@ class Console:
     def __post_init__(self) -> None:
         self.statements = ConsoleStatements(self.schema)
         self.common = Statements(self.schema)
-        self.hub = LiveHub(self)
+        self.hub = LiveHub(self.connect, self.statements)
 
     def conninfo_options(self) -> dict[str, Any]:
         timeout_ms = max(int(self.statement_timeout.total_seconds() * 1000), 1)
@@ -160,22 +160,27 @@ class Console:
         audit_log.info("%s %s queue=%r target=%r details=%r result=%r", actor, action, queue, target, details, result)
         return result
 
+    async def connect(self) -> psycopg.AsyncConnection[Any]:
+        """A connection of its own (autocommit, the role and timeout of the pool's)."""
+        conn = await psycopg.AsyncConnection.connect(self.dsn, **self.conninfo_options())
+        try:
+            await self._configure(conn)
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
     async def check(self) -> None:
         """Connect, take the role and read the queues once: what ``pyqueue console`` does before it
         listens, so a wrong DSN, role or install fails at start and not on every page.
 
         :raises PyQueueError: the database refused (its SQLSTATE kept).
         """
-        conn = None
         try:
-            conn = await psycopg.AsyncConnection.connect(self.dsn, **self.conninfo_options())
-            await self._configure(conn)
-            await run(conn, self.statements.metrics())
+            async with await self.connect() as conn:
+                await run(conn, self.statements.metrics())
         except psycopg.Error as exc:
             raise translate(exc) from exc
-        finally:
-            if conn is not None:
-                await conn.close()
 
     async def close(self) -> None:
         """Close the pool and the live updates' connection."""

@@ -15,18 +15,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
 
 from ..drivers.aio import _notified, run
+from .statements import ConsoleStatements
 
 if TYPE_CHECKING:
     from starlette.requests import Request
-
-    from .app import Console
 
 log = logging.getLogger("pyqueue.console")
 
@@ -37,8 +36,13 @@ WATCHED = ("ready", "scheduled", "in_flight", "redelivered", "dead", "expired", 
 class LiveHub:
     """Fans one reader of the queues' figures out to every ``/events`` stream of a console."""
 
-    def __init__(self, console: Console, *, interval: float = 2.0, debounce: float = 0.5) -> None:
-        self.console = console
+    def __init__(self, connect: Callable[[], Awaitable[psycopg.AsyncConnection[Any]]],
+                 statements: ConsoleStatements, *, interval: float = 2.0, debounce: float = 0.5) -> None:
+        """:param connect: opens the hub's own connection (autocommit, the console's role and timeout).
+        :param interval: seconds between reads of the figures; :param debounce: seconds a
+        notification waits for the ones that follow it."""
+        self.connect = connect
+        self.statements = statements
         self.interval = interval
         self.debounce = debounce
         self._subscribers: set[asyncio.Queue[str]] = set()
@@ -83,17 +87,17 @@ class LiveHub:
         previous: Any = None
         while self._subscribers:
             try:
-                async with await self._connect() as conn:
+                async with await self.connect() as conn:
                     listening: set[str] = set()
                     while self._subscribers:
-                        rows = await run(conn, self.console.statements.metrics())
+                        rows = await run(conn, self.statements.metrics())
                         figures = tuple((r["queue"], *(r.get(k) for k in WATCHED)) for r in rows)
                         if previous is not None and figures != previous:
                             self._publish()
                         previous = figures
                         new = [r["queue"] for r in rows if r["queue"] not in listening]
                         if new:
-                            for channel in await run(conn, self.console.statements.channels(new)):
+                            for channel in await run(conn, self.statements.channels(new)):
                                 await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                             listening.update(new)
                         if await _notified(conn, self.interval):
@@ -103,10 +107,3 @@ class LiveHub:
             except (psycopg.Error, OSError) as exc:
                 log.warning("live updates: %s; retrying in %.0f s", str(exc).strip(), self.interval)
                 await asyncio.sleep(self.interval)
-
-    async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        c = self.console
-        conn = await psycopg.AsyncConnection.connect(c.dsn, **c.conninfo_options())
-        if c.role:
-            await conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(c.role)))
-        return conn
