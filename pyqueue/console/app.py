@@ -42,7 +42,7 @@ from ..errors import InvalidArgument, PyQueueError, translate
 from ..serializers import SerializerRegistry
 from .live import LiveHub
 from .render import chart as chart_svg
-from .render import payload_view
+from .render import health_view, payload_view
 from .security import (
     CSRF_COOKIE,
     CSRF_FIELD,
@@ -312,7 +312,22 @@ def _templates() -> Environment:
     env.filters["at"] = _at
     env.filters["seconds"] = _seconds
     env.filters["count"] = _count
+    env.filters["duration"] = _duration
+    env.filters["epoch_ago"] = lambda epoch, now: _ago(datetime.fromtimestamp(epoch, UTC), now)
     return env
+
+
+def _duration(value: timedelta | None) -> str:
+    """An interval as people write it: ``1 s``, ``500 ms``, ``7 d``, ``1.5 h``."""
+    if value is None:
+        return "—"
+    s = value.total_seconds()
+    if 0 < s < 1:
+        return f"{s * 1000:g} ms"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= size and (s / size).is_integer():
+            return f"{s / size:g} {unit}"
+    return f"{s:g} s" if s < 3600 else _seconds(s)
 
 
 def _ago(value: datetime | None, now: datetime | None = None) -> str:
@@ -514,13 +529,17 @@ class Views:
     async def schedules(self, request: Request) -> Response:
         async def render() -> Response:
             rows = await self.c.read(self.c.statements.schedules())
-            return await self._page(request, "schedules.html", schedules=rows)
+            tick: dict[str, Any] = {}
+            for r in await self.c.read(self.c.statements.health()):
+                if r["component"] == "cron_job" and "cron-tick" in (r["name"] or ""):
+                    tick = {**tick, "name": r["name"], r["figure"]: r}
+            return await self._page(request, "schedules.html", schedules=rows, tick=tick)
         return await self._guarded(request, render)
 
     async def health(self, request: Request) -> Response:
         async def render() -> Response:
             rows = await self.c.read(self.c.statements.health())
-            return await self._page(request, "health.html", rows=rows)
+            return await self._page(request, "health.html", health=health_view(rows, datetime.now(UTC)))
         return await self._guarded(request, render)
 
     async def audit(self, request: Request) -> Response:
@@ -602,8 +621,19 @@ class Views:
             return RedirectResponse(_with(back, error=f"{action} refused: {exc.message} (SQLSTATE {exc.sqlstate})"),
                                     303)
         except _Refused as exc:
+            await self._audit_refusal(actor, action, form, str(exc))
             return RedirectResponse(_with(back, error=str(exc)), 303)
         return RedirectResponse(_with(back, notice=notice), 303)
+
+    async def _audit_refusal(self, actor: str, action: str, form: FormData, reason: str) -> None:
+        """Record an action the console refused before calling the database (a confirmation that
+        did not match): the audit log shows attempts too."""
+        queue, target = _field(form, "queue"), _field(form, "key") or _field(form, "name")
+        audit_log.warning("%s %s queue=%r target=%r refused: %s", actor, action, queue, target, reason)
+        try:
+            await self.c.read(self.c.statements.audit(actor, action, queue, target, {"reason": reason}, "refused"))
+        except PyQueueError as exc:
+            log.warning("could not write the audit entry of a refused action: %s", exc.message)
 
     async def _do(self, action: str, actor: str, form: FormData, request: Request) -> str:
         c = self.c

@@ -87,6 +87,7 @@ def _reset(conn: psycopg.Connection) -> None:
         conn.execute("SELECT dq_configure_queue(%s, clear => ARRAY['max_in_flight', 'rate_limit'])", (queue,))
         conn.execute("SELECT dq_purge(%s, confirm => true)", (queue,))
     conn.execute("DELETE FROM dq_archive WHERE queue = ANY(%s)", (list(DEMO_QUEUES),))
+    conn.execute("DELETE FROM dq_audit_log")  # the screenshot of the audit log shows this run's actions only
 
 
 def seed_demo(dsn: str) -> Demo:
