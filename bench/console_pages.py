@@ -128,6 +128,11 @@ def tables(report: dict[str, Any]) -> list[Table]:
                        left=("page",), caption=f"plain SQL in the same run: {base}")]
 
 
+def summary(report: dict[str, Any]) -> dict[str, Any]:
+    """Everything but the individual times (the figures hold their medians)."""
+    return without(report, "times")
+
+
 def run(admin_dsn: str, rows: int, repeat: int, db_name: str, out: Path | None, quick: bool) -> dict[str, Any]:
     started, timestamp = time.perf_counter(), datetime.now(UTC)
     console().log(f"{rows:,} rows: installing and loading {db_name}")
@@ -140,7 +145,7 @@ def run(admin_dsn: str, rows: int, repeat: int, db_name: str, out: Path | None, 
     report = {"timestamp": timestamp.isoformat(timespec="seconds"), "mode": "quick" if quick else "full",
               "wall_time_s": round(time.perf_counter() - started, 1), "rows": rows, "repeat": repeat,
               "machine": machine_info(), "server": server, "source": source, **loaded, **measured}
-    publish("console_pages", report, without(report, "times"), tables(report), out, quick=quick, at=timestamp)
+    publish("console_pages", report, summary(report), tables(report), out, quick=quick, at=timestamp)
     return report
 
 
