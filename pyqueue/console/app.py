@@ -46,10 +46,10 @@ from .render import health_view, payload_view
 from .security import (
     CSRF_COOKIE,
     CSRF_FIELD,
+    SECURITY_HEADERS,
     Authenticate,
     Csrf,
     Permissions,
-    SecurityHeaders,
     Unauthorized,
     allowed_actions,
     authenticated_user,
@@ -207,9 +207,10 @@ def _count_query(seconds: float) -> None:
         counted[1] += seconds
 
 
-class ServerTiming:
-    """ASGI middleware: a ``Server-Timing`` header (W3C Server Timing) on every page, giving the
-    number of database queries the page ran and their time: ``db;dur=12.5;desc="3 queries"``."""
+class ResponseHeaders:
+    """ASGI middleware adding to every HTTP response :data:`~pyqueue.console.security.SECURITY_HEADERS`
+    and a ``Server-Timing`` header (W3C Server Timing) giving the database queries the request ran
+    and their time: ``db;dur=12.5;desc="3 queries"``."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -224,7 +225,9 @@ class ServerTiming:
         async def send_with_timing(message: Any) -> None:
             if message["type"] == "http.response.start":
                 value = f'db;dur={counted[1] * 1000:.1f};desc="{int(counted[0])} queries"'
-                message["headers"] = [*message.get("headers", []), (b"server-timing", value.encode())]
+                names = {name for name, _ in message.get("headers", [])}
+                message["headers"] = [*message.get("headers", []), *(h for h in SECURITY_HEADERS if h[0] not in names),
+                                      (b"server-timing", value.encode())]
             await send(message)
 
         try:
@@ -299,7 +302,7 @@ def create_app(
         Route("/actions/{action}", views.action, methods=["POST"], name="action"),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    app = Starlette(routes=routes, middleware=[Middleware(SecurityHeaders), Middleware(ServerTiming)],
+    app = Starlette(routes=routes, middleware=[Middleware(ResponseHeaders)],
                     lifespan=lifespan)
     app.state.console = console
     return app

@@ -23,7 +23,6 @@ from typing import Any
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 #: Every action the console can take; a permission hook answers with a subset of these.
 ACTIONS = frozenset({
@@ -169,27 +168,6 @@ def same_origin(headers: Headers) -> bool:
     """Whether a browser says the request came from this site's own pages (``Sec-Fetch-Site`` is
     same-origin) or from the user directly (none). Requests without the header are refused too."""
     return headers.get("sec-fetch-site") in ("same-origin", "none")
-
-
-class SecurityHeaders:
-    """ASGI middleware adding :data:`SECURITY_HEADERS` to every HTTP response."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                names = {name for name, _ in message.get("headers", [])}
-                message["headers"] = [*message.get("headers", []),
-                                      *(h for h in SECURITY_HEADERS if h[0] not in names)]
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
 
 
 def unauthorized(challenge: str | None) -> PlainTextResponse:
