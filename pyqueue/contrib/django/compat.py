@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 try:  # Django 6.0+
+    from django.tasks import task_backends
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import (
         Task,
@@ -14,9 +15,11 @@ try:  # Django 6.0+
     )
     from django.tasks.exceptions import TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
+    from django.tasks.utils import normalize_json
 
     TASKS_MODULE = "django.tasks"
 except ImportError:  # Django 5.2 with the django-tasks backport
+    from django_tasks import task_backends
     from django_tasks.backends.base import BaseTaskBackend
     from django_tasks.base import (
         Task,
@@ -27,10 +30,11 @@ except ImportError:  # Django 5.2 with the django-tasks backport
     )
     from django_tasks.exceptions import TaskResultDoesNotExist
     from django_tasks.signals import task_enqueued, task_finished, task_started
+    from django_tasks.utils import normalize_json
 
     TASKS_MODULE = "django_tasks"
 
 __all__ = [
     "TASKS_MODULE", "BaseTaskBackend", "Task", "TaskContext", "TaskError", "TaskResult", "TaskResultDoesNotExist",
-    "TaskResultStatus", "task_enqueued", "task_finished", "task_started",
+    "TaskResultStatus", "normalize_json", "task_backends", "task_enqueued", "task_finished", "task_started",
 ]
