@@ -13,6 +13,8 @@ and both run higher first); payload = the JSON object :func:`task_payload` build
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
@@ -21,7 +23,7 @@ from django.utils.crypto import get_random_string
 from django.utils.module_loading import import_string
 
 from ... import limits
-from ...core.statements import QueueStatements, Statement
+from ...core.statements import QueueStatements, Statement, qualified
 from ...drivers.sync import run
 from ...errors import translating
 from ...serializers import SerializerRegistry
@@ -43,6 +45,24 @@ PAYLOAD_VERSION = 1
 # Django's priority range, and the check that it fits pyqueue's (so the mapping is the identity).
 DJANGO_PRIORITY_MIN, DJANGO_PRIORITY_MAX = -100, 100
 assert limits.PRIORITY_MIN <= DJANGO_PRIORITY_MIN and DJANGO_PRIORITY_MAX <= limits.PRIORITY_MAX
+
+
+@dataclass(frozen=True)
+class DjangoSql:
+    """The backend's own statements (``{s}``: the install's schema prefix, see
+    :func:`pyqueue.core.statements.qualified`)."""
+
+    #: Whether the message of a task is in its queue and deliverable now or later, not held by a
+    #: consumer (never locked, or its lock expired, on the database clock).
+    waiting: str = (
+        "SELECT (m.locked_until IS NULL OR m.locked_until <= {s}dq_now()) AS waiting "
+        "FROM {s}dq_get(%(queue)s, %(key)s) AS m"
+    )
+
+
+def _waiting(names: Sequence[str], rows: list[tuple[Any, ...]]) -> bool | None:
+    """None when the message is not in its queue, else whether no consumer holds it."""
+    return bool(rows[0][0]) if rows else None
 
 
 def task_payload(task: Task, args: Any, kwargs: Any, backend: str) -> dict[str, Any]:
@@ -85,6 +105,7 @@ class DelayedQueueBackend(BaseTaskBackend):
         self.schema: str | None = self.options.get("SCHEMA")
         self.serializers = SerializerRegistry.default()
         self._statements: dict[str, QueueStatements] = {}
+        self._sql = qualified(DjangoSql, self.schema)
 
     # -- the queue's statements -------------------------------------------------------------------
     def statements(self, queue_name: str) -> QueueStatements:
@@ -137,9 +158,15 @@ class DelayedQueueBackend(BaseTaskBackend):
 
     # -- results ----------------------------------------------------------------------------------
     def get_result(self, result_id: str) -> TaskResult:
-        """The result of the task ``result_id`` as stored, on this backend's ``DATABASE``.
+        """The result of the task ``result_id``, on this backend's ``DATABASE``.
+
+        The row says RUNNING from the start of an attempt to its end, and FAILED once the message was
+        dead-lettered. Two cases are read from the queue instead: a RUNNING task whose message no
+        consumer holds any more (its worker died and the lock expired) and a FAILED task whose message
+        is back in its queue (redriven from the dead-letter queue) are READY: they run again.
 
         :raises TaskResultDoesNotExist: no task has this id.
+        :raises pyqueue.DatabaseError: the database failed.
         """
         from .models import TaskResultRecord
 
@@ -147,7 +174,14 @@ class DelayedQueueBackend(BaseTaskBackend):
             record = TaskResultRecord.objects.using(self.database).get(id=result_id)
         except TaskResultRecord.DoesNotExist:
             raise TaskResultDoesNotExist(result_id) from None
+        if record.status in (TaskResultStatus.RUNNING, TaskResultStatus.FAILED) and self.waiting(record):
+            record.status = TaskResultStatus.READY
         return self.to_result(record)
+
+    def waiting(self, record: Any) -> bool:
+        """Whether the message of ``record`` is in its queue and no consumer holds it."""
+        params = {"queue": self.statements(record.queue_name).queue, "key": record.id}
+        return bool(self.run_statement(Statement(self._sql.waiting, params, _waiting)))
 
     def to_result(self, record: Any, task: Task | None = None) -> TaskResult:
         """The ``TaskResult`` of a results row (``task``: the Task when known, else imported from the

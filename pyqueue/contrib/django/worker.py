@@ -147,6 +147,7 @@ class TaskRunner:
                     enqueued_at=message.created_at or now)
             record.status = TaskResultStatus.RUNNING
             record.started_at = record.started_at or now
+            record.finished_at = None  # a FAILED task redriven from the dead-letter queue runs again
             record.last_attempted_at = now
             record.worker_ids = [*(record.worker_ids or []), self.worker_id]
             record.save(using=self.database)

@@ -7,6 +7,7 @@ import time
 
 from django.db import connection
 from django_tasks import task
+from django_tasks.base import TaskContext
 
 
 def log(name: str, value: str = "") -> None:
@@ -38,9 +39,21 @@ async def async_add(a: int, b: int) -> int:
     return a + b
 
 
-@task(queue_name="slow")
-def sleep_then_log(seconds: float, name: str) -> str:
-    log("sleep_started", name)
-    time.sleep(seconds)
-    log("sleep_done", name)
+@task(queue_name="slow", takes_context=True)
+def crash_once(context: TaskContext, name: str) -> int:
+    """Logs each attempt; the first one sleeps a minute (the test kills its worker meanwhile)."""
+    log("crash_once", f"{name}:{context.attempt}")
+    if context.attempt == 1:
+        time.sleep(60)
+    return context.attempt
+
+
+@task()
+def flaky(name: str) -> str:
+    """Fails until the test logs ``("flaky_ok", name)``."""
+    log("flaky", name)
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM tasks_log WHERE name = 'flaky_ok' AND value = %s", [name])
+        if cur.fetchone()[0] == 0:
+            raise RuntimeError(f"{name} is not ok yet")
     return name
