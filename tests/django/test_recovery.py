@@ -61,3 +61,25 @@ def test_a_redriven_failed_task_is_ready_and_runs_again(django_dsn: str) -> None
         done = wait_for_status(result.id, TaskResultStatus.SUCCESSFUL)
     assert done.return_value == "x" and done.attempts == 2 and len(done.errors) == 1
     assert done.finished_at is not None and done.finished_at > failed.finished_at
+
+
+def test_prune_results_deletes_only_finished_rows_past_the_retention(django_dsn: str) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    from pyqueue.contrib.django.models import TaskResultRecord
+
+    old, recent, ready = tasks.add.enqueue(1, 1), tasks.add.enqueue(2, 2), tasks.add.enqueue(3, 3)
+    TaskResultRecord.objects.filter(id=old.id).update(
+        status=TaskResultStatus.SUCCESSFUL, finished_at=timezone.now() - timedelta(days=8))
+    TaskResultRecord.objects.filter(id=recent.id).update(
+        status=TaskResultStatus.FAILED, finished_at=timezone.now() - timedelta(days=6))
+    TaskResultRecord.objects.filter(id=ready.id).update(enqueued_at=timezone.now() - timedelta(days=30))
+    out = StringIO()
+    call_command("pyqueue_prune_results", stdout=out)
+    assert out.getvalue().strip() == "pyqueue_prune_results: 1 deleted"
+    assert set(TaskResultRecord.objects.values_list("id", flat=True)) == {recent.id, ready.id}
+    call_command("pyqueue_prune_results", "--older-than", str(5 * 86400), stdout=out)
+    assert set(TaskResultRecord.objects.values_list("id", flat=True)) == {ready.id}
