@@ -14,8 +14,9 @@ without taking the server's signals.
         return {"ok": True}
 
 The server (uvicorn, hypercorn) owns SIGTERM and SIGINT: it stops accepting requests, then runs the
-lifespan's shutdown, where the worker stops polling, gives its running handlers ``shutdown_grace``,
-gives back the messages it prefetched but did not start, and the queue's pool closes. An
+lifespan's shutdown, where the worker stops polling and gives its running handlers and the messages it
+had prefetched ``shutdown_grace`` to finish (what is still held after it is delivered again when its
+lock expires), and the queue's pool closes. An
 :class:`~pyqueue.aio.AsyncWorker` started with its defaults would install its own handlers instead and
 stop on the first signal while the server went on accepting offers that no one consumed; here it runs
 with ``install_signal_handlers=False`` (the ASGI lifespan protocol: https://asgi.readthedocs.io/en/latest/specs/lifespan.html).
@@ -64,7 +65,7 @@ class QueueLifespan:
 
     The worker's task is watched: if it ends with an error while the server runs, the error is
     logged on ``pyqueue.contrib.asgi`` (the server goes on serving and offering). On shutdown the
-    worker is stopped and awaited before the pool closes, so nothing it holds stays locked.
+    worker is stopped and awaited (its ``shutdown_grace``) before the pool closes.
     """
 
     def __init__(self, conninfo_or_pool: str | AsyncConnectionPool[Any], queue: str,
