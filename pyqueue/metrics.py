@@ -190,14 +190,23 @@ class QueueMetricsCollector(Collector):
             queues, health = self.read()
         except psycopg.Error as exc:
             log.warning("scrape failed: %s", str(exc).strip())
-            up = 0.0
+            yield from scrape_families(None, None, time.perf_counter() - started)
         else:
-            up = 1.0
-            yield from queue_families(queues)
-            yield from health_families(health)
-        yield GaugeMetricFamily(f"{PREFIX}_up", "1 when the last scrape read the database, else 0.", value=up)
-        yield GaugeMetricFamily(f"{PREFIX}_scrape_duration_seconds", "How long the scrape of the database took.",
-                                value=time.perf_counter() - started)
+            yield from scrape_families(queues, health, time.perf_counter() - started)
+
+
+def scrape_families(queues: list[dict[str, Any]] | None, health: list[dict[str, Any]] | None,
+                    seconds: float) -> Iterator[Metric]:
+    """One scrape's families: those of ``dq_metrics()``'s and ``dq_table_health()``'s rows, then
+    ``pgdelayq_up`` (0 when ``queues`` is None: the read failed, and only the two scrape figures are
+    given) and ``pgdelayq_scrape_duration_seconds`` (``seconds``, how long the read took)."""
+    if queues is not None:
+        yield from queue_families(queues)
+        yield from health_families(health or [])
+    yield GaugeMetricFamily(f"{PREFIX}_up", "1 when the last scrape read the database, else 0.",
+                            value=0.0 if queues is None else 1.0)
+    yield GaugeMetricFamily(f"{PREFIX}_scrape_duration_seconds", "How long the scrape of the database took.",
+                            value=seconds)
 
 
 def queue_families(rows: list[dict[str, Any]]) -> Iterator[Metric]:

@@ -563,24 +563,18 @@ class Views:
         except Unauthorized:
             return unauthorized(getattr(self.c.authenticate, "challenge", None))
         from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-        from prometheus_client.metrics_core import GaugeMetricFamily
 
-        from ..metrics import PREFIX, health_families, queue_families
+        from ..metrics import scrape_families
 
         started = time.perf_counter()
+        queues = health = None
         try:
             queues = await self.c.read(self.c.statements.metrics())
             health = await self.c.read(self.c.statements.health())
-            families = [*queue_families(queues), *health_families(health)]
-            up = 1.0
         except PyQueueError as exc:
             log.warning("metrics: %s", exc.message)
-            families, up = [], 0.0
-        families.append(GaugeMetricFamily(f"{PREFIX}_up", "1 when the last scrape read the database, else 0.",
-                                          value=up))
-        families.append(GaugeMetricFamily(f"{PREFIX}_scrape_duration_seconds",
-                                          "How long the scrape of the database took.",
-                                          value=time.perf_counter() - started))
+            queues = None
+        families = list(scrape_families(queues, health, time.perf_counter() - started))
 
         class _Once:
             def collect(self) -> Any:
