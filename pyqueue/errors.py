@@ -21,6 +21,7 @@ __all__ = [
     "LimitExceeded",
     "DatetimeOutOfRange",
     "InsufficientPrivilege",
+    "NotConfigured",
     "DatabaseError",
     "ConnectionFailed",
     "PayloadDecodeError",
@@ -86,6 +87,13 @@ class InsufficientPrivilege(PyQueueError, PermissionError):
     sqlstate = "42501"
 
 
+class NotConfigured(PyQueueError):
+    """The queue's configuration does not allow the call: ``dq_dead_letter`` for a message of a queue
+    without a dead-letter queue (SQLSTATE 55000 object_not_in_prerequisite_state). Nothing changed."""
+
+    sqlstate = "55000"
+
+
 class DatabaseError(PyQueueError):
     """Any other server or connection error; ``__cause__`` is the psycopg exception."""
 
@@ -128,6 +136,7 @@ _BY_SQLSTATE: dict[str, type[PyQueueError]] = {
     "54000": LimitExceeded,
     "22008": DatetimeOutOfRange,
     "42501": InsufficientPrivilege,
+    "55000": NotConfigured,
 }
 
 

@@ -199,9 +199,9 @@ class LockedMessage(MessageBase, Generic[C]):
     locked_until: datetime
     claimed_at: datetime | None = field(default=None, kw_only=True)
     _client: C | None = field(default=None, repr=False, compare=False)
-    #: ``"acked"`` or ``"nacked"`` once ``ack``/``nack`` on this object returned True (possibly in
-    #: the caller's transaction), else None: a worker then neither acknowledges the delivery again
-    #: nor counts its lock as lost.
+    #: ``"acked"``, ``"nacked"`` or ``"dead_lettered"`` once ``ack``/``nack``/``dead_letter`` on this
+    #: object returned True (possibly in the caller's transaction), else None: a worker then neither
+    #: acknowledges the delivery again nor counts its lock as lost.
     settled: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def _serializers(self) -> SerializerRegistry:

@@ -195,13 +195,16 @@ COMMENT ON FUNCTION dq_ack_many(uuid[]) IS 'dq_ack_many(lock_tokens uuid[]) -> i
 REVOKE ALL ON FUNCTION dq_ack_many(uuid[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_ack_many(uuid[]) TO dq_consumer;
 
--- The negative acknowledgement, written once for dq_nack and dq_nack_outcome: fn names the caller
--- in error messages. Returns where the message went (outcome 'retried', due again at due;
--- 'dead_lettered', moved to dead_letter_queue at the queue's max_deliveries; 'stale', the token
--- holds no message) or problem, the error for the caller to raise. No SET clause: it runs only
--- inside those two, with their settings (pinned search_path, no sequential scan, no JIT).
+-- The negative acknowledgement, written once for dq_nack, dq_nack_outcome and dq_dead_letter: fn
+-- names the caller in error messages. Returns where the message went (outcome 'retried', due again
+-- at due; 'dead_lettered', moved to dead_letter_queue at the queue's max_deliveries, or at once when
+-- give_up; 'stale', the token holds no message) or problem, the error for the caller to raise. No SET
+-- clause: it runs only inside those three, with their settings (pinned search_path, no sequential
+-- scan, no JIT). give_up was added with dq_dead_letter: the 4-argument version is dropped in the
+-- transaction that creates this one.
 SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
-CREATE OR REPLACE FUNCTION dq__nack(fn text, lock_token uuid, delay interval, error text,
+DROP FUNCTION IF EXISTS dq__nack(text, uuid, interval, text);
+CREATE OR REPLACE FUNCTION dq__nack(fn text, lock_token uuid, delay interval, error text, give_up boolean,
                                    OUT outcome text, OUT due timestamptz, OUT dead_letter_queue text,
                                    OUT problem jsonb)
 LANGUAGE plpgsql VOLATILE
@@ -236,12 +239,21 @@ BEGIN
     -- token on the row's latest version: after a concurrent ack or a new poll it matches no row), then
     -- the clock: a wait does not move the stored due time and error time into the past. The delay is
     -- checked again at that time.
-    SELECT m.id INTO v_id FROM dq_messages m WHERE m.lock_token = dq__nack.lock_token FOR UPDATE;
+    SELECT m.id, m.queue INTO v_id, v_queue FROM dq_messages m WHERE m.lock_token = dq__nack.lock_token FOR UPDATE;
     IF NOT FOUND THEN
         RETURN;
     END IF;
     v_now := dq__clock();
-    problem := dq__time_after_error(fn, 'delay', dq__nack.delay, v_now, true);
+    SELECT q.max_deliveries, q.dead_letter_queue, q.max_in_flight INTO v_max, v_dlq, v_limit
+      FROM dq_queues q WHERE q.queue = v_queue;
+    problem := coalesce(
+        dq__time_after_error(fn, 'delay', dq__nack.delay, v_now, true),
+        -- A queue without a dead-letter queue has no delivery limit either (the constraint
+        -- dq_queues_limit_needs_dlq): none of its messages is ever dead-lettered, so giving up
+        -- changes nothing there and says so; the caller still holds the message (ack or nack it).
+        CASE WHEN give_up AND v_dlq IS NULL
+             THEN dq__error('55000', format('%s: queue %s has no dead_letter_queue (dq_configure_queue sets one); '
+                                            'the message is still held under its lock token', fn, v_queue)) END);
     IF problem IS NOT NULL THEN
         outcome := NULL;
         RETURN;
@@ -258,10 +270,9 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    -- At the delivery limit: dead-letter now rather than after the delay (sql/140_dead_letters.sql).
-    SELECT q.max_deliveries, q.dead_letter_queue, q.max_in_flight INTO v_max, v_dlq, v_limit
-      FROM dq_queues q WHERE q.queue = v_queue;
-    IF v_count >= v_max THEN
+    -- At the delivery limit, or when the caller gives up: dead-letter now rather than after the
+    -- delay (sql/140_dead_letters.sql).
+    IF give_up OR v_count >= v_max THEN
         v_moved := dq__dead_letter(ARRAY[v_id], v_dlq, dq__clock());
         outcome := 'dead_lettered';
         dead_letter_queue := v_dlq;
@@ -280,8 +291,8 @@ BEGIN
     due := v_at;
 END;
 $$;
-COMMENT ON FUNCTION dq__nack(text, uuid, interval, text) IS 'Internal: the negative acknowledgement of dq_nack and dq_nack_outcome: (outcome retried | dead_lettered | stale, due, dead_letter_queue, problem: the error to raise, naming fn).';
-REVOKE ALL ON FUNCTION dq__nack(text, uuid, interval, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+COMMENT ON FUNCTION dq__nack(text, uuid, interval, text, boolean) IS 'Internal: the negative acknowledgement of dq_nack, dq_nack_outcome and dq_dead_letter (give_up: dead-letter now): (outcome retried | dead_lettered | stale, due, dead_letter_queue, problem: the error to raise, naming fn).';
+REVOKE ALL ON FUNCTION dq__nack(text, uuid, interval, text, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
 -- Kept for the workers of earlier releases (an upgrade does not stop them): dq_nack_outcome, but
@@ -295,7 +306,7 @@ AS $$
 DECLARE
     v_done  record;
 BEGIN
-    v_done := dq__nack('dq_nack', dq_nack.lock_token, dq_nack.delay, dq_nack.error);
+    v_done := dq__nack('dq_nack', dq_nack.lock_token, dq_nack.delay, dq_nack.error, false);
     IF v_done.problem IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_done.problem->>'sqlstate', MESSAGE = v_done.problem->>'message';
     END IF;
@@ -317,7 +328,8 @@ AS $$
 DECLARE
     v_done  record;
 BEGIN
-    v_done := dq__nack('dq_nack_outcome', dq_nack_outcome.lock_token, dq_nack_outcome.delay, dq_nack_outcome.error);
+    v_done := dq__nack('dq_nack_outcome', dq_nack_outcome.lock_token, dq_nack_outcome.delay, dq_nack_outcome.error,
+                      false);
     IF v_done.problem IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_done.problem->>'sqlstate', MESSAGE = v_done.problem->>'message';
     END IF;
@@ -327,6 +339,33 @@ $$;
 COMMENT ON FUNCTION dq_nack_outcome(uuid, interval, text) IS 'dq_nack_outcome(lock_token uuid, delay interval default 0, error text default NULL) -> TABLE (outcome text, due timestamptz, dead_letter_queue text), one row: dq_nack, saying where the message went: retried (due again at due), dead_lettered (moved to dead_letter_queue at the queue''s max_deliveries) or stale (the token holds no message). Errors: as dq_nack.';
 REVOKE ALL ON FUNCTION dq_nack_outcome(uuid, interval, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_nack_outcome(uuid, interval, text) TO dq_consumer;
+
+-- Give up on a message now: move it to its queue's dead-letter queue as dq_nack does at the queue's
+-- max_deliveries (dq__dead_letter: the same archive row, FIFO group settled, max_in_flight waiters
+-- woken), whatever its delivery_count, for a consumer whose own retry policy is exhausted. Safe with a
+-- concurrent ack, extend, nack or poll of the same message: the row lock of dq__nack (FOR UPDATE
+-- re-checks the token on the row's latest version; the clock is read after it). A queue without a
+-- dead-letter queue has no delivery limit, so nothing is ever dead-lettered there: 55000, nothing
+-- changes, and the caller still holds the message.
+CREATE OR REPLACE FUNCTION dq_dead_letter(lock_token uuid, error text DEFAULT NULL)
+RETURNS TABLE (outcome text, dead_letter_queue text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
+SET enable_seqscan = off
+SET jit = off
+AS $$
+DECLARE
+    v_done  record;
+BEGIN
+    v_done := dq__nack('dq_dead_letter', dq_dead_letter.lock_token, '0', dq_dead_letter.error, true);
+    IF v_done.problem IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_done.problem->>'sqlstate', MESSAGE = v_done.problem->>'message';
+    END IF;
+    RETURN QUERY SELECT v_done.outcome, v_done.dead_letter_queue;
+END;
+$$;
+COMMENT ON FUNCTION dq_dead_letter(uuid, text) IS 'dq_dead_letter(lock_token uuid, error text default NULL) -> TABLE (outcome text, dead_letter_queue text), one row: moves the message held under this token to its queue''s dead-letter queue now, with error as its last_error, as dq_nack does at max_deliveries (archived as dead when the queue archives): dead_lettered (moved to dead_letter_queue) or stale (the token holds no message). Errors: 22004 NULL lock_token, 22001 error over 10000 characters, 55000 the queue has no dead_letter_queue (nothing changes).';
+REVOKE ALL ON FUNCTION dq_dead_letter(uuid, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_dead_letter(uuid, text) TO dq_consumer;
 
 CREATE OR REPLACE FUNCTION dq_extend(lock_token uuid, lock_timeout interval)
 RETURNS timestamptz

@@ -61,6 +61,12 @@ class AsyncMessage(LockedMessage["AsyncDelayedQueue"]):
         self._settle("nacked", result.nacked)
         return result
 
+    async def dead_letter(self, error: str | None = None, *, conn: AsyncConnection | None = None) -> NackResult:
+        """As :meth:`pyqueue.Message.dead_letter`."""
+        result = await self._require_client().dead_letter(self.lock_token, error, conn=conn)
+        self._settle("dead_lettered", result.nacked)
+        return result
+
     async def extend(self, timeout: Seconds, *, conn: AsyncConnection | None = None) -> datetime | None:
         """Keep the message invisible for ``timeout`` more from now; None when the lock was lost."""
         return await self._require_client().extend(self.lock_token, timeout, conn=conn)
@@ -237,6 +243,12 @@ class AsyncDelayedQueue:
         async with self._driver.connection(None) as c, c.transaction():
             return await self._driver.step(
                 routines.nack_outcome(self._statements, self._driver.features, message, delay, error), c)
+
+    async def dead_letter(
+        self, lock_token: UUID, error: str | None = None, *, conn: AsyncConnection | None = None
+    ) -> NackResult:
+        """As :meth:`pyqueue.DelayedQueue.dead_letter`."""
+        return await self._driver.run(self._statements.dead_letter(lock_token, error), conn)
 
     async def dead_letter_queue_of(self, message: AsyncMessage) -> str | None:
         """As :meth:`pyqueue.DelayedQueue.dead_letter_queue_of`."""

@@ -191,6 +191,9 @@ class SqlTexts:
         "SELECT outcome, due, dead_letter_queue "
         "FROM {s}dq_nack_outcome(%(lock_token)s::uuid, %(delay)s::interval, %(error)s::text)"
     )
+    dead_letter: str = (
+        "SELECT outcome, dead_letter_queue FROM {s}dq_dead_letter(%(lock_token)s::uuid, %(error)s::text)"
+    )
     # Whether the install has dq_nack_outcome (an install of an earlier release has only dq_nack).
     has_nack_outcome: str = (
         "SELECT to_regprocedure('{s}dq_nack_outcome(uuid,interval,text)') IS NOT NULL AS present"
@@ -544,6 +547,16 @@ class QueueStatements(Statements):
             return NackResult(NackOutcome(row["outcome"]), row["due"], row["dead_letter_queue"])
 
         return Statement(self.sql.nack_outcome, self._nack_params(lock_token, delay, error), decode)
+
+    def dead_letter(self, lock_token: Any, error: str | None) -> Statement[NackResult]:
+        """``dq_dead_letter``: move the held message to its dead-letter queue now."""
+
+        def decode(names: Sequence[str], rows: Rows) -> NackResult:
+            row = dict(zip(names, rows[0], strict=True))
+            return NackResult(NackOutcome(row["outcome"]), dead_letter_queue=row["dead_letter_queue"])
+
+        params = {"lock_token": check_lock_token(lock_token), "error": check_str(error, "error", optional=True)}
+        return Statement(self.sql.dead_letter, params, decode)
 
     @staticmethod
     def _nack_params(lock_token: Any, delay: Seconds, error: str | None) -> dict[str, Any]:

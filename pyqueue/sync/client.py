@@ -58,6 +58,14 @@ class Message(LockedMessage["DelayedQueue"]):
         self._settle("nacked", result.nacked)
         return result
 
+    def dead_letter(self, error: str | None = None, *, conn: Connection | None = None) -> NackResult:
+        """Give up on this message now: move it to its queue's dead-letter queue whatever its
+        ``delivery_count``, as a nack at the queue's ``max_deliveries`` does; see
+        :meth:`DelayedQueue.dead_letter`."""
+        result = self._require_client().dead_letter(self.lock_token, error, conn=conn)
+        self._settle("dead_lettered", result.nacked)
+        return result
+
     def extend(self, timeout: Seconds, *, conn: Connection | None = None) -> datetime | None:
         """Keep the message invisible for ``timeout`` more from now; None when the lock was lost."""
         return self._require_client().extend(self.lock_token, timeout, conn=conn)
@@ -349,6 +357,24 @@ class DelayedQueue:
         with self._driver.connection(None) as c, c.transaction():
             return self._driver.step(
                 routines.nack_outcome(self._statements, self._driver.features, message, delay, error), c)
+
+    def dead_letter(self, lock_token: UUID, error: str | None = None, *, conn: Connection | None = None) -> NackResult:
+        """Move the message held under ``lock_token`` to its queue's dead-letter queue now
+        (``dq_dead_letter``), as :meth:`nack` does at the queue's ``max_deliveries``: archived as
+        dead when the queue archives, its FIFO group's next message and a ``max_in_flight`` slot
+        freed. For a consumer whose own retry policy gave up before the queue's limit.
+
+        :param error: the failure, kept as the dead letter's last_error (at most
+            :data:`pyqueue.limits.ERROR_CHARS` characters); None keeps the last one recorded.
+        :param conn: run on this connection, in its transaction (e.g. with the handler's own
+            writes); default: a connection of the pool, committed at once.
+        :returns: :class:`pyqueue.NackResult`: outcome ``DEAD_LETTERED`` with the
+            ``dead_letter_queue``, or ``STALE`` when the token no longer holds the message.
+        :raises NotConfigured: the queue has no dead-letter queue (SQLSTATE 55000); nothing changed
+            and the token still holds the message (ack or nack it).
+        :raises ValueTooLong: ``error`` is too long (22001).
+        """
+        return self._driver.run(self._statements.dead_letter(lock_token, error), conn)
 
     def dead_letter_queue_of(self, message: Message) -> str | None:
         """After ``message`` was nacked: the dead-letter queue it was moved to (the nack reached the

@@ -53,6 +53,7 @@ ROLE_OF = {
     "dq_ack_many": "dq_consumer",
     "dq_nack": "dq_consumer",
     "dq_nack_outcome": "dq_consumer",
+    "dq_dead_letter": "dq_consumer",
     "dq_extend": "dq_consumer",
     "dq_get": "dq_consumer",
     "dq_export_messages": "dq_consumer",
