@@ -55,9 +55,11 @@ class AsyncMessage(LockedMessage["AsyncDelayedQueue"]):
         client = self._require_client()
         return self._settle("nacked", await client.nack(self.lock_token, delay, error=error, conn=conn))
 
-    async def nack_outcome(self, delay: Seconds = 0, *, error: str | None = None) -> NackResult:
+    async def nack_outcome(
+        self, delay: Seconds = 0, *, error: str | None = None, conn: AsyncConnection | None = None
+    ) -> NackResult:
         """As :meth:`pyqueue.Message.nack_outcome`."""
-        result = await self._require_client().nack_outcome(self, delay, error=error)
+        result = await self._require_client().nack_outcome(self, delay, error=error, conn=conn)
         self._settle("nacked", result.nacked)
         return result
 
@@ -237,10 +239,11 @@ class AsyncDelayedQueue:
         return await self._driver.run(self._statements.extend(lock_token, timeout), conn)
 
     async def nack_outcome(
-        self, message: AsyncMessage, delay: Seconds = 0, *, error: str | None = None
+        self, message: AsyncMessage, delay: Seconds = 0, *, error: str | None = None,
+        conn: AsyncConnection | None = None,
     ) -> NackResult:
         """As :meth:`pyqueue.DelayedQueue.nack_outcome`."""
-        async with self._driver.connection(None) as c, c.transaction():
+        async with self._driver.connection(conn) as c, c.transaction():
             return await self._driver.step(
                 routines.nack_outcome(self._statements, self._driver.features, message, delay, error), c)
 

@@ -51,10 +51,12 @@ class Message(LockedMessage["DelayedQueue"]):
         is recorded as its last error (and goes with it to the dead-letter queue)."""
         return self._settle("nacked", self._require_client().nack(self.lock_token, delay, error=error, conn=conn))
 
-    def nack_outcome(self, delay: Seconds = 0, *, error: str | None = None) -> NackResult:
+    def nack_outcome(
+        self, delay: Seconds = 0, *, error: str | None = None, conn: Connection | None = None
+    ) -> NackResult:
         """:meth:`nack`, saying where the message went: retried (due again at ``due``), moved to its
         ``dead_letter_queue``, or stale (the lock was lost); see :meth:`DelayedQueue.nack_outcome`."""
-        result = self._require_client().nack_outcome(self, delay, error=error)
+        result = self._require_client().nack_outcome(self, delay, error=error, conn=conn)
         self._settle("nacked", result.nacked)
         return result
 
@@ -342,10 +344,14 @@ class DelayedQueue:
         """Heartbeat (``dq_extend``): invisible until now + timeout; None if the lock was lost."""
         return self._driver.run(self._statements.extend(lock_token, timeout), conn)
 
-    def nack_outcome(self, message: Message, delay: Seconds = 0, *, error: str | None = None) -> NackResult:
+    def nack_outcome(
+        self, message: Message, delay: Seconds = 0, *, error: str | None = None, conn: Connection | None = None
+    ) -> NackResult:
         """Give ``message`` back as :meth:`nack` does and say where it went (``dq_nack_outcome``), in
-        one statement on a connection of the pool. On an install of an earlier release, which has
-        only ``dq_nack``, the nack is followed by :meth:`dead_letter_queue_of`'s reads.
+        one statement on a connection of the pool (or on ``conn``: in a savepoint of its open
+        transaction, else in a transaction of its own, committed). On an install of an earlier
+        release, which has only ``dq_nack``, the nack is followed by :meth:`dead_letter_queue_of`'s
+        reads.
 
         :param delay: visible again after this long (timedelta or seconds, ≥ 0).
         :param error: the failure, kept as the message's last_error (at most
@@ -354,7 +360,7 @@ class DelayedQueue:
             again, ``DEAD_LETTERED`` with the dead-letter queue it was moved to at the queue's
             ``max_deliveries``, or ``STALE`` when the lock was lost.
         """
-        with self._driver.connection(None) as c, c.transaction():
+        with self._driver.connection(conn) as c, c.transaction():
             return self._driver.step(
                 routines.nack_outcome(self._statements, self._driver.features, message, delay, error), c)
 

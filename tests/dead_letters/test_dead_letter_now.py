@@ -140,16 +140,17 @@ def test_a_queue_without_a_dead_letter_queue_refuses_and_the_caller_still_holds_
     assert conn.execute("SELECT dq_ack(%s)", (token,)).fetchone() == (True,)
 
 
-@pytest.mark.parametrize(("args", "sqlstate", "text"), [
-    ("NULL", "22004", "dq_dead_letter: lock_token must not be NULL"),
-    ("NULL, 'boom'", "22004", "dq_dead_letter: lock_token must not be NULL"),
-    ("%(token)s, repeat('e', 10001)", "22001", "dq_dead_letter: error is 10001 characters"),
+@pytest.mark.parametrize(("statement", "sqlstate", "text"), [
+    ("SELECT * FROM dq_dead_letter(NULL)", "22004", "dq_dead_letter: lock_token must not be NULL"),
+    ("SELECT * FROM dq_dead_letter(NULL, 'boom')", "22004", "dq_dead_letter: lock_token must not be NULL"),
+    ("SELECT * FROM dq_dead_letter(%(token)s, repeat('e', 10001))", "22001",
+     "dq_dead_letter: error is 10001 characters"),
 ])
-def test_bad_input_is_refused_and_nothing_changes(jobs, args: str, sqlstate: str, text: str) -> None:
+def test_bad_input_is_refused_and_nothing_changes(jobs, statement: str, sqlstate: str, text: str) -> None:
     token = poll_token(jobs, "jobs")
     before = snapshot(jobs)
     with pytest.raises(psycopg.Error) as err:
-        jobs.execute(f"SELECT * FROM dq_dead_letter({args})", {"token": token})
+        jobs.execute(statement, {"token": token})
     assert err.value.sqlstate == sqlstate
     assert str(err.value).startswith(text), str(err.value)
     assert snapshot(jobs) == before
@@ -176,6 +177,10 @@ def test_the_python_clients_dead_letter_a_message(dsn: str, conn) -> None:
         with psycopg.connect(dsn) as own:  # the caller's own transaction, rolled back: still held
             assert second.dead_letter(conn=own).outcome is NackOutcome.DEAD_LETTERED
             own.rollback()
+        with psycopg.connect(dsn) as own:  # nack_outcome takes the caller's transaction too (a savepoint in it)
+            own.execute("SELECT 1")
+            assert second.nack_outcome(60, conn=own).outcome is NackOutcome.RETRIED
+            own.rollback()
         assert second.nack()
 
     async def run() -> tuple[NackResult, NackResult]:
@@ -185,8 +190,8 @@ def test_the_python_clients_dead_letter_a_message(dsn: str, conn) -> None:
 
     assert asyncio.run(run()) == (NackResult(NackOutcome.DEAD_LETTERED, dead_letter_queue="jobs.dead"),
                                   NackResult(NackOutcome.STALE))
-    assert conn.execute("SELECT key, last_error FROM dq_messages WHERE queue = 'jobs.dead' ORDER BY key").fetchall() == [
-        ("k1", "gave up"), ("k2", "async")]
+    dead = conn.execute("SELECT key, last_error FROM dq_messages WHERE queue = 'jobs.dead' ORDER BY key").fetchall()
+    assert dead == [("k1", "gave up"), ("k2", "async")]
 
 
 def test_the_python_clients_raise_not_configured_without_a_dead_letter_queue(dsn: str) -> None:

@@ -21,6 +21,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 from django.utils.crypto import get_random_string
 from django.utils.module_loading import import_string
+from psycopg.types.json import Jsonb
 
 from ... import limits
 from ...core.statements import QueueStatements, Statement, qualified
@@ -58,11 +59,18 @@ class DjangoSql:
         "SELECT (m.locked_until IS NULL OR m.locked_until <= {s}dq_now()) AS waiting "
         "FROM {s}dq_get(%(queue)s, %(key)s) AS m"
     )
+    #: A cursor over the dead letters of a task's message (its key, died in its queue), wherever its
+    #: queue's dead-letter queue is (the filter reads the index of dead letters by source queue).
+    dead_letters: str = "SELECT {s}dq_export_messages(NULL, NULL, %(filters)s) AS cursor"
 
 
 def _waiting(names: Sequence[str], rows: list[tuple[Any, ...]]) -> bool | None:
     """None when the message is not in its queue, else whether no consumer holds it."""
     return bool(rows[0][0]) if rows else None
+
+
+def _cursor(names: Sequence[str], rows: list[tuple[Any, ...]]) -> str:
+    return str(rows[0][0])
 
 
 def task_payload(task: Task, args: Any, kwargs: Any, backend: str) -> dict[str, Any]:
@@ -161,9 +169,11 @@ class DelayedQueueBackend(BaseTaskBackend):
         """The result of the task ``result_id``, on this backend's ``DATABASE``.
 
         The row says RUNNING from the start of an attempt to its end, and FAILED once the message was
-        dead-lettered. Two cases are read from the queue instead: a RUNNING task whose message no
+        dead-lettered. Three cases are read from the queue instead: a RUNNING task whose message no
         consumer holds any more (its worker died and the lock expired) and a FAILED task whose message
-        is back in its queue (redriven from the dead-letter queue) are READY: they run again.
+        is back in its queue (redriven from the dead-letter queue) are READY: they run again; a RUNNING
+        task whose message is a dead letter (its worker died on the queue's last delivery, and the
+        next poll dead-lettered it) is FAILED (``finished_at`` stays None: no worker saw it end).
 
         :raises TaskResultDoesNotExist: no task has this id.
         :raises pyqueue.DatabaseError: the database failed.
@@ -174,14 +184,29 @@ class DelayedQueueBackend(BaseTaskBackend):
             record = TaskResultRecord.objects.using(self.database).get(id=result_id)
         except TaskResultRecord.DoesNotExist:
             raise TaskResultDoesNotExist(result_id) from None
-        if record.status in (TaskResultStatus.RUNNING, TaskResultStatus.FAILED) and self.waiting(record):
-            record.status = TaskResultStatus.READY
+        if record.status in (TaskResultStatus.RUNNING, TaskResultStatus.FAILED):
+            waiting = self.queue_state(record)
+            if waiting:
+                record.status = TaskResultStatus.READY
+            elif waiting is None and record.status == TaskResultStatus.RUNNING and self.dead_lettered(record):
+                record.status = TaskResultStatus.FAILED
         return self.to_result(record)
 
     def waiting(self, record: Any) -> bool:
         """Whether the message of ``record`` is in its queue and no consumer holds it."""
+        return bool(self.queue_state(record))
+
+    def queue_state(self, record: Any) -> bool | None:
+        """None when the message of ``record`` is not in its queue, else whether no consumer holds it."""
         params = {"queue": self.statements(record.queue_name).queue, "key": record.id}
-        return bool(self.run_statement(Statement(self._sql.waiting, params, _waiting)))
+        return self.run_statement(Statement(self._sql.waiting, params, _waiting))  # type: ignore[no-any-return]
+
+    def dead_lettered(self, record: Any) -> bool:
+        """Whether the message of ``record`` is a dead letter (it died in its queue and was not redriven)."""
+        filters = Jsonb([["key", "=", record.id], ["dead_from", "=", self.statements(record.queue_name).queue]])
+        with transaction.atomic(using=self.database):  # the cursor lives until the transaction ends
+            cursor = self.run_statement(Statement(self._sql.dead_letters, {"filters": filters}, _cursor))
+            return bool(self.run_statement(QueueStatements.fetch_all(cursor)))
 
     def to_result(self, record: Any, task: Task | None = None) -> TaskResult:
         """The ``TaskResult`` of a results row (``task``: the Task when known, else imported from the

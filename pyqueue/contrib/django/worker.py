@@ -15,7 +15,9 @@ The runner settles each message itself: a SUCCESSFUL row and the acknowledgement
 transaction of Django's connection (a worker killed in between runs the task again, never records a
 success it did not acknowledge); a failure is nacked (``dq_nack_outcome``) with the backoff's delay and
 the error's text, and the row says where the message went: READY (retried) or FAILED (dead-lettered at
-the queue's ``max_deliveries``).
+the queue's ``max_deliveries``). A task that gives up earlier (its own ``max_attempts`` reached, or its
+``backoff`` returned None: :mod:`pyqueue.contrib.django.retries`) is dead-lettered at once
+(``Message.dead_letter``), committed with its FAILED row in one transaction of Django's connection.
 """
 
 from __future__ import annotations
@@ -36,12 +38,13 @@ from django.utils.module_loading import import_string
 from ... import limits
 from ...core.delivery import Backoff, error_text
 from ...core.middleware import HandlerCall, Middleware
-from ...errors import InvalidArgument
+from ...errors import InvalidArgument, NotConfigured
 from ...model import NackOutcome
 from ...sync.client import DelayedQueue, Message
 from ...sync.worker import Worker
 from .backend import PAYLOAD_VERSION, DelayedQueueBackend
 from .compat import Task, TaskContext, TaskResultStatus, normalize_json, task_backends, task_finished, task_started
+from .retries import as_delay, policy_for
 
 __all__ = ["DjangoConnections", "TaskRunner", "conninfo", "default_worker_id", "make_worker"]
 
@@ -175,25 +178,70 @@ class TaskRunner:
             logger.warning("task %s finished but its lock was lost: it runs again", key)
 
     def _failed(self, message: Message, key: str, exc: BaseException) -> None:
-        """RUNNING → READY (nacked, retried after the backoff) or FAILED (dead-lettered at the queue's
-        ``max_deliveries``); the error appended either way."""
+        """RUNNING → READY (nacked, retried after the backoff) or FAILED (dead-lettered: the task's
+        ``max_attempts`` reached or its ``backoff`` gave up, or the queue's ``max_deliveries``
+        reached); the error appended either way."""
         from .models import TaskResultRecord
 
-        delay = self.backoff.delay(message.delivery_count)
-        result = message.nack_outcome(delay, error=error_text(exc)[:limits.ERROR_CHARS])
+        text = error_text(exc)[:limits.ERROR_CHARS]
         error = {"exception_class_path": f"{type(exc).__module__}.{type(exc).__qualname__}",
                  "traceback": _traceback(exc)}
-        now = timezone.now()
         with transaction.atomic(using=self.database):
             record = TaskResultRecord.objects.using(self.database).select_for_update().get(id=key)
             record.errors = [*(record.errors or []), error]
-            if result.outcome is NackOutcome.DEAD_LETTERED:
-                record.status, record.finished_at = TaskResultStatus.FAILED, now
-            elif result.outcome is NackOutcome.RETRIED:
-                record.status = TaskResultStatus.READY
+            delay = self._retry_delay(message, record, exc)
+            # The message is settled on Django's connection, in this transaction: the row and the
+            # queue change together (a reader never sees a dead letter whose row says RUNNING).
+            conn = connections[self.database].connection
+            if delay is None:  # gives up: dead-lettered now
+                failed = self._give_up(message, key, text, conn)
+            else:
+                outcome = message.nack_outcome(delay, error=text, conn=conn).outcome
+                failed = outcome is NackOutcome.DEAD_LETTERED
+                if outcome is NackOutcome.RETRIED:
+                    record.status = TaskResultStatus.READY
+            if failed:
+                record.status, record.finished_at = TaskResultStatus.FAILED, timezone.now()
             record.save(using=self.database)
-        if result.outcome is NackOutcome.DEAD_LETTERED:
+        if failed:
             task_finished.send(type(self.backend), task_result=self.backend.to_result(record))
+
+    def _retry_delay(self, message: Message, record: Any, exc: BaseException) -> timedelta | None:
+        """The delay before the next attempt, or None when the task gives up now: its
+        ``max_attempts`` reached (attempts = the message's ``delivery_count``), or its ``backoff``
+        returned None. A backoff that raises or answers nonsense is logged and the worker's
+        :class:`pyqueue.Backoff` decides instead."""
+        policy = policy_for(record.task_path, self.backend.options)
+        if policy.max_attempts is not None and message.delivery_count >= policy.max_attempts:
+            return None
+        if policy.backoff is None:
+            return self.backoff.delay(message.delivery_count)
+        status = record.status
+        record.status = TaskResultStatus.FAILED  # what the backoff sees: this attempt failed
+        try:
+            return as_delay(policy.backoff(exc, self.backend.to_result(record)))
+        except Exception:
+            logger.exception("the backoff of task %s failed; the worker's backoff is used", record.task_path)
+            return self.backoff.delay(message.delivery_count)
+        finally:
+            record.status = status
+
+    def _give_up(self, message: Message, key: str, text: str, conn: Any) -> bool:
+        """Dead-letter ``message`` now, on Django's connection in its current transaction; True when
+        it left its queue (the task is FAILED), False when its lock was lost (it runs again). A
+        queue without a dead-letter queue refuses (``NotConfigured``): the message is acknowledged
+        instead (deleted; archived as acked where the queue archives), there is nothing to redrive."""
+        try:
+            with transaction.atomic(using=self.database):  # a savepoint: a refusal leaves the rest
+                result = message.dead_letter(text, conn=conn)
+        except NotConfigured:
+            logger.warning("task %s gave up; its queue %s has no dead-letter queue: its message is deleted",
+                           key, message.queue)
+            return message.ack(conn=conn)
+        if result.outcome is NackOutcome.STALE:
+            logger.warning("task %s gave up but its lock was lost: it runs again", key)
+            return False
+        return True
 
 
 def _json(value: Any) -> Any:
