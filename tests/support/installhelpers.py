@@ -54,6 +54,7 @@ ROLE_OF = {
     "dq_nack": "dq_consumer",
     "dq_nack_outcome": "dq_consumer",
     "dq_extend": "dq_consumer",
+    "dq_release": "dq_consumer",
     "dq_get": "dq_consumer",
     "dq_export_messages": "dq_consumer",
     "dq_export_messages_bounds": "dq_consumer",
