@@ -205,6 +205,13 @@ class TaskResultAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> Any:
+        """The detail page, without save buttons: nothing on it can be edited."""
+        context = {**(extra_context or {}), "show_save": False, "show_save_and_continue": False,
+                   "show_save_and_add_another": False}
+        return super().change_view(request, object_id, form_url, extra_context=context)
+
     @_display("attempts")
     def attempts(self, obj: TaskResultRecord) -> int:
         return len(obj.worker_ids or [])
