@@ -92,6 +92,7 @@ def producer_calls(app: psycopg.Connection[Any], q: str) -> None:
     assert one("SELECT created, updated, ignored FROM dq_offer_many_counts(%s, ARRAY['m1', 'm4'], "
                "ARRAY['x', 'w']::bytea[], can_update => false)", q) == (1, 0, 1)
     assert one("SELECT dq_cancel(%s, 'm3')", q) == (True,)
+    assert one("SELECT dq_cancel_waiting(%s, 'm2')", q) == ("cancelled",)
 
 
 def consumer_calls(app: psycopg.Connection[Any], q: str) -> None:

@@ -43,6 +43,7 @@ ROLE_OF = {
     "dq_offer_many": "dq_producer",
     "dq_offer_many_counts": "dq_producer",
     "dq_cancel": "dq_producer",
+    "dq_cancel_waiting": "dq_producer",
     "dq_poll_many": "dq_consumer",
     "dq_poll_or_wait": "dq_consumer",
     "dq_wait": "dq_consumer",
