@@ -284,6 +284,8 @@ WORKER_COUNTERS: dict[str, tuple[str, str]] = {
                       "Failed messages moved to the dead-letter queue (the queue's max_deliveries reached)."),
     "lock_lost": ("worker_lock_lost_messages",
                   "Deliveries whose lock was gone when extended, acknowledged or nacked (delivered again)."),
+    "released": ("worker_released_messages",
+                 "Messages polled ahead and given back unstarted when the worker stopped (due again at once)."),
 }
 
 
@@ -293,7 +295,7 @@ class WorkerMetrics(Collector):
 
     Read from each worker at scrape time, summed by queue (nothing added to the worker's hot path):
     the counters ``pgdelayq_worker_{delivered,acknowledged,failed,retried,dead_lettered,
-    lock_lost}_messages_total`` and the histogram ``pgdelayq_worker_lateness_seconds`` (claim time
+    lock_lost,released}_messages_total`` and the histogram ``pgdelayq_worker_lateness_seconds`` (claim time
     − due time on the database clock, the worker's own :class:`~pyqueue.core.delivery.WorkerStats`),
     and the gauges ``pgdelayq_worker_running_handlers`` and ``pgdelayq_worker_prefetched_messages``
     (polled, waiting for a free handler slot). Measured by the middleware layer it adds to each

@@ -418,5 +418,68 @@ COMMENT ON FUNCTION dq_extend(uuid, interval) IS 'dq_extend(lock_token uuid, loc
 REVOKE ALL ON FUNCTION dq_extend(uuid, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_extend(uuid, interval) TO dq_consumer;
 
+-- Give back deliveries whose handling never started (a stopping worker's messages polled ahead):
+-- SQS's ChangeMessageVisibility to 0, with the receive not counted. Each message is due again at
+-- the due time it was claimed at (due_at; never later than now), so it keeps its place among the
+-- due messages, and its delivery_count is restored: a delivery that never reached a handler does not
+-- bring the message closer to its dead-letter queue. A FIFO group head stays the head, due again
+-- at once; a queue with max_in_flight has the slot free again. The rate limit's tokens the poll took
+-- stay spent. Safe with a concurrent ack, nack, extend or release of the same tokens: the row locks,
+-- taken in id order (FOR UPDATE waits for a transaction holding a message, then re-checks the token
+-- on the row's latest version: after an ack or a new poll it matches no row), before the clock is read.
+CREATE OR REPLACE FUNCTION dq_release(lock_tokens uuid[])
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
+SET enable_seqscan = off
+SET jit = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_error   jsonb;
+    v_now     timestamptz;
+    v_row     record;
+    v_count   integer := 0;
+    v_queues  text[] := '{}';
+    v_queue   text;
+    v_set     boolean;
+    v_woken   boolean;
+BEGIN
+    IF dq_release.lock_tokens IS NULL THEN
+        v_error := dq__null_error('dq_release', 'lock_tokens');
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    PERFORM 1 FROM dq_messages m WHERE m.lock_token = ANY (dq_release.lock_tokens) ORDER BY m.id FOR UPDATE;
+    v_now := dq__clock();
+    FOR v_row IN
+        UPDATE dq_messages m
+           SET scheduled_at = least(coalesce(m.due_at, v_now), v_now),
+               lock_token = NULL,
+               delivery_count = greatest(m.delivery_count - 1, 0)
+         WHERE m.lock_token = ANY (dq_release.lock_tokens)
+        RETURNING m.id, m.queue, m.scheduled_at, m.message_group, m.dead_from IS NOT NULL AS dead
+    LOOP
+        v_count := v_count + 1;
+        IF v_row.message_group IS NOT NULL AND NOT v_row.dead THEN
+            -- The head of a FIFO group: its group is due again with it (queued when another
+            -- transaction holds the group's row, sql/020_groups.sql).
+            v_set := dq__set_group_due(v_row.queue, v_row.message_group, v_row.id, v_row.scheduled_at);
+        END IF;
+        IF NOT v_row.queue = ANY (v_queues) THEN
+            v_queues := v_queues || v_row.queue;
+        END IF;
+    END LOOP;
+    FOREACH v_queue IN ARRAY v_queues LOOP
+        IF EXISTS (SELECT 1 FROM dq_queues q WHERE q.queue = v_queue AND q.max_in_flight IS NOT NULL) THEN
+            v_woken := dq__wake_blocked(v_queue);  -- a slot is free
+        END IF;
+        v_woken := dq__wake(v_queue, v_now);
+    END LOOP;
+    RETURN v_count;
+END;
+$$;
+COMMENT ON FUNCTION dq_release(uuid[]) IS 'dq_release(lock_tokens uuid[]) -> integer: gives back the messages still held under these tokens whose handling never started (a stopping consumer''s messages polled ahead): due again at once at the due time they were claimed at, their delivery not counted (delivery_count restored), FIFO group heads and max_in_flight slots freed, waiting consumers woken; returns how many were released (stale tokens are skipped). Errors: 22004 NULL array.';
+REVOKE ALL ON FUNCTION dq_release(uuid[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_release(uuid[]) TO dq_consumer;
+
 -- Re-pin the SECURITY DEFINER functions of this file to the private schema first (sql/000_common.sql).
 SELECT dq__search_path(internal => false);

@@ -1,4 +1,4 @@
--- Reading and removing by key: dq_cancel, dq_get, dq_next_due; dq_list_messages for operators.
+-- Reading and removing by key: dq_cancel, dq_cancel_waiting, dq_get, dq_next_due; dq_list_messages for operators.
 -- Pin the search_path to the install schema (sql/000_common.sql).
 SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
@@ -23,11 +23,50 @@ SELECT dq__search_path(internal => false);
 -- dq_cancel deletes every message of the queue with this key: the ordinary message and any dead
 -- letters that share the key. A deleted future occurrence of a named schedule is offered again by
 -- the next dq_cron_tick (dq__cron_note_deleted, sql/230_cron_schedules.sql): cancelling an occurrence does not
--- skip it; pause the schedule for that.
--- Concurrency: a plain DELETE by (queue, key); if a poller holds the row lock it waits for
--- that transaction, then deletes whatever version is current (a cancelled message in flight
--- is gone: its holder's ack then returns false). The schedule is marked before the DELETE, so this
--- never holds a message lock while waiting for a schedule's row.
+-- skip it; pause the schedule for that. dq_cancel_waiting deletes them only when no consumer holds
+-- any of them. dq__cancel is the one implementation of both; it returns 'cancelled', 'absent' (no
+-- message with this key) or 'in_flight' (in_flight false and a consumer holds one: nothing deleted).
+-- Concurrency: with in_flight true, a plain DELETE by (queue, key); if a poller holds the row lock it
+-- waits for that transaction, then deletes whatever version is current (a cancelled message in
+-- flight is gone: its holder's ack then returns false). With in_flight false the key's rows are
+-- first locked (FOR UPDATE, waiting likewise for a poll, ack or nack in progress) and their latest
+-- versions read on the clock after that wait: a message a poll took meanwhile is seen held and
+-- stays; while this transaction holds the locks no poll can take them (polls skip locked rows). The
+-- schedule is marked before any message lock is taken, so this never holds a message lock while
+-- waiting for a schedule's row (a refused cancel may leave a mark: the tick's offer of an occurrence
+-- that still exists changes nothing).
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
+CREATE OR REPLACE FUNCTION dq__cancel(queue text, key text, in_flight boolean)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_gone     dq_messages[];
+    v_archived integer;
+BEGIN
+    PERFORM dq__cron_note_deleted(dq__cancel.queue, dq__cancel.key);
+    IF NOT dq__cancel.in_flight THEN
+        PERFORM 1 FROM dq_messages m WHERE m.queue = dq__cancel.queue AND m.key = dq__cancel.key
+         ORDER BY m.id FOR UPDATE;
+        IF EXISTS (SELECT 1 FROM dq_messages m
+                    WHERE m.queue = dq__cancel.queue AND m.key = dq__cancel.key
+                      AND m.lock_token IS NOT NULL AND m.scheduled_at > dq__clock()) THEN
+            RETURN 'in_flight';
+        END IF;
+    END IF;
+    WITH gone AS (
+        DELETE FROM dq_messages m WHERE m.queue = dq__cancel.queue AND m.key = dq__cancel.key RETURNING m
+    )
+    SELECT array_agg(gone.m) INTO v_gone FROM gone;
+    v_archived := dq__gone(v_gone, 'cancelled', dq__clock());
+    RETURN CASE WHEN v_gone IS NULL THEN 'absent' ELSE 'cancelled' END;
+END;
+$$;
+COMMENT ON FUNCTION dq__cancel(text, text, boolean) IS 'Internal: deletes the messages with this key in the queue (in flight too, or only when none is held), archived as cancelled; returns cancelled, absent or in_flight (dq_cancel, dq_cancel_waiting).';
+REVOKE ALL ON FUNCTION dq__cancel(text, text, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
+
 CREATE OR REPLACE FUNCTION dq_cancel(queue text, key text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
@@ -35,26 +74,40 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_error    jsonb;
-    v_gone     dq_messages[];
-    v_archived integer;
 BEGIN
     v_error := coalesce(dq__name_error('dq_cancel', 'queue', dq_cancel.queue, dq__limit_queue_chars()),
                         dq__name_error('dq_cancel', 'key', dq_cancel.key, dq__limit_key_chars()));
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    PERFORM dq__cron_note_deleted(dq_cancel.queue, dq_cancel.key);
-    WITH gone AS (
-        DELETE FROM dq_messages m WHERE m.queue = dq_cancel.queue AND m.key = dq_cancel.key RETURNING m
-    )
-    SELECT array_agg(gone.m) INTO v_gone FROM gone;
-    v_archived := dq__gone(v_gone, 'cancelled', dq__clock());
-    RETURN v_gone IS NOT NULL;
+    RETURN dq__cancel(dq_cancel.queue, dq_cancel.key, true) = 'cancelled';
 END;
 $$;
 COMMENT ON FUNCTION dq_cancel(text, text) IS 'dq_cancel(queue text, key text) -> boolean: deletes the messages with this key in the queue, in flight or not, dead letters included (archived as cancelled when the queue archives); false when there is none. Errors: 22004/22023/22001 queue or key.';
 REVOKE ALL ON FUNCTION dq_cancel(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_cancel(text, text) TO dq_producer;
+
+-- Cancel only what is still waiting: a task runner's "cancel unless it started" (dq__cancel with
+-- in_flight false; its concurrency comment says what is waited for).
+CREATE OR REPLACE FUNCTION dq_cancel_waiting(queue text, key text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_error    jsonb;
+BEGIN
+    v_error := coalesce(dq__name_error('dq_cancel_waiting', 'queue', dq_cancel_waiting.queue, dq__limit_queue_chars()),
+                        dq__name_error('dq_cancel_waiting', 'key', dq_cancel_waiting.key, dq__limit_key_chars()));
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    RETURN dq__cancel(dq_cancel_waiting.queue, dq_cancel_waiting.key, false);
+END;
+$$;
+COMMENT ON FUNCTION dq_cancel_waiting(text, text) IS 'dq_cancel_waiting(queue text, key text) -> text: deletes the messages with this key in the queue (archived as cancelled when the queue archives) unless a consumer holds one (lock not expired): returns cancelled, in_flight (nothing deleted) or absent. Waits for a poll, ack or nack of them in progress. Errors: 22004/22023/22001 queue or key.';
+REVOKE ALL ON FUNCTION dq_cancel_waiting(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_cancel_waiting(text, text) TO dq_producer;
 
 CREATE OR REPLACE FUNCTION dq_get(queue text, key text)
 RETURNS SETOF dq_message

@@ -226,6 +226,12 @@ class AsyncDelayedQueue:
         """Acknowledge many deliveries in one statement (``dq_ack_many(uuid[])``); returns how many held."""
         return await self._driver.run(self._statements.ack_many(messages), conn)
 
+    async def release_many(self, messages: Iterable[AsyncMessage | UUID], *,
+                           conn: AsyncConnection | None = None) -> int:
+        """Give back deliveries whose handling never started (``dq_release(uuid[])``); see
+        :meth:`pyqueue.DelayedQueue.release_many`."""
+        return await self._driver.run(self._statements.release_many(messages), conn)
+
     async def nack(
         self, lock_token: UUID, delay: Seconds = 0, *, error: str | None = None, conn: AsyncConnection | None = None
     ) -> bool:

@@ -136,6 +136,8 @@ class AsyncWorker(WorkerCore[AsyncDelayedQueue, AsyncHandler]):
                 return self._spawn(generator)
             case steps.AckMany(lock_tokens):
                 return await self.queue.ack_many(lock_tokens)
+            case steps.ReleaseMany(lock_tokens):
+                return await self.queue.release_many(lock_tokens)
             case steps.WaitForHandlers(seconds):
                 return await self._wait_handlers(seconds)
             case steps.HeartbeatWait(seconds):

@@ -44,6 +44,7 @@ from .steps import (
     JoinSpawned,
     Nack,
     PollMessages,
+    ReleaseMany,
     SleepUnlessStopped,
     Spawn,
     StartHandlers,
@@ -135,7 +136,8 @@ class WorkerStats:
     """Counters a caller can read or export; updated under a lock, read with :meth:`snapshot`.
 
     ``delivered``: messages received from polls; ``acknowledged``: by the worker's ``dq_ack`` or by
-    the handler itself; ``failed``: handlers that raised; ``retried`` and ``dead_lettered``: failed
+    the handler itself; ``released``: polled ahead and given back unstarted when the worker stopped
+    (``dq_release``); ``failed``: handlers that raised; ``retried`` and ``dead_lettered``: failed
     deliveries whose nack gave the message back to its queue, or moved it to its dead-letter queue
     (the queue's ``max_deliveries`` reached); ``lock_lost``: deliveries whose lock was
     gone when the heartbeat extended it, when the worker acknowledged it or when it nacked it. ``lateness_ms`` counts
@@ -149,6 +151,7 @@ class WorkerStats:
     retried: int = 0
     dead_lettered: int = 0
     lock_lost: int = 0
+    released: int = 0
     lateness_ms: list[int] = field(default_factory=lambda: [0] * len(LATENESS_BUCKETS_MS))
     lateness_sum_ms: float = 0.0  #: the sum of every delivery's lateness counted in ``lateness_ms``
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -163,6 +166,7 @@ class WorkerStats:
                 "retried": self.retried,
                 "dead_lettered": self.dead_lettered,
                 "lock_lost": self.lock_lost,
+                "released": self.released,
                 "lateness_ms": dict(zip((str(b) for b in LATENESS_BUCKETS_MS), self.lateness_ms, strict=True)),
                 "lateness_sum_ms": self.lateness_sum_ms,
             }
@@ -176,17 +180,19 @@ class State(enum.Enum):
     DONE = "done"  #: the handler returned: acknowledged with the next dq_ack_many(uuid[])
     FAILED = "failed"  #: the handler raised: nacked with the backoff
     SETTLED = "settled"  #: the handler acknowledged or nacked it itself: nothing more is sent
+    RELEASED = "released"  #: the worker stopped before its handler started: given back with dq_release
 
 
 #: The legal transitions. RUNNING and LOST are the states of a running handler; every handler
 #: ends in DONE, FAILED, SETTLED or (its lock lost) LOST, and the record leaves the book then
 #: (DONE: when its acknowledgement is sent).
 TRANSITIONS: dict[State, frozenset[State]] = {
-    State.RUNNING: frozenset({State.LOST, State.DONE, State.FAILED, State.SETTLED}),
-    State.LOST: frozenset({State.SETTLED}),
+    State.RUNNING: frozenset({State.LOST, State.DONE, State.FAILED, State.SETTLED, State.RELEASED}),
+    State.LOST: frozenset({State.SETTLED, State.RELEASED}),
     State.DONE: frozenset(),
     State.FAILED: frozenset(),
     State.SETTLED: frozenset(),
+    State.RELEASED: frozenset(),
 }
 
 
@@ -291,6 +297,27 @@ class Deliveries:
                 self._move(delivery, State.FAILED)
         return delivery.state
 
+    def released(self, deliveries: Sequence[Delivery]) -> list[UUID]:
+        """The worker stops before these deliveries' handlers started: each RELEASED (its record
+        ends, the heartbeat leaves it alone); returns the lock tokens to give back with
+        ``dq_release``, those that were RUNNING (a LOST one holds nothing any more).
+
+        :raises DeliveryStateError: the handler of one of them ran.
+        """
+        tokens: list[UUID] = []
+        with self._lock:
+            for delivery in deliveries:
+                self._end(delivery)
+                if delivery.state is State.RUNNING:
+                    tokens.append(delivery.lock_token)
+                self._move(delivery, State.RELEASED)
+        return tokens
+
+    def counted_released(self, released: int) -> None:
+        """``dq_release`` gave back this many (the others had lost their locks)."""
+        with self._lock:
+            self.stats.released += released
+
     def to_extend(self) -> list[Delivery]:
         """The RUNNING deliveries whose handlers have not settled them: what the heartbeat extends."""
         with self._lock:
@@ -393,6 +420,16 @@ class Runners:
         with self._lock:
             self._starting -= 1
             self._runners -= 1
+
+    def withdraw(self) -> list[Delivery]:
+        """The deliveries waiting for a runner, removed (the worker stops: they will not start);
+        a runner looking for the next one finds none and ends."""
+        with self._lock:
+            waiting, self._waiting = list(self._waiting), deque()
+            self._held -= len(waiting)
+        if waiting:
+            self._on_end()
+        return waiting
 
     def take(self) -> tuple[Delivery | None, bool]:
         """For a runner: the next delivery (None: none waits, the runner ends now, uncounted) and
@@ -560,11 +597,17 @@ class WorkerCore(Generic[Q, H]):
                 messages = yield from self._poll_steps(want, idle=idle)
                 self._backlog = len(messages) == want
                 if messages:
-                    yield StartHandlers([self._received(message) for message in messages])
+                    received = [self._received(message) for message in messages]
+                    if self._stopping:  # stopped while the poll ran: start none of them
+                        yield from self._release_steps(received)
+                    else:
+                        yield StartHandlers(received)
                 if not messages and held:
                     yield WaitForHandlers(HANDLER_WAIT_S)
         finally:
             self._stopping = True
+            # What waits for a handler slot will not start: given back now, not left locked.
+            yield from self._release_steps(self._runners.withdraw())
             still_running = yield Drain(self.shutdown_grace)
             if still_running:
                 self._log.warning("%d messages still held after the grace period (handlers running, or waiting "
@@ -582,6 +625,22 @@ class WorkerCore(Generic[Q, H]):
         if held < self.concurrency:
             return max(room, 0)
         return room if room > 0 and room >= min(self.batch_size, self.prefetch) else 0
+
+    def _release_steps(self, deliveries: list[Delivery]) -> WorkerSteps:
+        """Give back ``deliveries``, whose handlers never started, in one ``dq_release(uuid[])``: due
+        again at once for any consumer, their delivery not counted. A failure is logged: their locks
+        then expire as after a crash."""
+        tokens = self._deliveries.released(deliveries)
+        if not tokens:
+            return
+        try:
+            released = yield ReleaseMany(tokens)
+        except PyQueueError as exc:
+            self._log.warning("releasing %d messages polled ahead failed (%s); they will be delivered again "
+                              "when their locks expire", len(tokens), exc)
+            return
+        self._deliveries.counted_released(released)
+        self._log.info("released %d messages polled ahead and not started: due again at once", released)
 
     def _ack_steps(self) -> WorkerSteps:
         """Spawned by the run loop: acknowledge the DONE deliveries until none is left."""

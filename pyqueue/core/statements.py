@@ -186,6 +186,7 @@ class SqlTexts:
     # binary: 16 bytes a token, no text array to build or parse
     ack: str = "SELECT {s}dq_ack(%(lock_token)s::uuid) AS acked"
     ack_many: str = "SELECT {s}dq_ack_many(%(lock_tokens)b::uuid[]) AS acked"
+    release_many: str = "SELECT {s}dq_release(%(lock_tokens)b::uuid[]) AS released"
     nack: str = "SELECT {s}dq_nack(%(lock_token)s::uuid, %(delay)s::interval, %(error)s::text) AS nacked"
     nack_outcome: str = (
         "SELECT outcome, due, dead_letter_queue "
@@ -526,15 +527,25 @@ class QueueStatements(Statements):
 
     def ack_many(self, messages: Iterable[Any]) -> Statement[int]:
         """Acknowledge deliveries or lock tokens (UUIDs); no statement when there are none."""
+        return self._many(self.sql.ack_many, "acked", messages)
+
+    def release_many(self, messages: Iterable[Any]) -> Statement[int]:
+        """``dq_release``: give back deliveries or lock tokens (UUIDs) whose handling never started;
+        no statement when there are none."""
+        return self._many(self.sql.release_many, "released", messages)
+
+    @staticmethod
+    def _many(sql: str, column: str, messages: Iterable[Any]) -> Statement[int]:
+        """A statement on the lock tokens of ``messages`` (deliveries or UUIDs) that counts rows."""
         if isinstance(messages, (str, bytes, UUID, LockedMessage)) or not isinstance(messages, Iterable):
             raise InvalidArgument(
                 f"messages must be an iterable of deliveries or lock tokens, got {described(messages)}")
         tokens = [m.lock_token if isinstance(m, LockedMessage) else check_lock_token(m, f"messages[{i}]")
                   for i, m in enumerate(messages)]
-        decode = _value("acked", int, 0)
+        decode = _value(column, int, 0)
         if not tokens:
             return Statement(None, None, decode)
-        return Statement(self.sql.ack_many, {"lock_tokens": tokens}, decode)
+        return Statement(sql, {"lock_tokens": tokens}, decode)
 
     def nack(self, lock_token: Any, delay: Seconds, error: str | None) -> Statement[bool]:
         return Statement(self.sql.nack, self._nack_params(lock_token, delay, error), _value("nacked", bool, False))

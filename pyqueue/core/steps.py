@@ -27,7 +27,7 @@ from .statements import Statement
 __all__ = [
     "Run", "RunPooled", "Notified", "Sleep", "ClientPid", "NoPrepare", "Acquire", "Release", "Handoff", "ClientStep",
     "Routine", "CountHeld", "WaitForHandlers", "PollMessages", "StartHandlers", "SleepUnlessStopped", "AckMany",
-    "Drain", "HandlersFinished", "Nack", "ExtendLock", "HeartbeatWait", "Spawn", "JoinSpawned",
+    "ReleaseMany", "Drain", "HandlersFinished", "Nack", "ExtendLock", "HeartbeatWait", "Spawn", "JoinSpawned",
     "WorkerStep", "WorkerSteps", "Step", "Stepper",
 ]
 
@@ -153,6 +153,14 @@ class AckMany:
 
 
 @dataclass(frozen=True, slots=True)
+class ReleaseMany:
+    """Give back these lock tokens, whose handlers never started, in one statement
+    (``queue.release_many``, ``dq_release``); the result is how many were released."""
+
+    lock_tokens: list[UUID]
+
+
+@dataclass(frozen=True, slots=True)
 class Drain:
     """Wait up to ``seconds`` for the held deliveries' handlers to end (the grace period; the
     asyncio worker then cancels those still running); the result is how many are still held."""
@@ -204,8 +212,8 @@ class JoinSpawned:
     """Wait until every spawned step generator has ended; the result is None."""
 
 
-WorkerStep = (CountHeld | WaitForHandlers | PollMessages | StartHandlers | SleepUnlessStopped | AckMany | Drain
-              | HandlersFinished | Nack | ExtendLock | HeartbeatWait | Spawn | JoinSpawned)
+WorkerStep = (CountHeld | WaitForHandlers | PollMessages | StartHandlers | SleepUnlessStopped | AckMany
+              | ReleaseMany | Drain | HandlersFinished | Nack | ExtendLock | HeartbeatWait | Spawn | JoinSpawned)
 #: The step functions of the worker core: yield worker steps, receive their results.
 WorkerSteps = Generator[WorkerStep, Any, Any]
 Step = ClientStep | WorkerStep

@@ -329,6 +329,18 @@ class DelayedQueue:
         """Acknowledge many deliveries in one statement (``dq_ack_many(uuid[])``); returns how many held."""
         return self._driver.run(self._statements.ack_many(messages), conn)
 
+    def release_many(self, messages: Iterable[Message | UUID], *, conn: Connection | None = None) -> int:
+        """Give back deliveries whose handling never started, in one statement (``dq_release(uuid[])``):
+        each is due again at once, at the due time it was claimed at, and its delivery is not counted
+        (``delivery_count`` restored), so a message at the queue's ``max_deliveries`` is not
+        dead-lettered for it. What a stopping worker does with the messages it polled ahead.
+
+        :param messages: deliveries (:class:`Message`) or their lock tokens (UUID).
+        :returns: how many were still held and are released (stale tokens are skipped).
+        :raises InvalidArgument: not an iterable of deliveries or lock tokens.
+        """
+        return self._driver.run(self._statements.release_many(messages), conn)
+
     def nack(
         self, lock_token: UUID, delay: Seconds = 0, *, error: str | None = None, conn: Connection | None = None
     ) -> bool:

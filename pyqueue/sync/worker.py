@@ -196,6 +196,8 @@ class Worker(WorkerCore[DelayedQueue, Handler]):
                 return self._spawn(generator)
             case steps.AckMany(lock_tokens):
                 return self.queue.ack_many(lock_tokens)
+            case steps.ReleaseMany(lock_tokens):
+                return self.queue.release_many(lock_tokens)
             case steps.WaitForHandlers(seconds):
                 self._ended.wait(seconds)
                 return None

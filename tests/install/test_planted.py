@@ -92,6 +92,7 @@ def producer_calls(app: psycopg.Connection[Any], q: str) -> None:
     assert one("SELECT created, updated, ignored FROM dq_offer_many_counts(%s, ARRAY['m1', 'm4'], "
                "ARRAY['x', 'w']::bytea[], can_update => false)", q) == (1, 0, 1)
     assert one("SELECT dq_cancel(%s, 'm3')", q) == (True,)
+    assert one("SELECT dq_cancel_waiting(%s, 'm2')", q) == ("cancelled",)
 
 
 def consumer_calls(app: psycopg.Connection[Any], q: str) -> None:
@@ -106,7 +107,9 @@ def consumer_calls(app: psycopg.Connection[Any], q: str) -> None:
     assert one("SELECT dq_nack(%s, interval '0 seconds', 'failed')", tokens[1]) == (True,)
     assert one("SELECT outcome FROM dq_nack_outcome(%s, interval '0 seconds', 'again')", tokens[1]) == ("stale",)
     assert one("SELECT dq_extend(%s, interval '2 minutes') > clock_timestamp()", tokens[2]) == (True,)
-    assert one("SELECT dq_ack_many(ARRAY[%s]::uuid[])", tokens[2]) == (1,)
+    assert one("SELECT dq_release(ARRAY[%s]::uuid[])", tokens[2]) == (1,)
+    (token,) = one("SELECT lock_token FROM dq_poll_many(%s, 1, interval '1 minute')", q)
+    assert one("SELECT dq_ack_many(ARRAY[%s]::uuid[])", token) == (1,)
     row = one("SELECT lock_token FROM dq_poll_or_wait(%s, 1, interval '1 minute', interval '0.1 seconds')", q)
     assert row is not None
     assert one("SELECT dq_ack(%s)", row[0]) == (True,)

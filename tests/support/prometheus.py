@@ -78,6 +78,7 @@ WORKER_COUNTERS = frozenset({
     "pgdelayq_worker_retried_messages_total",
     "pgdelayq_worker_dead_lettered_messages_total",
     "pgdelayq_worker_lock_lost_messages_total",
+    "pgdelayq_worker_released_messages_total",
 })
 WORKER_HISTOGRAMS = frozenset({"pgdelayq_worker_handler_duration_seconds", "pgdelayq_worker_lateness_seconds"})
 WORKER_GAUGES = frozenset({"pgdelayq_worker_running_handlers", "pgdelayq_worker_prefetched_messages"})

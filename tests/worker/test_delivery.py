@@ -40,6 +40,7 @@ from pyqueue.core.steps import (
     JoinSpawned,
     Nack,
     PollMessages,
+    ReleaseMany,
     SleepUnlessStopped,
     Spawn,
     StartHandlers,
@@ -73,9 +74,9 @@ def book() -> Deliveries:
 
 def test_transitions_are_those_of_the_documented_machine() -> None:
     assert TRANSITIONS == {
-        State.RUNNING: {State.LOST, State.DONE, State.FAILED, State.SETTLED},
-        State.LOST: {State.SETTLED},
-        State.DONE: set(), State.FAILED: set(), State.SETTLED: set(),
+        State.RUNNING: {State.LOST, State.DONE, State.FAILED, State.SETTLED, State.RELEASED},
+        State.LOST: {State.SETTLED, State.RELEASED},
+        State.DONE: set(), State.FAILED: set(), State.SETTLED: set(), State.RELEASED: set(),
     }
 
 
@@ -173,6 +174,9 @@ def test_illegal_transitions_raise() -> None:
 class Core(WorkerCore[None, Any]):
     _log = logging.getLogger("test")
 
+    def _setup(self) -> None:
+        self._runners = Runners(self.concurrency)
+
     def stop(self) -> None:
         self._request_stop()
 
@@ -253,6 +257,63 @@ def test_run_loop_prefetches_one_batch_while_every_slot_is_busy() -> None:
     assert steps.step(None) == Drain(1.0)
     assert steps.step(0) == HandlersFinished()
     assert steps.step(None) is None
+
+
+def test_stop_releases_what_waits_for_a_slot_and_starts_nothing_more() -> None:
+    """Stopped with one handler running and two messages polled ahead waiting for the slot: the two
+    are released in one dq_release (not started, not left locked), then the grace period for the
+    running one; a waiting one whose lock the heartbeat found lost is not sent."""
+    c = core(concurrency=1, batch_size=3)
+    steps = Stepper(c.run_steps("jobs"))
+    assert steps.step(None) == CountHeld()
+    assert steps.step(0) == PollMessages(3, True)
+    a, b, d = message("a"), message("b"), message("d")
+    op = steps.step([a, b, d])
+    assert isinstance(op, StartHandlers)
+    for delivery in op.deliveries:
+        c._runners.add(delivery)  # what the driver does: the first is taken by a runner, two wait
+    first, _ = c._runners.take()
+    assert first is not None and first.message is a
+    lost = op.deliveries[2]
+    assert c._deliveries.lock_lost(lost)  # the heartbeat found d's lock gone while it waited
+    c.stop()
+    assert steps.step(None) == ReleaseMany([b.lock_token])
+    assert steps.step(1) == Drain(1.0)
+    assert [x.state for x in op.deliveries] == [State.RUNNING, State.RELEASED, State.RELEASED]
+    assert c._deliveries.to_extend() == [first]  # the heartbeat extends the running one only
+    assert c._runners.held == 1
+    c._deliveries.returned(first)
+    assert steps.step(0) == HandlersFinished()
+    assert steps.step(None) == AckMany([a.lock_token])
+    assert steps.step(1) is None
+    snap = c.stats.snapshot()
+    assert (snap["delivered"], snap["acknowledged"], snap["released"], snap["lock_lost"]) == (3, 1, 1, 1)
+
+
+def test_a_poll_that_returns_after_the_stop_releases_its_messages() -> None:
+    c = core(concurrency=2)
+    steps = Stepper(c.run_steps("jobs"))
+    steps.step(None)
+    assert steps.step(0) == PollMessages(2, True)
+    a, b = message("a"), message("b")
+    c.stop()  # while the poll runs
+    assert steps.step([a, b]) == ReleaseMany([a.lock_token, b.lock_token])
+    assert steps.step(2) == Drain(1.0)
+    assert steps.step(0) == HandlersFinished()
+    assert steps.step(None) is None
+    assert c.stats.snapshot()["released"] == 2
+
+
+def test_a_failed_release_is_logged_and_the_worker_still_stops(caplog: pytest.LogCaptureFixture) -> None:
+    c = core(concurrency=2)
+    steps = Stepper(c.run_steps("jobs"))
+    steps.step(None)
+    steps.step(0)
+    c.stop()
+    assert isinstance(steps.step([message("a")]), ReleaseMany)
+    assert steps.step(error=DatabaseError("gone")) == Drain(1.0)
+    assert "releasing 1 messages polled ahead failed" in caplog.text
+    assert c.stats.snapshot()["released"] == 0
 
 
 @pytest.mark.parametrize(("concurrency", "batch_size", "prefetch", "held", "want"), [

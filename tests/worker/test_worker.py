@@ -217,6 +217,29 @@ def test_sigterm_lets_the_running_handler_finish(dsn: str, db) -> None:
     assert db.execute("SELECT count(*) FROM dq_messages").fetchone()[0] == 0  # acknowledged before exit
 
 
+def test_sigterm_releases_prefetched_messages_at_once(dsn: str, db) -> None:
+    """A stopping worker starts nothing more: the messages it polled ahead and has not started are
+    given back at once (due now, their delivery not counted), not left locked until their locks
+    expire; the running handler finishes and is acknowledged. With max_deliveries 1 the released
+    messages are still deliverable (not dead-lettered for a delivery that never reached a handler)."""
+    with DelayedQueue(dsn, "jobs") as q:
+        q.configure(max_deliveries=1, dead_letter_queue="jobs.dead")
+        q.offer_many([(f"m{i}", {"sleep": 2}) for i in range(4)])
+    proc = start_worker(dsn, "workerhandlers:slow", "--concurrency", "1", "--batch-size", "3",
+                        "--lock-timeout", "60", "--idle-check", "0.5", "--shutdown-grace", "20")
+    wait_for(db, "SELECT count(*) FROM handled WHERE phase = 'started'", 1)
+    wait_for(db, "SELECT count(*) FROM dq_messages WHERE queue = 'jobs' AND lock_token IS NOT NULL", 3)
+    code, out = stop(proc)
+    assert code == 0, out
+    assert db.execute("SELECT count(*) FROM handled WHERE phase = 'started'").fetchone()[0] == 1, out
+    assert db.execute("SELECT count(*) FROM handled WHERE phase = 'done'").fetchone()[0] == 1, out
+    left = db.execute("SELECT count(*), count(*) FILTER (WHERE lock_token IS NULL AND delivery_count = 0 "
+                      "AND scheduled_at <= clock_timestamp()) FROM dq_messages WHERE queue = 'jobs'").fetchone()
+    assert left == (3, 3), out
+    assert db.execute("SELECT count(*) FROM dq_messages WHERE queue = 'jobs.dead'").fetchone()[0] == 0
+    assert "released" in out
+
+
 def test_killed_worker_message_is_redelivered(dsn: str, db) -> None:
     with DelayedQueue(dsn, "jobs") as q:
         q.offer("orphan", {"sleep": 30})

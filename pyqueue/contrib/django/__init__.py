@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DelayedQueueBackend"]
+__all__ = ["DelayedQueueBackend", "enqueue_with_id"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "DelayedQueueBackend":
-        from .backend import DelayedQueueBackend
+    if name in __all__:
+        from . import backend
 
-        return DelayedQueueBackend
+        return getattr(backend, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

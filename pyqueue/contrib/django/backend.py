@@ -24,9 +24,11 @@ from django.utils.module_loading import import_string
 from psycopg.types.json import Jsonb
 
 from ... import limits
+from ...core.checks import described
 from ...core.statements import QueueStatements, Statement, qualified
 from ...drivers.sync import run
-from ...errors import translating
+from ...errors import InvalidArgument, ValueTooLong, translating
+from ...model import OfferOutcome
 from ...serializers import SerializerRegistry
 from .compat import (
     BaseTaskBackend,
@@ -37,8 +39,9 @@ from .compat import (
     TaskResultStatus,
     task_enqueued,
 )
+from .exceptions import ResultIdTaken
 
-__all__ = ["DelayedQueueBackend", "PAYLOAD_VERSION", "task_payload"]
+__all__ = ["DelayedQueueBackend", "PAYLOAD_VERSION", "check_result_id", "enqueue_with_id", "task_payload"]
 
 #: The version of the payload format of :func:`task_payload` (the ``"v"`` member).
 PAYLOAD_VERSION = 1
@@ -46,6 +49,8 @@ PAYLOAD_VERSION = 1
 # Django's priority range, and the check that it fits pyqueue's (so the mapping is the identity).
 DJANGO_PRIORITY_MIN, DJANGO_PRIORITY_MAX = -100, 100
 assert limits.PRIORITY_MIN <= DJANGO_PRIORITY_MIN and DJANGO_PRIORITY_MAX <= limits.PRIORITY_MAX
+#: The longest result id: a message key (the results table's ``id`` has the same length).
+RESULT_ID_CHARS = limits.KEY_CHARS
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,20 @@ class DjangoSql:
     #: A cursor over the dead letters of a task's message (its key, died in its queue), wherever its
     #: queue's dead-letter queue is (the filter reads the index of dead letters by source queue).
     dead_letters: str = "SELECT {s}dq_export_messages(NULL, NULL, %(filters)s) AS cursor"
+
+
+def check_result_id(result_id: object) -> str:
+    """``result_id`` if it can be a task's id and message key: a str of 1 to 200 characters.
+
+    :raises pyqueue.InvalidArgument: not a str, or empty (22023).
+    :raises pyqueue.ValueTooLong: over 200 characters (22001).
+    """
+    if not isinstance(result_id, str) or not result_id:
+        raise InvalidArgument(f"result_id must be a str of 1 to {RESULT_ID_CHARS} characters, "
+                              f"got {described(result_id)}")
+    if len(result_id) > RESULT_ID_CHARS:
+        raise ValueTooLong(f"result_id is {len(result_id)} characters, the limit is {RESULT_ID_CHARS}")
+    return result_id
 
 
 def _waiting(names: Sequence[str], rows: list[tuple[Any, ...]]) -> bool | None:
@@ -142,24 +161,50 @@ class DelayedQueueBackend(BaseTaskBackend):
         of Django's connection (a savepoint inside the caller's ``atomic()`` block, so a rollback there
         leaves no message and no row). Fires ``task_enqueued`` once both are written.
 
-        :returns: the ``TaskResult`` (status READY; its ``id`` is the message key).
+        :returns: the ``TaskResult`` (status READY; its ``id``, 32 random characters, is the message key).
         :raises InvalidTaskError: the task is not valid for this backend (``validate_task``).
         :raises pyqueue.InvalidArgument: pyqueue refuses the queue name.
         """
+        return self._enqueue(task, args, kwargs, None)
+
+    def enqueue_with_id(self, task: Task, result_id: str, args: Any, kwargs: Any) -> TaskResult:
+        """``enqueue`` under the caller's ``result_id`` (also the message key), idempotently: while a
+        results row with this id exists (until ``pyqueue_prune_results`` deletes it once finished),
+        another call offers nothing and returns that task's result as ``get_result`` reads it, whatever
+        task and arguments it was given, and fires no signal. A concurrent enqueue of the same id in
+        another transaction waits for that transaction (the row's primary key), then returns its task,
+        or enqueues if it rolled back: exactly one message and one row.
+
+        :param result_id: 1 to 200 characters (the results table's ``id`` and pyqueue's key limit).
+        :raises pyqueue.InvalidArgument: ``result_id`` is not a str or is empty (22023).
+        :raises pyqueue.ValueTooLong: ``result_id`` is over 200 characters (22001).
+        :raises ResultIdTaken: no task has this id, but a message with this key, offered by another
+            producer, is in the task's queue (nothing is written).
+        """
+        return self._enqueue(task, args, kwargs, check_result_id(result_id))
+
+    def _enqueue(self, task: Task, args: Any, kwargs: Any, result_id: str | None) -> TaskResult:
         from .models import TaskResultRecord
 
         self.validate_task(task)
-        result_id = get_random_string(32)
-        enqueued_at = timezone.now()
+        key = result_id or get_random_string(32)
         payload = task_payload(task, args, kwargs, self.alias)
-        op = self.statements(task.queue_name).offer(
-            result_id, payload, task.run_after, None, False, None, priority=task.priority)
+        op = self.statements(task.queue_name).offer(key, payload, task.run_after, None, False, None,
+                                                    priority=task.priority)
+        row = {"task_path": task.module_path, "queue_name": task.queue_name, "backend": self.alias,
+               "priority": task.priority, "args": payload["args"], "kwargs": payload["kwargs"],
+               "run_after": task.run_after, "status": TaskResultStatus.READY, "enqueued_at": timezone.now()}
+        rows = TaskResultRecord.objects.using(self.database)
         with transaction.atomic(using=self.database):
-            record = TaskResultRecord.objects.using(self.database).create(
-                id=result_id, task_path=task.module_path, queue_name=task.queue_name, backend=self.alias,
-                priority=task.priority, args=payload["args"], kwargs=payload["kwargs"], run_after=task.run_after,
-                status=TaskResultStatus.READY, enqueued_at=enqueued_at)
-            self.run_statement(op)
+            if result_id is None:
+                record = rows.create(id=key, **row)
+            else:  # the row's primary key decides between concurrent enqueues of one id
+                record, created = rows.get_or_create(id=key, defaults=row)
+                if not created:
+                    return self.get_result(key)
+            if self.run_statement(op) is not OfferOutcome.CREATED:
+                raise ResultIdTaken(f"enqueue_with_id: queue {task.queue_name!r} already has a message with key "
+                                    f"{key!r} that is no task of this backend")
         result = self.to_result(record, task)
         task_enqueued.send(type(self), task_result=result)
         return result
@@ -226,3 +271,14 @@ class DelayedQueueBackend(BaseTaskBackend):
         object.__setattr__(result, "_return_value", record.return_value)
         return result
 
+
+def enqueue_with_id(task: Task, result_id: str, /, *args: Any, **kwargs: Any) -> TaskResult:
+    """``task.enqueue(*args, **kwargs)`` under the caller's ``result_id``, idempotently
+    (:meth:`DelayedQueueBackend.enqueue_with_id`): ``task``'s backend must be a ``DelayedQueueBackend``.
+
+    :raises pyqueue.InvalidArgument: the backend is not a ``DelayedQueueBackend``, or a bad ``result_id``.
+    """
+    backend = task.get_backend()
+    if not isinstance(backend, DelayedQueueBackend):
+        raise InvalidArgument(f"enqueue_with_id: TASKS[{task.backend!r}] is not a DelayedQueueBackend")
+    return backend.enqueue_with_id(task, result_id, args, kwargs)

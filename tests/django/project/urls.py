@@ -1,1 +1,8 @@
-urlpatterns: list = []
+from django.contrib import admin
+from django.urls import path
+from tasksapp.views import enqueue_async
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("enqueue-async/", enqueue_async),
+]
