@@ -34,6 +34,7 @@ keeps them.
 
 It prints one table per task: tasks/s from the workers' start (and from the first success, i.e.
 without the process start-up), the ratio to plain SQL at the same parallelism, the enqueue rate, the
+transactions per task (the workers' round trips: all the database counted, less the driver's), the
 CPU per task of the server (only with persistent connections: with ``CONN_MAX_AGE = 0`` the backend
 of each task's connection exits and takes its CPU time along) and of the workers, the tasks that ran
 more than once, and the share of the machine other processes used. The host has 2 cores shared by
@@ -61,9 +62,9 @@ import psycopg
 from psycopg import sql
 
 from bench.lib.cpu import CpuSnapshot
-from bench.lib.database import create_database, server_info, source_info
+from bench.lib.database import create_database, server_info, source_info, xacts
 from bench.lib.report import PROJECT, RAW, arguments, console, machine_info, publish, rich_table, without
-from bench.lib.workers import STOP_TIMEOUT_S, die_with_parent
+from bench.lib.workers import STATS_SETTLE_S, STOP_TIMEOUT_S, die_with_parent
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -173,6 +174,8 @@ def run_workers(dsn: str, db_name: str, task_name: str, runner: str, parallelism
         if ours:
             conn.execute("VACUUM ANALYZE dq_messages")
         conn.execute("CHECKPOINT")
+    time.sleep(STATS_SETTLE_S)  # the enqueue's session reported its transactions
+    x0, polls = xacts(dsn), 0
     env = dict(os.environ, PYTHONPATH=str(PROJECT), PYTHONUNBUFFERED="1", BENCH_DJANGO_CONN_MAX_AGE=conn_max_age)
     processes = 1 if ours else parallelism
     procs: list[subprocess.Popen[bytes]] = []
@@ -189,6 +192,7 @@ def run_workers(dsn: str, db_name: str, task_name: str, runner: str, parallelism
                                                   preexec_fn=die_with_parent))
             while True:
                 done, failed, _ = counts(counter, table)
+                polls += 1
                 now = time.perf_counter()
                 if done and first is None:
                     first = now
@@ -211,6 +215,9 @@ def run_workers(dsn: str, db_name: str, task_name: str, runner: str, parallelism
                     p.kill()
                     p.wait(10)
         retried = counts(counter, table)[2]
+    time.sleep(STATS_SETTLE_S)  # the workers' sessions, closed, reported theirs
+    # The workers' transactions: all since x0, less this driver's (x0's reading, the counts).
+    per_task = (xacts(dsn) - x0 - 1 - polls - 1) / n
     cpu = before.until(after, elapsed)
     if failed:
         raise RuntimeError(f"{runner} x{parallelism}: {failed} tasks FAILED\n{logs[0].read_text(errors='replace')}")
@@ -224,8 +231,8 @@ def run_workers(dsn: str, db_name: str, task_name: str, runner: str, parallelism
             # With CONN_MAX_AGE 0 each task's backend exits before the end, taking its CPU time along.
             "server_us_per_task": round(cpu["server_cpu_s"] * 1e6 / n) if conn_max_age != "0" else None,
             "workers_us_per_task": round((after.clients_s - before.clients_s) * 1e6 / n),
-            "other_cpu": round(cpu["other_cpu"], 3), "ran_more_than_once": retried,
-            "exit_codes": [p.returncode for p in procs]}
+            "xacts_per_task": round(per_task, 2), "other_cpu": round(cpu["other_cpu"], 3),
+            "ran_more_than_once": retried, "exit_codes": [p.returncode for p in procs]}
 
 
 # --------------------------------------------------------------------------- plain SQL
@@ -281,7 +288,8 @@ def run_plain(dsn: str, db_name: str, task_name: str, clients: int, n: int, slee
             "tasks_per_s": round(n / elapsed, 1), "startup_s": None, "tasks_per_s_after_first": None,
             "server_us_per_task": round(cpu["server_cpu_s"] * 1e6 / n),
             "workers_us_per_task": round((after.clients_s - before.clients_s) * 1e6 / n),
-            "other_cpu": round(cpu["other_cpu"], 3), "ran_more_than_once": 0, "per_client": claimed}
+            "xacts_per_task": 1.0, "other_cpu": round(cpu["other_cpu"], 3), "ran_more_than_once": 0,
+            "per_client": claimed}
 
 
 # --------------------------------------------------------------------------- report
@@ -314,19 +322,25 @@ def tables(report: dict[str, Any]) -> list[Table]:
     caption = (f"Django {v['django']}, django-tasks {v['django-tasks']}, django-tasks-db {v['django-tasks-db']}, "
                f"{report['server']['version'].split(' on ')[0]}; {report['machine_note']}. age: the workers' "
                "CONN_MAX_AGE; vs plain: over plain SQL with as many clients; after 1st: without the start-up; "
-               "server µs: not with age 0 (each task's backend exits)")
+               "xacts: transactions per task (plain SQL: 1 by construction); server µs: not with age 0 (each task's "
+               "backend exits); other: CPU of other processes")
+    twice = any(r["ran_more_than_once"] for r in report["runs"])  # a column only when some task did
+    if not twice:
+        caption += "; no task ran twice"
     out = []
     for task in TASKS:
         rows = [[r["runner"], "" if r["conn_max_age"] is None else r["conn_max_age"], shape(r), _f(r["tasks_per_s"]),
                  _f(r["tasks_per_s_after_first"]), _f(r["vs_plain"], ".2f"), _f(r["startup_s"], ".2f"),
-                 _f(r["enqueue_per_s"]), _f(r["server_us_per_task"]), _f(r["workers_us_per_task"]),
-                 str(r["ran_more_than_once"]), f"{r['other_cpu']:.0%}"]
+                 _f(r["enqueue_per_s"]), f"{r['xacts_per_task']:.1f}", _f(r["server_us_per_task"]),
+                 _f(r["workers_us_per_task"]), *([str(r["ran_more_than_once"])] if twice else []),
+                 f"{r['other_cpu']:.0%}"]
                 for r in report["runs"] if r["task"] == task]
         what = "no-op" if task == "noop" else f"sleep {report['config']['sleep_ms']:g} ms"
         out.append(rich_table(
             f"Django tasks, {what}: {report['config']['tasks']:,} tasks from the workers' start to all SUCCESSFUL",
-            ["runner", "age", "as", "tasks/s", "after 1st", "vs plain", "start s", "enqueue/s", "server µs",
-             "workers µs", "twice", "other CPU"], rows, left=("runner", "age", "as"), caption=caption))
+            ["runner", "age", "as", "tasks/s", "after 1st", "vs plain", "start s", "enqueue/s", "xacts", "server µs",
+             "workers µs", *(["twice"] if twice else []), "other"], rows, left=("runner", "age", "as"),
+            caption=caption))
     return out
 
 
