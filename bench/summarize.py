@@ -21,7 +21,7 @@ from typing import Any
 from bench.lib.report import RESULTS, console, result_name, write_json
 
 BENCHMARKS = ("core", "latency", "controls", "peers", "spark", "chaos", "soak", "snapshot", "targets", "scrape",
-              "middleware_overhead", "console_queries", "console_pages")
+              "middleware_overhead", "console_queries", "console_pages", "django_worker")
 
 
 def benchmark_of(path: Path, report: dict[str, Any]) -> str:

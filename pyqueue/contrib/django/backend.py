@@ -13,10 +13,12 @@ and both run higher first); payload = the JSON object :func:`task_payload` build
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.apps import apps
+from django.core import checks
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 from django.utils.crypto import get_random_string
@@ -133,6 +135,15 @@ class DelayedQueueBackend(BaseTaskBackend):
         self.serializers = SerializerRegistry.default()
         self._statements: dict[str, QueueStatements] = {}
         self._sql = qualified(DjangoSql, self.schema)
+
+    def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
+        """Django's system checks of this backend (``manage.py check``): the base class's, and the error
+        ``pyqueue_django.E001`` when ``pyqueue.contrib.django``, the app owning the results table that
+        ``enqueue`` and the worker write, is not in ``INSTALLED_APPS``."""
+        yield from super().check(**kwargs)
+        if not apps.is_installed("pyqueue.contrib.django"):
+            yield checks.Error(f"TASKS[{self.alias!r}] is a {type(self).__name__}, but its app is not installed",
+                               hint="Add 'pyqueue.contrib.django' to INSTALLED_APPS", id="pyqueue_django.E001")
 
     # -- the queue's statements -------------------------------------------------------------------
     def statements(self, queue_name: str) -> QueueStatements:
