@@ -130,7 +130,7 @@ class TaskRunner:
             if isinstance(exc, KeyboardInterrupt):
                 raise  # the worker stops, as with any handler
             return
-        self._succeeded(message, record.id, value)
+        self._succeeded(message, record, value)
 
     # -- the attempt's transitions ----------------------------------------------------------------
     def _started(self, message: Message, payload: dict[str, Any], task: Task) -> Any:
@@ -156,26 +156,31 @@ class TaskRunner:
             record.save(using=self.database)
         return record
 
-    def _succeeded(self, message: Message, key: str, value: Any) -> None:
-        """RUNNING → SUCCESSFUL, committed with the acknowledgement (nothing when the lock was lost)."""
+    def _succeeded(self, message: Message, record: Any, value: Any) -> None:
+        """RUNNING → SUCCESSFUL, committed with the acknowledgement (nothing when the lock was lost);
+        ``task_finished`` gets the result as written (``record``, the row of this attempt), as the
+        reference backends send it, without reading it back."""
         from .models import TaskResultRecord
 
         try:
             return_value = _json(value)
         except (TypeError, ValueError) as exc:  # a return value JSON cannot hold fails the attempt
-            self._failed(message, key, exc)
+            self._failed(message, record.id, exc)
             return
+        finished_at = timezone.now()
         with transaction.atomic(using=self.database):
-            TaskResultRecord.objects.using(self.database).filter(id=key).update(
-                status=TaskResultStatus.SUCCESSFUL, return_value=return_value, finished_at=timezone.now())
+            TaskResultRecord.objects.using(self.database).filter(id=record.id).update(
+                status=TaskResultStatus.SUCCESSFUL, return_value=return_value, finished_at=finished_at)
             connection = connections[self.database]
             acked = message.ack(conn=connection.connection)
             if not acked:
                 transaction.set_rollback(True, using=self.database)
         if acked:
-            task_finished.send(type(self.backend), task_result=self.backend.get_result(key))
+            record.status, record.return_value, record.finished_at = (
+                TaskResultStatus.SUCCESSFUL, return_value, finished_at)
+            task_finished.send(type(self.backend), task_result=self.backend.to_result(record))
         else:
-            logger.warning("task %s finished but its lock was lost: it runs again", key)
+            logger.warning("task %s finished but its lock was lost: it runs again", record.id)
 
     def _failed(self, message: Message, key: str, exc: BaseException) -> None:
         """RUNNING → READY (nacked, retried after the backoff) or FAILED (dead-lettered: the task's
