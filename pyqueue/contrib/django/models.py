@@ -12,6 +12,7 @@ from typing import Any
 
 from django.db import models
 
+from .backend import RESULTS_TABLE
 from .compat import TaskResultStatus
 
 #: The longest task path stored (module path and function name of the task).
@@ -54,7 +55,7 @@ class TaskResultRecord(models.Model):
     last_attempted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        db_table = "pyqueue_django_task_result"
+        db_table = RESULTS_TABLE
         verbose_name = "task result"
         indexes = [
             models.Index(fields=["status", "queue_name"], name="pyqueue_dj_status_queue"),

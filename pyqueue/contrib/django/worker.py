@@ -42,7 +42,7 @@ from ...errors import InvalidArgument, NotConfigured
 from ...model import NackOutcome
 from ...sync.client import DelayedQueue, Message
 from ...sync.worker import Worker
-from .backend import PAYLOAD_VERSION, DelayedQueueBackend
+from .backend import PAYLOAD_VERSION, RESULTS_TABLE, DelayedQueueBackend
 from .compat import Task, TaskContext, TaskResultStatus, normalize_json, task_backends, task_finished, task_started
 from .retries import as_delay, policy_for
 
@@ -141,11 +141,8 @@ class TaskRunner:
         now = timezone.now()
         # One statement (autocommit) for the usual case, a row written by enqueue: the worker's other
         # round trips per task are the poll and the acknowledging transaction.
-        table = TaskResultRecord._meta.db_table
-        started = list(TaskResultRecord.objects.using(self.database).raw(
-            f"UPDATE {table} SET status = %s, started_at = coalesce(started_at, %s), finished_at = NULL, "
-            "last_attempted_at = %s, worker_ids = worker_ids || jsonb_build_array(%s::text) WHERE id = %s "
-            "RETURNING *", [TaskResultStatus.RUNNING, now, now, self.worker_id, message.key]))
+        started = list(TaskResultRecord.objects.using(self.database).raw(_STARTED, [
+            TaskResultStatus.RUNNING, now, now, self.worker_id, message.key]))
         if started:
             return started[0]
         # No row: the message was offered by another producer (SQL, Spark, pyqueue): made from the payload.
@@ -257,6 +254,14 @@ class TaskRunner:
             logger.warning("task %s gave up but its lock was lost: it runs again", key)
             return False
         return True
+
+
+#: READY (or any) -> RUNNING for an attempt, in one statement returning the row.
+_STARTED = (
+    "UPDATE pyqueue_django_task_result SET status = %s, started_at = coalesce(started_at, %s), "
+    "finished_at = NULL, last_attempted_at = %s, worker_ids = worker_ids || jsonb_build_array(%s::text) "
+    "WHERE id = %s RETURNING *")
+assert _STARTED.startswith(f"UPDATE {RESULTS_TABLE} "), "the results table was renamed: update _STARTED"
 
 
 def _json(value: Any) -> Any:
