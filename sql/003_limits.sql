@@ -95,6 +95,9 @@ COMMENT ON FUNCTION dq__limit_cron_lookahead_max() IS 'Internal: the longest loo
 REVOKE ALL ON FUNCTION dq__limit_cron_lookahead_max() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- ----------------------------------------------------------------------------- checked in SQL only
+CREATE OR REPLACE FUNCTION dq__limit_after_parents_max() RETURNS integer LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 10000 $$;
+COMMENT ON FUNCTION dq__limit_after_parents_max() IS 'Internal: the most parents one message is offered after (dq_offer''s after): 10,000.';
+REVOKE ALL ON FUNCTION dq__limit_after_parents_max() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 CREATE OR REPLACE FUNCTION dq__limit_config_hash_chars() RETURNS integer LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 64 $$;
 COMMENT ON FUNCTION dq__limit_config_hash_chars() IS 'Internal: the longest config_hash of dq_install_tick: 64 characters.';
 REVOKE ALL ON FUNCTION dq__limit_config_hash_chars() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
