@@ -17,8 +17,8 @@ COMMENT ON TABLE dq_dependencies IS
   'Parents not yet acknowledged of blocked messages: one row per (parent queue, parent key, child message). Use dq_offer(after => ...) and dq_dependencies; do not write this table directly.';
 REVOKE ALL ON dq_dependencies FROM PUBLIC;
 
--- A blocked child is stored with scheduled_at infinity and no message_group (no poll, group or
--- due-time index path ever sees it) and parents_pending > 0; on release it gets release_at and
+-- A blocked child is stored with scheduled_at 9999-12-31 (after any due time) and no message_group
+-- (no poll, group or due-time index path ever delivers it) and parents_pending > 0; on release it gets release_at and
 -- release_group. has_children marks a message some child waits for: its acknowledgement leaves the
 -- plain-delete fast path (dq_ack) and releases the children. Fast defaults: no table rewrite.
 ALTER TABLE dq_messages

@@ -151,4 +151,11 @@ CREATE OR REPLACE FUNCTION dq__max_time() RETURNS timestamptz
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT timestamptz '9999-12-30 00:00:00+00' $$;
 COMMENT ON FUNCTION dq__max_time() IS 'Internal: the latest timestamp the queue stores (9999-12-30 UTC).';
 REVOKE ALL ON FUNCTION dq__max_time() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+-- The due time of a message blocked by its parents (sql/095_dependencies.sql): after every time a
+-- message can be due (dq__max_time()), so no poll ever reaches it, and still readable by clients in
+-- any time zone (infinity is not: Python's datetime has no such value).
+CREATE OR REPLACE FUNCTION dq__blocked_time() RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT timestamptz '9999-12-31 00:00:00+00' $$;
+COMMENT ON FUNCTION dq__blocked_time() IS 'Internal: the due time a message blocked by its parents is stored with (9999-12-31 UTC, after dq__max_time()).';
+REVOKE ALL ON FUNCTION dq__blocked_time() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);

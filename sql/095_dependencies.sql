@@ -10,7 +10,7 @@
 -- either sees the child's dependency (and releases it) or happened before the offer looked.
 --
 -- Storage (migration 0017): one dq_dependencies row per (parent queue, parent key, child id) with the
--- child's on_parent_failure; the child is stored blocked: scheduled_at infinity and no message_group
+-- child's on_parent_failure; the child is stored blocked: scheduled_at dq__blocked_time() (9999-12-31, after any due time) and no message_group
 -- (no poll, group or due-time path ever sees it), parents_pending the number of its rows, release_at
 -- and release_group its due time and FIFO group once released. A parent carries has_children: its
 -- acknowledgement leaves dq_ack's plain delete and goes through dq__gone, which releases the
@@ -211,7 +211,7 @@ BEGIN
            (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,
             priority, message_group, expires_at, headers, parents_pending, release_at, release_group, has_children)
     SELECT dq__offer_after.queue, dq__offer_after.key, dq__offer_after.payload, dq__offer_after.payload_type,
-           'infinity', dq__offer_after.scheduled_at, dq__now(), dq__offer_after.priority, NULL,
+           dq__blocked_time(), dq__offer_after.scheduled_at, dq__now(), dq__offer_after.priority, NULL,
            dq__offer_after.expires_at, dq__offer_after.headers, count(DISTINCT (l.q, l.k)),
            dq__offer_after.scheduled_at, dq__offer_after.message_group, v_orphans
       FROM unnest(v_lq, v_lk) AS l(q, k)
