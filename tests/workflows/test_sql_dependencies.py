@@ -178,8 +178,8 @@ def test_release_sets_the_due_time_and_group(module_conn: psycopg.Connection[Any
     offer(c, "G1", group="g")
     offer(c, "B", after=["A"], at=LONG_AGO + timedelta(seconds=1), group="g")
     offer(c, "L", after=["A"], at=later)
-    row = c.execute("SELECT scheduled_at = '9999-12-31 00:00+00', message_group, release_at, release_group FROM dq_messages"
-                    " WHERE key = 'B'").fetchone()
+    row = c.execute("SELECT scheduled_at = '9999-12-31 00:00+00', message_group, release_at, release_group"
+                    " FROM dq_messages WHERE key = 'B'").fetchone()
     assert row == (True, None, LONG_AGO + timedelta(seconds=1), "g")
     got = poll(c)
     assert set(got) == {"A", "G1"}
