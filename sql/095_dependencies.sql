@@ -191,8 +191,13 @@ BEGIN
           FROM (SELECT m.id, coalesce(m.dead_from, m.queue) AS q, m.key AS k FROM dq_messages m
                  WHERE m.id = ANY (v_ids) ORDER BY m.id FOR KEY SHARE) l;
         IF v_locked IS NOT NULL THEN
-            -- The mark: an UPDATE, so that an ack that planned a plain delete re-checks the row.
-            UPDATE dq_messages m SET has_children = true WHERE m.id = ANY (v_locked) AND NOT m.has_children;
+            -- The mark: an UPDATE, so that an ack that planned a plain delete re-checks the row; one
+            -- row at a time in id order, so that two offers marking the same parents do not deadlock.
+            FOR v_id IN SELECT m.id FROM dq_messages m WHERE m.id = ANY (v_locked) AND NOT m.has_children
+                         ORDER BY m.id LOOP
+                UPDATE dq_messages m SET has_children = true WHERE m.id = v_id AND NOT m.has_children;
+            END LOOP;
+            v_id := NULL;
             v_lq := v_lq || v_got_q;
             v_lk := v_lk || v_got_k;
         END IF;
@@ -307,7 +312,7 @@ REVOKE ALL ON FUNCTION dq__release_children(bigint[]) FROM PUBLIC, dq_producer, 
 -- them as a parent either locked it before (the caller waited; this later statement sees its
 -- dependency rows) or looks after the commit and finds it gone. Dependency rows are deleted with
 -- DELETE .. RETURNING, so two transactions never count one twice; children are locked in id order
--- before they change (dq__release_children; FOR UPDATE here before they are dead-lettered).
+-- before their dependency rows are touched (and FOR UPDATE before they are dead-lettered).
 CREATE OR REPLACE FUNCTION dq__resolve(gone dq_messages[], outcome text, at timestamptz)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
@@ -333,6 +338,14 @@ BEGIN
     IF v_pq IS NULL THEN
         RETURN 0;
     END IF;
+    -- The children's rows before their dependency rows, in id order, as a leaving child does (its row
+    -- is deleted before its dependency rows): a child cancelled while its parent is acknowledged
+    -- cannot deadlock with it. The children are read in a new statement: it sees every offer that
+    -- named these parents (an offer still open holds a parent's lock, which the caller waited for).
+    PERFORM 1 FROM dq_messages m
+     WHERE m.id IN (SELECT d.child_id FROM dq_dependencies d JOIN unnest(v_pq, v_pk) AS p(q, k)
+                        ON d.parent_queue = p.q AND d.parent_key = p.k)
+     ORDER BY m.id FOR NO KEY UPDATE;
     IF dq__resolve.outcome = 'acked' THEN
         WITH gone AS (
             DELETE FROM dq_dependencies d USING unnest(v_pq, v_pk) AS p(q, k)
