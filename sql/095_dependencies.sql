@@ -113,6 +113,7 @@ CREATE OR REPLACE FUNCTION dq__offer_after(queue text, key text, payload bytea, 
                                            after jsonb, on_parent_failure text,
                                            OUT outcome text, OUT problem jsonb)
 LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
+SET enable_seqscan = off  -- index paths at every table size (stale statistics after a bulk offer)
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -250,6 +251,7 @@ REVOKE ALL ON FUNCTION dq__offer_after(text, text, bytea, text, timestamptz, boo
 CREATE OR REPLACE FUNCTION dq__release_children(ids bigint[])
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
+SET enable_seqscan = off  -- index paths at every table size (stale statistics after a bulk offer)
 AS $$
 DECLARE
     v_count    integer;
@@ -316,6 +318,7 @@ REVOKE ALL ON FUNCTION dq__release_children(bigint[]) FROM PUBLIC, dq_producer, 
 CREATE OR REPLACE FUNCTION dq__resolve(gone dq_messages[], outcome text, at timestamptz)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
+SET enable_seqscan = off  -- index paths at every table size (stale statistics after a bulk offer)
 AS $$
 DECLARE
     v_children  bigint[];
