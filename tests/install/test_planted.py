@@ -95,8 +95,9 @@ def producer_calls(app: psycopg.Connection[Any], q: str) -> None:
     assert one("SELECT dq_cancel_waiting(%s, 'm2')", q) == ("cancelled",)
     # A child of j and of p in the queue beside (released when both are acknowledged: admin_calls).
     assert one("SELECT dq_offer(%s, 'p', 'x'::text)", q + ".parent") == ("created",)
-    assert one("SELECT dq_offer(%s, 'child', 'c'::text, after => jsonb_build_array('j', jsonb_build_array(%s::text, 'p'), "
-               "jsonb_build_array('elsewhere', 'x')), on_parent_failure => 'proceed')", q, q + ".parent") == ("created",)
+    after = "jsonb_build_array('j', jsonb_build_array(%s::text, 'p'), jsonb_build_array('elsewhere', 'x'))"
+    assert one(f"SELECT dq_offer(%s, 'child', 'c'::text, after => {after}, on_parent_failure => 'proceed')",
+               q, q + ".parent") == ("created",)
 
 
 def consumer_calls(app: psycopg.Connection[Any], q: str) -> None:

@@ -418,3 +418,65 @@ def test_dependencies_lists_parents_and_children(module_conn: psycopg.Connection
     assert deps(c, "nothing") == []
     with pytest.raises(psycopg.errors.NullValueNotAllowed):
         c.execute("SELECT * FROM dq_dependencies(NULL, 'k')")
+
+
+# --------------------------------------------------------------------------- the acknowledgement path
+
+
+def functions_called_by(c: psycopg.Connection[Any], query: str, *params: Any) -> set[str]:
+    """The PL/pgSQL functions `query` called (track_functions, in one transaction)."""
+    with c.transaction():
+        c.execute("SET LOCAL track_functions = 'pl'")
+        c.execute(query, params)
+        rows = c.execute("SELECT funcname FROM pg_stat_xact_user_functions").fetchall()
+    return {r[0] for r in rows}
+
+
+def test_an_ack_without_children_keeps_the_plain_delete(module_conn: psycopg.Connection[Any]) -> None:
+    c = module_conn
+    offer(c, "A")
+    offer(c, "B", after=["A"])  # another queue's messages have children: no matter
+    offer(c, "plain", queue="other")
+    called = functions_called_by(c, "SELECT dq_ack(%s)", deliver(c, "plain", "other"))
+    assert "dq_ack" in called
+    assert not called & {"dq__gone", "dq__resolve", "dq__release_children"}
+    called = functions_called_by(c, "SELECT dq_ack(%s)", deliver(c, "A"))
+    assert {"dq__gone", "dq__resolve", "dq__release_children"} <= called
+
+
+def test_ack_many_releases_the_children_of_the_parents_among_its_tokens(module_conn: psycopg.Connection[Any]) -> None:
+    c = module_conn
+    for k in ("A", "B", "plain"):
+        offer(c, k)
+    offer(c, "C", after=["A", "B"])
+    offer(c, "D", after=["A"])
+    got = poll(c)
+    assert c.execute("SELECT dq_ack_many(%s)", ([got["A"], got["plain"]],)).fetchone() == (2,)
+    assert blocked(c) == {"C": 1}
+    assert list(poll(c)) == ["D"]
+    assert c.execute("SELECT dq_ack_many(%s)", ([got["B"]],)).fetchone() == (1,)
+    assert list(poll(c)) == ["C"]
+
+
+def test_wide_fan_in_and_fan_out(module_conn: psycopg.Connection[Any]) -> None:
+    c = module_conn
+    n = 2000
+    keys = [f"p{i}" for i in range(n)]
+    c.execute("SELECT dq_offer_many(%s, %s, %s, %s)", (Q, keys, [b"x"] * n, [LONG_AGO] * n))
+    offer(c, "in", after=keys)
+    for i in range(n):
+        offer(c, f"out{i}", after=["p0"])
+    assert blocked(c) == {"in": n, **{f"out{i}": 1 for i in range(n)}}
+    tokens = poll_all(c)
+    assert set(tokens) == set(keys)
+    assert c.execute("SELECT dq_ack_many(%s)", ([tokens[k] for k in keys[: n // 2]],)).fetchone() == (n // 2,)
+    assert blocked(c) == {"in": n // 2}
+    assert c.execute("SELECT dq_ack_many(%s)", ([tokens[k] for k in keys[n // 2:]],)).fetchone() == (n // 2,)
+    assert blocked(c) == {}
+    assert dependency_rows(c) == []
+    assert len(poll_all(c)) == n + 1
+
+
+def poll_all(c: psycopg.Connection[Any], queue: str = Q) -> dict[str, uuid.UUID]:
+    rows = c.execute("SELECT key, lock_token FROM dq_poll_many(%s, 10000, %s)", (queue, LOCK)).fetchall()
+    return {r[0]: r[1] for r in rows}
