@@ -95,6 +95,9 @@ COMMENT ON FUNCTION dq__limit_cron_lookahead_max() IS 'Internal: the longest loo
 REVOKE ALL ON FUNCTION dq__limit_cron_lookahead_max() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- ----------------------------------------------------------------------------- checked in SQL only
+CREATE OR REPLACE FUNCTION dq__limit_after_parents_max() RETURNS integer LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 10000 $$;
+COMMENT ON FUNCTION dq__limit_after_parents_max() IS 'Internal: the most parents one message is offered after (dq_offer''s after): 10,000.';
+REVOKE ALL ON FUNCTION dq__limit_after_parents_max() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 CREATE OR REPLACE FUNCTION dq__limit_config_hash_chars() RETURNS integer LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 64 $$;
 COMMENT ON FUNCTION dq__limit_config_hash_chars() IS 'Internal: the longest config_hash of dq_install_tick: 64 characters.';
 REVOKE ALL ON FUNCTION dq__limit_config_hash_chars() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
@@ -148,4 +151,11 @@ CREATE OR REPLACE FUNCTION dq__max_time() RETURNS timestamptz
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT timestamptz '9999-12-30 00:00:00+00' $$;
 COMMENT ON FUNCTION dq__max_time() IS 'Internal: the latest timestamp the queue stores (9999-12-30 UTC).';
 REVOKE ALL ON FUNCTION dq__max_time() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+-- The due time of a message blocked by its parents (sql/095_dependencies.sql): after every time a
+-- message can be due (dq__max_time()), so no poll ever reaches it, and still readable by clients in
+-- any time zone (infinity is not: Python's datetime has no such value).
+CREATE OR REPLACE FUNCTION dq__blocked_time() RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT timestamptz '9999-12-31 00:00:00+00' $$;
+COMMENT ON FUNCTION dq__blocked_time() IS 'Internal: the due time a message blocked by its parents is stored with (9999-12-31 UTC, after dq__max_time()).';
+REVOKE ALL ON FUNCTION dq__blocked_time() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);

@@ -54,13 +54,14 @@ AS $$
                               ORDER BY d.priority DESC, d.scheduled_at LIMIT 1) f
          WHERE levels.n < 128
     )
-    SELECT least(
+    -- A message blocked by its parents (sql/095_dependencies.sql) is stored due at dq__blocked_time(): never.
+    SELECT nullif(least(
         (SELECT min(levels.t) FROM levels),
         (SELECT min(d.scheduled_at) FROM dq_messages d
           WHERE d.queue = $1 AND (d.message_group IS NULL OR d.dead_from IS NOT NULL)
             AND d.priority < (SELECT levels.p FROM levels WHERE levels.n = 128)),
         (SELECT g.due_at FROM dq_groups g WHERE g.queue = $1 ORDER BY g.due_at LIMIT 1),
-        (SELECT s.due_at FROM dq_group_settles s WHERE s.queue = $1 ORDER BY s.due_at LIMIT 1))
+        (SELECT s.due_at FROM dq_group_settles s WHERE s.queue = $1 ORDER BY s.due_at LIMIT 1)), dq__blocked_time())
 $$;
 COMMENT ON FUNCTION dq__next_deliverable(text) IS 'Internal: the earliest time a message of the queue can be delivered (ungrouped messages and group heads; locks count at their expiry), pause and limits aside; NULL when none.';
 REVOKE ALL ON FUNCTION dq__next_deliverable(text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;

@@ -10,6 +10,10 @@ DROP FUNCTION IF EXISTS dq_offer(text, text, bytea, timestamptz, boolean, text);
 DROP FUNCTION IF EXISTS dq_offer(text, text, jsonb, timestamptz, boolean, text);
 DROP FUNCTION IF EXISTS dq_offer(text, text, text, timestamptz, boolean, text);
 DROP FUNCTION IF EXISTS dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[]);
+-- The signatures without after and on_parent_failure (0.x before dependencies), likewise.
+DROP FUNCTION IF EXISTS dq_offer(text, text, bytea, timestamptz, boolean, text, integer, text, timestamptz, jsonb);
+DROP FUNCTION IF EXISTS dq_offer(text, text, jsonb, timestamptz, boolean, text, integer, text, timestamptz, jsonb);
+DROP FUNCTION IF EXISTS dq_offer(text, text, text, timestamptz, boolean, text, integer, text, timestamptz, jsonb);
 DROP FUNCTION IF EXISTS dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text);
 -- dq__offer_many returned TABLE (key, outcome) before it returned counts and an array of outcomes.
 DROP FUNCTION IF EXISTS dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text, integer[], text[], timestamptz[], jsonb[]);
@@ -28,6 +32,9 @@ DROP FUNCTION IF EXISTS dq__offer_many(text, text, text[], bytea[], timestamptz[
 -- NULLS NOT DISTINCT makes an offer conflict only with the queue's ordinary message of that key.
 -- A grouped message (message_group) is inserted or updated first, then its group is settled
 -- (sql/020_groups.sql), and the group it left when an update moved it out of the group it headed.
+-- after names parents (sql/095_dependencies.sql): a new message is stored blocked until each parent
+-- that exists is acknowledged (dq__offer_after, which locks them); an update of a blocked message
+-- keeps it blocked, its new due time and group kept for its release.
 CREATE OR REPLACE FUNCTION dq_offer(
     queue          text,
     key            text,
@@ -38,7 +45,9 @@ CREATE OR REPLACE FUNCTION dq_offer(
     priority       integer DEFAULT 0,
     message_group  text DEFAULT NULL,
     expires_at     timestamptz DEFAULT NULL,
-    headers        jsonb DEFAULT NULL)
+    headers        jsonb DEFAULT NULL,
+    after          jsonb DEFAULT NULL,
+    on_parent_failure text DEFAULT 'wait')
 RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
@@ -52,6 +61,8 @@ DECLARE
     v_woken    boolean;
     v_left     text;
     v_settled  integer;
+    v_blocked  boolean;
+    v_after    record;
 BEGIN
     -- Every check in the order its error is reported; the payload limit is read only for a payload
     -- over the smallest limit a queue may have, the controls are checked only when one is set (the
@@ -69,13 +80,28 @@ BEGIN
         CASE WHEN dq_offer.priority IS DISTINCT FROM 0 OR dq_offer.message_group IS NOT NULL
                   OR dq_offer.expires_at IS NOT NULL OR dq_offer.headers IS NOT NULL
              THEN dq__controls_error('dq_offer', '', dq_offer.priority, dq_offer.message_group,
-                                     dq_offer.scheduled_at, dq_offer.expires_at, dq_offer.headers) END);
+                                     dq_offer.scheduled_at, dq_offer.expires_at, dq_offer.headers) END,
+        CASE WHEN dq_offer.after IS NOT NULL OR dq_offer.on_parent_failure IS DISTINCT FROM 'wait'
+             THEN dq__after_error('dq_offer', dq_offer.queue, dq_offer.key, dq_offer.after,
+                                  dq_offer.on_parent_failure) END);
     IF v_error ? 'hint' THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
     ELSIF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     v_type := coalesce(dq_offer.payload_type, 'bytes');
+    IF jsonb_array_length(dq_offer.after) > 0 THEN
+        -- A new message after its parents, stored blocked; when none of them exists, an ordinary
+        -- offer (sql/095_dependencies.sql).
+        v_after := dq__offer_after(dq_offer.queue, dq_offer.key, dq_offer.payload, v_type, dq_offer.scheduled_at,
+                                   dq_offer.can_update, dq_offer.priority, dq_offer.message_group,
+                                   dq_offer.expires_at, dq_offer.headers, dq_offer.after, dq_offer.on_parent_failure);
+        IF v_after.problem IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = v_after.problem->>'sqlstate', MESSAGE = v_after.problem->>'message';
+        ELSIF v_after.outcome IS NOT NULL THEN
+            RETURN v_after.outcome;
+        END IF;
+    END IF;
     IF dq_offer.can_update THEN
         INSERT INTO dq_messages AS m
                (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,
@@ -86,23 +112,27 @@ BEGIN
         ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO UPDATE
            SET payload = EXCLUDED.payload,
                payload_type = EXCLUDED.payload_type,
-               scheduled_at = EXCLUDED.scheduled_at,
+               scheduled_at = CASE WHEN m.parents_pending > 0 THEN m.scheduled_at ELSE EXCLUDED.scheduled_at END,
+               release_at = CASE WHEN m.parents_pending > 0 THEN EXCLUDED.scheduled_at END,
                scheduled_at_initially = EXCLUDED.scheduled_at_initially,
                created_at = EXCLUDED.created_at,
                delivery_count = 0,
                lock_token = NULL,
                last_error = NULL, last_error_at = NULL, due_at = NULL, claimed_at = NULL,
                cron_prefix = NULL,
-               priority = EXCLUDED.priority, message_group = EXCLUDED.message_group,
+               priority = EXCLUDED.priority,
+               message_group = CASE WHEN m.parents_pending > 0 THEN NULL ELSE EXCLUDED.message_group END,
+               release_group = CASE WHEN m.parents_pending > 0 THEN EXCLUDED.message_group END,
                expires_at = EXCLUDED.expires_at, headers = EXCLUDED.headers
          WHERE m.payload IS DISTINCT FROM EXCLUDED.payload
             OR m.payload_type IS DISTINCT FROM EXCLUDED.payload_type
             OR m.scheduled_at_initially IS DISTINCT FROM EXCLUDED.scheduled_at_initially
             OR m.priority IS DISTINCT FROM EXCLUDED.priority
-            OR m.message_group IS DISTINCT FROM EXCLUDED.message_group
+            OR (CASE WHEN m.parents_pending > 0 THEN m.release_group ELSE m.message_group END)
+                IS DISTINCT FROM EXCLUDED.message_group
             OR m.expires_at IS DISTINCT FROM EXCLUDED.expires_at
             OR m.headers IS DISTINCT FROM EXCLUDED.headers
-        RETURNING (m.xmax = 0), m.id INTO v_inserted, v_id;
+        RETURNING (m.xmax = 0), m.id, m.parents_pending > 0 INTO v_inserted, v_id, v_blocked;
     ELSE
         INSERT INTO dq_messages AS m
                (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,
@@ -118,6 +148,11 @@ BEGIN
         RETURN 'ignored';
     END IF;
     v_outcome := CASE WHEN v_inserted THEN 'created' ELSE 'updated' END;
+    IF v_blocked THEN
+        -- An update of a blocked message (no after): it stays blocked, with the new due time and
+        -- group for its release; it is in no group and due for nobody until then.
+        RETURN v_outcome;
+    END IF;
     IF NOT v_inserted THEN
         -- An update may have moved the message out of a group it headed: that group is settled too.
         SELECT g.message_group INTO v_left FROM dq_groups g
@@ -135,30 +170,32 @@ BEGIN
     RETURN v_outcome;
 END;
 $$;
-COMMENT ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text, integer, text, timestamptz, jsonb) IS 'dq_offer(queue, key, payload bytea, scheduled_at, can_update, payload_type, priority, message_group, expires_at, headers) -> text: offers one message: ''created'' (a new key), ''updated'' (can_update and something differs: replaced) or ''ignored''. Errors: 22004 NULL, 22023 empty or out of range, 22001 too long, 22008 a time out of range, 54000 payload or headers over the limit; nothing is written on error.';
-REVOKE ALL ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text, integer, text, timestamptz, jsonb) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text, integer, text, timestamptz, jsonb) TO dq_producer;
+COMMENT ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text, integer, text, timestamptz, jsonb, jsonb, text) IS 'dq_offer(queue, key, payload bytea, scheduled_at, can_update, payload_type, priority, message_group, expires_at, headers, after, on_parent_failure) -> text: offers one message: ''created'' (a new key), ''updated'' (can_update and something differs: replaced) or ''ignored''. after (a JSON array of keys of this queue or [queue, key] pairs) makes a new message wait until each of those messages that exists is acknowledged (one that does not exist, never offered or already acknowledged, is satisfied); on_parent_failure (wait, dead_letter, proceed) says what happens when a parent is dead-lettered, cancelled, expired or purged instead. Errors: 22004 NULL, 22023 empty or out of range (and after on an existing key, a cycle, the message itself), 22001 too long, 22008 a time out of range, 54000 payload, headers or after over the limit; nothing is written on error.';
+REVOKE ALL ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text, integer, text, timestamptz, jsonb, jsonb, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_offer(text, text, bytea, timestamptz, boolean, text, integer, text, timestamptz, jsonb, jsonb, text) TO dq_producer;
 
 -- The jsonb and text forms: the bytea form with the payload's UTF-8 text ("payload overloads" in docs/api.md).
 CREATE OR REPLACE FUNCTION dq_offer(queue text, key text, payload jsonb, scheduled_at timestamptz DEFAULT dq_now(),
     can_update boolean DEFAULT true, payload_type text DEFAULT NULL, priority integer DEFAULT 0,
-    message_group text DEFAULT NULL, expires_at timestamptz DEFAULT NULL, headers jsonb DEFAULT NULL)
+    message_group text DEFAULT NULL, expires_at timestamptz DEFAULT NULL, headers jsonb DEFAULT NULL,
+    after jsonb DEFAULT NULL, on_parent_failure text DEFAULT 'wait')
 RETURNS text
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
-AS $$ SELECT dq_offer($1, $2, convert_to($3::text, 'UTF8'), $4, $5, coalesce($6, 'json'), $7, $8, $9, $10) $$;
-COMMENT ON FUNCTION dq_offer(text, text, jsonb, timestamptz, boolean, text, integer, text, timestamptz, jsonb) IS 'dq_offer with a jsonb payload: stored as its UTF-8 text, payload_type ''json'' unless given. Same result and errors as the bytea form.';
-REVOKE ALL ON FUNCTION dq_offer(text, text, jsonb, timestamptz, boolean, text, integer, text, timestamptz, jsonb) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION dq_offer(text, text, jsonb, timestamptz, boolean, text, integer, text, timestamptz, jsonb) TO dq_producer;
+AS $$ SELECT dq_offer($1, $2, convert_to($3::text, 'UTF8'), $4, $5, coalesce($6, 'json'), $7, $8, $9, $10, $11, $12) $$;
+COMMENT ON FUNCTION dq_offer(text, text, jsonb, timestamptz, boolean, text, integer, text, timestamptz, jsonb, jsonb, text) IS 'dq_offer with a jsonb payload: stored as its UTF-8 text, payload_type ''json'' unless given. Same result and errors as the bytea form.';
+REVOKE ALL ON FUNCTION dq_offer(text, text, jsonb, timestamptz, boolean, text, integer, text, timestamptz, jsonb, jsonb, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_offer(text, text, jsonb, timestamptz, boolean, text, integer, text, timestamptz, jsonb, jsonb, text) TO dq_producer;
 
 CREATE OR REPLACE FUNCTION dq_offer(queue text, key text, payload text, scheduled_at timestamptz DEFAULT dq_now(),
     can_update boolean DEFAULT true, payload_type text DEFAULT NULL, priority integer DEFAULT 0,
-    message_group text DEFAULT NULL, expires_at timestamptz DEFAULT NULL, headers jsonb DEFAULT NULL)
+    message_group text DEFAULT NULL, expires_at timestamptz DEFAULT NULL, headers jsonb DEFAULT NULL,
+    after jsonb DEFAULT NULL, on_parent_failure text DEFAULT 'wait')
 RETURNS text
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
-AS $$ SELECT dq_offer($1, $2, convert_to($3, 'UTF8'), $4, $5, coalesce($6, 'text'), $7, $8, $9, $10) $$;
-COMMENT ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text, integer, text, timestamptz, jsonb) IS 'dq_offer with a text payload (also what an untyped literal resolves to): stored as UTF-8, payload_type ''text'' unless given. Same result and errors as the bytea form.';
-REVOKE ALL ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text, integer, text, timestamptz, jsonb) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text, integer, text, timestamptz, jsonb) TO dq_producer;
+AS $$ SELECT dq_offer($1, $2, convert_to($3, 'UTF8'), $4, $5, coalesce($6, 'text'), $7, $8, $9, $10, $11, $12) $$;
+COMMENT ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text, integer, text, timestamptz, jsonb, jsonb, text) IS 'dq_offer with a text payload (also what an untyped literal resolves to): stored as UTF-8, payload_type ''text'' unless given. Same result and errors as the bytea form.';
+REVOKE ALL ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text, integer, text, timestamptz, jsonb, jsonb, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_offer(text, text, text, timestamptz, boolean, text, integer, text, timestamptz, jsonb, jsonb, text) TO dq_producer;
 
 
 SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
@@ -235,20 +272,24 @@ BEGIN
             ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO UPDATE
                SET payload = EXCLUDED.payload,
                    payload_type = EXCLUDED.payload_type,
-                   scheduled_at = EXCLUDED.scheduled_at,
+                   scheduled_at = CASE WHEN m.parents_pending > 0 THEN m.scheduled_at ELSE EXCLUDED.scheduled_at END,
+               release_at = CASE WHEN m.parents_pending > 0 THEN EXCLUDED.scheduled_at END,
                    scheduled_at_initially = EXCLUDED.scheduled_at_initially,
                    created_at = EXCLUDED.created_at,
                    delivery_count = 0,
                    lock_token = NULL,
                    last_error = NULL, last_error_at = NULL, due_at = NULL, claimed_at = NULL,
                    cron_prefix = EXCLUDED.cron_prefix,
-                   priority = EXCLUDED.priority, message_group = EXCLUDED.message_group,
+                   priority = EXCLUDED.priority,
+               message_group = CASE WHEN m.parents_pending > 0 THEN NULL ELSE EXCLUDED.message_group END,
+               release_group = CASE WHEN m.parents_pending > 0 THEN EXCLUDED.message_group END,
                    expires_at = EXCLUDED.expires_at, headers = EXCLUDED.headers
              WHERE m.payload IS DISTINCT FROM EXCLUDED.payload
                 OR m.payload_type IS DISTINCT FROM EXCLUDED.payload_type
                 OR m.scheduled_at_initially IS DISTINCT FROM EXCLUDED.scheduled_at_initially
                 OR m.priority IS DISTINCT FROM EXCLUDED.priority
-                OR m.message_group IS DISTINCT FROM EXCLUDED.message_group
+                OR (CASE WHEN m.parents_pending > 0 THEN m.release_group ELSE m.message_group END)
+                IS DISTINCT FROM EXCLUDED.message_group
                 OR m.expires_at IS DISTINCT FROM EXCLUDED.expires_at
                 OR m.headers IS DISTINCT FROM EXCLUDED.headers
             RETURNING m.key AS k, (m.xmax = 0) AS inserted, m.scheduled_at AS s, m.id, m.message_group AS g

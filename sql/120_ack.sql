@@ -28,7 +28,9 @@ SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, p
 --    else its scheduled_at), acked_at the time of the outcome;
 --  * FIFO groups: the groups of grouped rows are settled (sql/020_groups.sql), so the next message
 --    of a group becomes deliverable;
---  * concurrency limits: in a queue with max_in_flight, consumers waiting for a free slot are woken.
+--  * concurrency limits: in a queue with max_in_flight, consumers waiting for a free slot are woken;
+--  * dependencies: an acknowledged parent releases its children, another outcome applies their
+--    on_parent_failure, and a blocked child takes its dependency rows along (dq__resolve).
 -- Callers collect the rows with DELETE .. RETURNING m (the whole row) and assign the result
 -- (`v := dq__gone(...)`), which PL/pgSQL evaluates as a simple expression. The queue's configuration
 -- is read once, in the statement that archives. Plans are generic: called from dq_ack
@@ -48,9 +50,15 @@ DECLARE
     v_settled  integer;
     v_woken    boolean;
     v_q        text;
+    v_resolved integer;
 BEGIN
     IF gone IS NULL THEN
         RETURN 0;
+    END IF;
+    -- Dependencies first (sql/095_dependencies.sql): children released or failed, a leaving child's
+    -- dependency rows deleted; only for rows that are parents or blocked children.
+    IF EXISTS (SELECT 1 FROM unnest(dq__gone.gone) g WHERE g.has_children OR g.parents_pending > 0) THEN
+        v_resolved := dq__resolve(dq__gone.gone, dq__gone.outcome, dq__gone.at);
     END IF;
     WITH cfg AS (
         SELECT q.queue, q.archive, q.max_in_flight FROM dq_queues q
@@ -82,7 +90,7 @@ BEGIN
     RETURN v_count;
 END;
 $$;
-COMMENT ON FUNCTION dq__gone(dq_messages[], text, timestamptz, boolean) IS 'Internal: what follows from deleted rows leaving the queue: archived with outcome (acked, cancelled, expired, dead) at the given time when their queue archives, their FIFO groups settled (grouped false: the caller knows none was grouped), waiters of queues with a concurrency limit woken; returns how many were archived.';
+COMMENT ON FUNCTION dq__gone(dq_messages[], text, timestamptz, boolean) IS 'Internal: what follows from deleted rows leaving the queue: archived with outcome (acked, cancelled, expired, dead) at the given time when their queue archives, their FIFO groups settled (grouped false: the caller knows none was grouped), waiters of queues with a concurrency limit woken, dependencies resolved (dq__resolve); returns how many were archived.';
 REVOKE ALL ON FUNCTION dq__gone(dq_messages[], text, timestamptz, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The queues whose leaving messages need dq__gone whatever their group: those that archive or limit
@@ -125,11 +133,13 @@ BEGIN
         v_error := dq__null_error('dq_ack', 'lock_token');
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    -- As in dq_ack_many: a plain delete when dq__gone has nothing to do.
+    -- As in dq_ack_many: a plain delete when dq__gone has nothing to do (not a parent: has_children
+    -- is set by an UPDATE of the row, which this delete re-checks after waiting for it).
     v_special := dq__gone_queues();
     DELETE FROM dq_messages m
      WHERE m.lock_token = dq_ack.lock_token
-       AND (m.message_group IS NULL OR m.dead_from IS NOT NULL) AND m.queue <> ALL (v_special);
+       AND (m.message_group IS NULL OR m.dead_from IS NOT NULL) AND m.queue <> ALL (v_special)
+       AND NOT m.has_children;
     IF FOUND THEN
         RETURN true;
     END IF;
@@ -172,12 +182,15 @@ BEGIN
     -- Rows that need nothing from dq__gone (ungrouped, of a queue that neither archives nor limits
     -- messages in flight) are deleted by a plain statement, as the plain-SQL baseline does: collecting
     -- whole rows for dq__gone cost 0.7-1.7 us a message (measured with batches of 100). The rest
-    -- (grouped, or of such a queue), and stale tokens, go through dq__gone. The queues' settings are
+    -- (grouped, of such a queue, or a parent some child waits for: has_children, set by an UPDATE
+    -- of the row that this delete re-checks on the row's latest version after waiting for the
+    -- offer that set it, sql/095_dependencies.sql), and stale tokens, go through dq__gone. The queues' settings are
     -- read by this statement's snapshot, as dq__gone reads them.
     v_special := dq__gone_queues();
     DELETE FROM dq_messages m
      WHERE m.lock_token = ANY (dq_ack_many.lock_tokens)
-       AND (m.message_group IS NULL OR m.dead_from IS NOT NULL) AND m.queue <> ALL (v_special);
+       AND (m.message_group IS NULL OR m.dead_from IS NOT NULL) AND m.queue <> ALL (v_special)
+       AND NOT m.has_children;
     GET DIAGNOSTICS v_plain = ROW_COUNT;
     IF v_plain = cardinality(dq_ack_many.lock_tokens) THEN
         RETURN v_plain;

@@ -24,7 +24,9 @@ SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, p
 
 SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- Move the given rows (locked by the caller's transaction) to dead_letter_queue, archiving them
--- with outcome dead (dq__gone, which also settles their FIFO groups). A row still carrying its lock token died of lock expiry: that is
+-- with outcome dead (dq__gone, which also settles their FIFO groups and applies their children's
+-- on_parent_failure). The dead letter keeps has_children (a redrive brings the parent back) and a
+-- blocked message's FIFO group; it waits for no parent (its dependency rows go, dq__resolve). A row still carrying its lock token died of lock expiry: that is
 -- recorded as its last error, at the time the lock expired (its scheduled_at). Concurrency: the
 -- caller holds the rows' locks (poll's FOR UPDATE SKIP LOCKED, nack's UPDATE). The insert is a
 -- plain INSERT in bytewise key order, the order every insert into dq_messages uses: it cannot
@@ -51,10 +53,11 @@ BEGIN
         INSERT INTO dq_messages AS d
                (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,
                 delivery_count, dead_delivery_count, last_error, last_error_at, dead_from, dead_at, dead_from_id,
-                priority, message_group, expires_at, headers)
+                priority, message_group, expires_at, headers, has_children)
         SELECT dq__dead_letter.dead_letter_queue, dead.key, dead.payload, dead.payload_type, dq__dead_letter.at,
                dq__dead_letter.at, dead.created_at, 0, dead.delivery_count, dead.last_error, dead.last_error_at,
-               dead.queue, dq__dead_letter.at, dead.id, dead.priority, dead.message_group, dead.expires_at, dead.headers
+               dead.queue, dq__dead_letter.at, dead.id, dead.priority, coalesce(dead.message_group, dead.release_group),
+               dead.expires_at, dead.headers, dead.has_children
           FROM dead
          ORDER BY dead.key COLLATE "C"
         RETURNING 1
@@ -80,7 +83,8 @@ SELECT dq__search_path(internal => false);
 -- what was inserted is deleted), so nothing is lost or overwritten. Each dead letter goes back to its
 -- own dead_from, even when several share a key. Only rows of dead_letter_queue that are dead letters
 -- (dead_from set) are candidates: an id of an ordinary message, or of another queue, is never
--- touched. Planned for each call's arguments (plan_cache_mode): with ids the candidates are read by
+-- touched. A redriven parent keeps has_children: it is the same parent (sql/095_dependencies.sql), and
+-- its acknowledgement releases the children still waiting for it. Planned for each call's arguments (plan_cache_mode): with ids the candidates are read by
 -- primary key, without them through the dead-letter queue's rows.
 SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 CREATE OR REPLACE FUNCTION dq__redrive(dead_letter_queue text, max_count integer, ids bigint[],
@@ -99,7 +103,7 @@ DECLARE
 BEGIN
     WITH cand AS (
         SELECT c.id, c.dead_from, c.key, c.payload, c.payload_type, c.created_at, c.last_error, c.last_error_at, c.dead_at,
-               c.priority, c.message_group, c.expires_at, c.headers
+               c.priority, c.message_group, c.expires_at, c.headers, c.has_children
           FROM dq_messages c
          WHERE c.queue = dq__redrive.dead_letter_queue AND c.dead_from IS NOT NULL
            AND (c.lock_token IS NULL OR c.scheduled_at <= v_now)
@@ -118,9 +122,10 @@ BEGIN
     ), ins AS (
         INSERT INTO dq_messages AS m
                (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,
-                delivery_count, last_error, last_error_at, priority, message_group, expires_at, headers)
+                delivery_count, last_error, last_error_at, priority, message_group, expires_at, headers, has_children)
         SELECT pick.dead_from, pick.key, pick.payload, pick.payload_type, v_now, v_now, pick.created_at,
-               0, pick.last_error, pick.last_error_at, pick.priority, pick.message_group, pick.expires_at, pick.headers
+               0, pick.last_error, pick.last_error_at, pick.priority, pick.message_group, pick.expires_at, pick.headers,
+               pick.has_children
           FROM pick
          ORDER BY pick.dead_from, pick.key COLLATE "C"
         ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO NOTHING

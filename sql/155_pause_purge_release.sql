@@ -64,7 +64,9 @@ COMMENT ON FUNCTION dq_resume_queue(text) IS 'dq_resume_queue(queue text) -> boo
 REVOKE ALL ON FUNCTION dq_resume_queue(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_resume_queue(text) TO dq_admin;
 
--- Delete every message of a queue. Not archived: a purge is not an outcome of the messages.
+-- Delete every message of a queue. Not archived: a purge is not an outcome of the messages. The
+-- children of purged parents follow their on_parent_failure, purged children take their dependency
+-- rows along (dq__resolve).
 -- In-flight messages are deleted too (their holders' acks then return false). Future occurrences
 -- of named schedules are offered again by the next dq_cron_tick (sql/230_cron_schedules.sql). Concurrency:
 -- one DELETE; rows locked by a poll in progress are deleted once that transaction ends.
@@ -75,9 +77,11 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_error    jsonb;
-    v_count   bigint;
-    v_settled integer;
-    v_woken   boolean;
+    v_count    bigint;
+    v_settled  integer;
+    v_woken    boolean;
+    v_related  dq_messages[];
+    v_resolved integer;
 BEGIN
     v_error := coalesce(
         dq__name_error('dq_purge', 'queue', dq_purge.queue, dq__limit_queue_chars()),
@@ -90,8 +94,15 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     PERFORM dq__cron_note_deleted(dq_purge.queue, NULL);
-    DELETE FROM dq_messages m WHERE m.queue = dq_purge.queue;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
+    WITH gone AS (
+        DELETE FROM dq_messages m WHERE m.queue = dq_purge.queue
+        RETURNING m.has_children OR m.parents_pending > 0 AS related, CASE WHEN m.has_children OR m.parents_pending > 0 THEN m END AS r
+    )
+    SELECT count(*), array_agg(gone.r) FILTER (WHERE gone.related) INTO v_count, v_related FROM gone;
+    -- Parents and blocked children purged: as any other leaving (sql/095_dependencies.sql), not archived.
+    IF v_related IS NOT NULL THEN
+        v_resolved := dq__resolve(v_related, 'purged', dq__clock());
+    END IF;
     -- Each group is settled rather than its row deleted: a message offered meanwhile (committed after
     -- the DELETE's snapshot) keeps a head (sql/020_groups.sql).
     SELECT dq__settle_groups(array_agg(g.queue), array_agg(g.message_group)) INTO v_settled

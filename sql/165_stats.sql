@@ -119,7 +119,7 @@ BEGIN
     SELECT min(x.t) INTO next_due FROM (
         SELECT (SELECT d.scheduled_at FROM dq_messages d
                  WHERE d.queue = queue AND (d.message_group IS NULL OR d.dead_from IS NOT NULL) AND d.priority = l.p
-                   AND d.scheduled_at > at AND d.lock_token IS NULL
+                   AND d.scheduled_at > at AND d.lock_token IS NULL AND d.scheduled_at < dq__blocked_time()
                  ORDER BY d.scheduled_at LIMIT 1) AS t
           FROM dq__levels(queue) AS l(p)
         UNION ALL

@@ -281,7 +281,7 @@ GRANT EXECUTE ON FUNCTION dq_redrive_matching(text, text, text, integer) TO dq_a
 -- Make a scheduled message due now, as an offer that moves its due time would: its priority and
 -- group stay, a grouped message's group is settled (its head's due time follows; a message behind
 -- its head still waits for the head) and waiting consumers are woken. Only a message that is not
--- due yet, not in flight and not a dead letter: false otherwise, or when the queue has no such key
+-- due yet, not in flight, not a dead letter and not blocked by parents (dq_offer's after): false otherwise, or when the queue has no such key
 -- (a message not due yet has not expired: an offer's expires_at is after its due time). Its first due time (scheduled_at_initially, the order of its group) is kept.
 -- Concurrency (READ COMMITTED): one UPDATE by (queue, key) whose conditions are checked again on
 -- the row's latest version after any wait for its lock. A poller holding the row (it became due
@@ -310,10 +310,10 @@ BEGIN
     UPDATE dq_messages m
        SET scheduled_at = v_now
      WHERE m.queue = dq_make_due.queue AND m.key = dq_make_due.key AND m.dead_from_id IS NULL
-       AND m.dead_from IS NULL AND m.lock_token IS NULL AND m.scheduled_at > v_now
+       AND m.dead_from IS NULL AND m.lock_token IS NULL AND m.scheduled_at > v_now AND m.parents_pending = 0
     RETURNING m.message_group INTO v_group;
     IF NOT FOUND THEN
-        RAISE NOTICE 'dq_make_due: queue % has no scheduled message with key % (not due yet, not in flight, not a dead letter)',
+        RAISE NOTICE 'dq_make_due: queue % has no scheduled message with key % (not due yet, not in flight, not a dead letter, not blocked by parents)',
             dq_make_due.queue, dq_make_due.key;
         RETURN false;
     END IF;

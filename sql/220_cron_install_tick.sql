@@ -116,10 +116,13 @@ LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_count  integer;
+    v_count    integer;
+    v_related  dq_messages[];
+    v_resolved integer;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended('dq_install_tick' || chr(1) || dq__cron_delete_future.queue
                                                    || chr(1) || dq__cron_delete_future.key_prefix, 0));
+    WITH gone AS (
     DELETE FROM dq_messages m
      WHERE m.queue = dq__cron_delete_future.queue
        AND m.key >= (dq__cron_delete_future.key_prefix || '/') COLLATE "C"  -- this prefix's keys only: a range of
@@ -133,8 +136,16 @@ BEGIN
        AND (dq__cron_delete_future.except_hash IS NULL
             OR dq__cron_key_hash(m.key, dq__cron_delete_future.key_prefix) <> dq__cron_delete_future.except_hash)
        AND (dq__cron_delete_future.only_hash IS NULL
-            OR dq__cron_key_hash(m.key, dq__cron_delete_future.key_prefix) = dq__cron_delete_future.only_hash);
-    GET DIAGNOSTICS v_count = ROW_COUNT;
+            OR dq__cron_key_hash(m.key, dq__cron_delete_future.key_prefix) = dq__cron_delete_future.only_hash)
+    RETURNING m.has_children OR m.parents_pending > 0 AS related,
+              CASE WHEN m.has_children OR m.parents_pending > 0 THEN m END AS r
+    )
+    SELECT count(*), array_agg(gone.r) FILTER (WHERE gone.related) INTO v_count, v_related FROM gone;
+    -- An occurrence some message was offered after: its children follow their on_parent_failure as
+    -- for a cancelled parent (sql/095_dependencies.sql).
+    IF v_related IS NOT NULL THEN
+        v_resolved := dq__resolve(v_related, 'cancelled', dq__clock());
+    END IF;
     RETURN v_count;
 END;
 $$;

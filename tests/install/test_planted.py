@@ -93,6 +93,11 @@ def producer_calls(app: psycopg.Connection[Any], q: str) -> None:
                "ARRAY['x', 'w']::bytea[], can_update => false)", q) == (1, 0, 1)
     assert one("SELECT dq_cancel(%s, 'm3')", q) == (True,)
     assert one("SELECT dq_cancel_waiting(%s, 'm2')", q) == ("cancelled",)
+    # A child of j and of p in the queue beside (released when both are acknowledged: admin_calls).
+    assert one("SELECT dq_offer(%s, 'p', 'x'::text)", q + ".parent") == ("created",)
+    after = "jsonb_build_array('j', jsonb_build_array(%s::text, 'p'), jsonb_build_array('elsewhere', 'x'))"
+    assert one(f"SELECT dq_offer(%s, 'child', 'c'::text, after => {after}, on_parent_failure => 'proceed')",
+               q, q + ".parent") == ("created",)
 
 
 def consumer_calls(app: psycopg.Connection[Any], q: str) -> None:
@@ -101,6 +106,7 @@ def consumer_calls(app: psycopg.Connection[Any], q: str) -> None:
     assert one("SELECT dq_channel(%s) LIKE 'dq\\_%%'", q) == (True,)
     assert one("SELECT dq_next_due(%s) <= clock_timestamp()", q) == (True,)
     assert one("SELECT count(*) FROM dq_get(%s, 'j')", q) == (1,)
+    assert one("SELECT count(*) FROM dq_dependencies(%s, 'child')", q) == (2,)
     tokens = [r[0] for r in app.execute("SELECT lock_token FROM dq_poll_many(%s, 3, interval '1 minute')", (q,))]
     assert len(tokens) == 3
     assert one("SELECT dq_ack(%s)", tokens[0]) == (True,)
@@ -171,6 +177,10 @@ def admin_calls(app: psycopg.Connection[Any], q: str) -> None:
         assert app.execute(sql.SQL("FETCH ALL FROM {}").format(sql.Identifier(cursor))).fetchall()
     assert one("SELECT dq_prune_archive() >= 0") == (True,)
     app.execute("CALL dq_prune_archive_all()")
+    # The last parent of the producer's child is acknowledged: the child is released.
+    (token,) = one("SELECT lock_token FROM dq_poll_many(%s, 1, interval '1 minute')", q + ".parent")
+    assert one("SELECT dq_ack(%s)", token) == (True,)
+    assert one("SELECT count(*) FROM dq_dependencies(%s, 'child')", q) == (0,)
     assert one("SELECT dq_purge(%s, confirm => true) >= 0", q) == (True,)
     # Schedules.
     assert one("SELECT count(*) FROM dq_cron_occurrences('every 1 hour', 'UTC', now(), 'infinity', 3)") == (3,)

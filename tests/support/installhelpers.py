@@ -28,7 +28,7 @@ ROLES = ("dq_producer", "dq_consumer", "dq_admin", "dq_viewer")
 #: The functions the read-only role dq_viewer may execute too (besides the role of :data:`ROLE_OF`);
 #: it may change nothing (tests/operations/test_observability_sql.py calls every other one as it).
 VIEWER_READS = frozenset({
-    "dq_now", "dq_get", "dq_next_due", "dq_list_messages", "dq_dead_letters", "dq_queue_stats",
+    "dq_now", "dq_get", "dq_dependencies", "dq_next_due", "dq_list_messages", "dq_dead_letters", "dq_queue_stats",
     "dq_cron_list", "dq_cron_occurrences", "dq_metrics", "dq_table_health",
     # the web console's reads (sql/168_console.sql)
     "dq_browse_messages", "dq_message_detail", "dq_dead_letter_groups", "dq_count_dead_letters", "dq_queue_config",
@@ -58,6 +58,7 @@ ROLE_OF = {
     "dq_extend": "dq_consumer",
     "dq_release": "dq_consumer",
     "dq_get": "dq_consumer",
+    "dq_dependencies": "dq_consumer",
     "dq_export_messages": "dq_consumer",
     "dq_export_messages_bounds": "dq_consumer",
     "dq_export_archive": "dq_admin",

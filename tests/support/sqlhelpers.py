@@ -76,6 +76,7 @@ def clean_connection(dsn: str) -> Iterator[psycopg.Connection[Any]]:
         conn.execute("DELETE FROM dq_queues")
         conn.execute("DELETE FROM dq_rate_tokens")
         conn.execute("DELETE FROM dq_archive")
+        conn.execute("DELETE FROM dq_dependencies")
         yield conn
 
 

@@ -1,0 +1,8 @@
+-- Rolling back 0017: dependencies go, with their rows. dq_dependencies(queue, key) reads the table and
+-- cannot work without it: dropped here (the next full apply creates it again, migrate's rule 4).
+-- Blocked messages become ordinary messages, due when they would have been released.
+DROP FUNCTION IF EXISTS dq_dependencies(text, text);
+UPDATE dq_messages SET scheduled_at = release_at, message_group = release_group WHERE parents_pending > 0;
+ALTER TABLE dq_messages DROP COLUMN IF EXISTS has_children, DROP COLUMN IF EXISTS release_group,
+    DROP COLUMN IF EXISTS release_at, DROP COLUMN IF EXISTS parents_pending;
+DROP TABLE IF EXISTS dq_dependencies;

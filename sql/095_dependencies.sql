@@ -1,0 +1,438 @@
+-- Dependencies: a message offered after others (dq_offer's after) is delivered once each of them is
+-- acknowledged.
+--
+-- A parent is named by (queue, key): the ordinary message with that key in that queue (not a dead
+-- letter). An update of it (a re-offer of the key) is the same parent; so is the message that a
+-- redrive brings back after it was dead-lettered. A parent that does not exist when its child is
+-- offered (never offered, or already acknowledged) is satisfied: the usual race is a parent that
+-- finishes before its child is offered, and the child must then not wait for ever. So the offer
+-- decides under the parents' row locks (below) which parents it waits for, and an acknowledgement
+-- either sees the child's dependency (and releases it) or happened before the offer looked.
+--
+-- Storage (migration 0017): one dq_dependencies row per (parent queue, parent key, child id) with the
+-- child's on_parent_failure; the child is stored blocked: scheduled_at dq__blocked_time() (9999-12-31, after any due time) and no message_group
+-- (no poll, group or due-time path ever sees it), parents_pending the number of its rows, release_at
+-- and release_group its due time and FIFO group once released. A parent carries has_children: its
+-- acknowledgement leaves dq_ack's plain delete and goes through dq__gone, which releases the
+-- children. has_children is set on the parent row by an UPDATE (not only a lock) so that an ack that
+-- read its plan before the child's offer committed re-checks the row (EvalPlanQual) and sees it.
+--
+-- What happens when a parent leaves otherwise (dead-lettered, cancelled, expired, purged), chosen per
+-- child with on_parent_failure: wait (the default: the child stays blocked by that parent; a
+-- dead-lettered parent that is redriven and acknowledged releases it), proceed (as if acknowledged)
+-- or dead_letter (the child goes to its own queue's dead-letter queue; a queue without one keeps it
+-- waiting). A child that leaves (cancelled, expired, purged, dead-lettered) takes its dependency rows
+-- with it. Cycles cannot form: only a new message names parents, and a new message has no children,
+-- unless children still wait for an earlier message of its key that left (wait): then the offer walks
+-- those descendants and refuses a parent among them.
+-- Pin the search_path to the install schema (sql/000_common.sql).
+SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
+
+SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
+
+-- The error for a bad after or on_parent_failure of fn (NULL when both are valid). after is NULL, or
+-- a JSON array of at most dq__limit_after_parents_max() elements, each a key (a string: a message of
+-- the child's own queue) or a [queue, key] pair; the child itself is not a parent.
+CREATE OR REPLACE FUNCTION dq__after_error(fn text, queue text, key text, after jsonb, on_parent_failure text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_variable
+DECLARE
+    v_error  jsonb;
+    v_e      jsonb;
+    v_i      integer := 0;
+    v_q      text;
+    v_k      text;
+BEGIN
+    IF on_parent_failure IS NULL THEN
+        RETURN dq__null_error(fn, 'on_parent_failure');
+    ELSIF on_parent_failure NOT IN ('wait', 'dead_letter', 'proceed') THEN
+        RETURN dq__error('22023', format('%s: on_parent_failure must be wait, dead_letter or proceed, not %s',
+                                         fn, on_parent_failure));
+    END IF;
+    IF after IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(after) <> 'array' THEN
+        RETURN dq__error('22023', format('%s: after must be a JSON array of keys or [queue, key] pairs, not %s',
+                                         fn, jsonb_typeof(after)));
+    END IF;
+    IF jsonb_array_length(after) > dq__limit_after_parents_max() THEN
+        RETURN dq__error('54000', format('%s: after names %s parents, more than %s', fn, jsonb_array_length(after),
+                                         dq__limit_after_parents_max()));
+    END IF;
+    FOR v_e IN SELECT e FROM jsonb_array_elements(after) AS e LOOP
+        v_i := v_i + 1;
+        IF jsonb_typeof(v_e) = 'string' THEN
+            v_q := queue;
+            v_k := v_e #>> '{}';
+        ELSIF jsonb_typeof(v_e) = 'array' AND jsonb_array_length(v_e) = 2
+              AND jsonb_typeof(v_e -> 0) = 'string' AND jsonb_typeof(v_e -> 1) = 'string' THEN
+            v_q := v_e ->> 0;
+            v_k := v_e ->> 1;
+        ELSE
+            RETURN dq__error('22023', format('%s: after[%s] must be a key or a [queue, key] pair, not %s',
+                                             fn, v_i, v_e));
+        END IF;
+        v_error := coalesce(dq__name_error(fn, format('after[%s] queue', v_i), v_q, dq__limit_queue_chars()),
+                            dq__name_error(fn, format('after[%s] key', v_i), v_k, dq__limit_key_chars()));
+        IF v_error IS NOT NULL THEN
+            RETURN v_error;
+        END IF;
+        IF v_q = queue AND v_k = key THEN
+            RETURN dq__error('22023', format('%s: after[%s] names the message itself (%s, %s)', fn, v_i, v_q, v_k));
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END;
+$$;
+COMMENT ON FUNCTION dq__after_error(text, text, text, jsonb, text) IS 'Internal: the error for a bad after (a JSON array of keys or [queue, key] pairs, not the message itself, at most dq__limit_after_parents_max()) or on_parent_failure (wait, dead_letter, proceed) of fn; NULL when valid.';
+REVOKE ALL ON FUNCTION dq__after_error(text, text, text, jsonb, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- Offer a new message after its parents (after checked by dq__after_error, not empty). Returns
+-- outcome NULL when no parent exists (all satisfied: the caller offers an ordinary message), else
+-- created, or ignored (the key exists and can_update is false); problem is the error for the caller to
+-- raise: 22023 when the key exists and can_update (after applies to a new message), or a parent is
+-- a descendant of the message (a cycle through children still waiting for an earlier message of its
+-- key).
+-- Concurrency (READ COMMITTED): each existing parent row (its ordinary message, or a dead letter of
+-- it, which a redrive may bring back) is locked FOR KEY SHARE, in id order, and marked has_children
+-- by an UPDATE (when not marked yet); both hold to the end of the transaction. An ack or dead-letter
+-- of a parent (a DELETE) therefore waits for this offer's commit, and its dq__gone, a later
+-- statement, sees the dependency rows; an ack that chose dq_ack's plain delete before the mark
+-- re-checks the updated row and leaves that path. A parent row that vanished while we waited for
+-- its lock (acknowledged: satisfied; or dead-lettered or redriven: DELETE and INSERT of a new row,
+-- invisible to the locking statement's snapshot) is looked for again by a new statement, until every
+-- parent visible to the latest statement is locked. A parent acknowledged before the first look is
+-- satisfied. The child is inserted with ON CONFLICT DO NOTHING: a concurrent offer of the same key
+-- that won is reported as for an existing key.
+CREATE OR REPLACE FUNCTION dq__offer_after(queue text, key text, payload bytea, payload_type text,
+                                           scheduled_at timestamptz, can_update boolean, priority integer,
+                                           message_group text, expires_at timestamptz, headers jsonb,
+                                           after jsonb, on_parent_failure text,
+                                           OUT outcome text, OUT problem jsonb)
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
+SET enable_seqscan = off  -- index paths at every table size (stale statistics after a bulk offer)
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_pq       text[];
+    v_pk       text[];
+    v_todo_q   text[];
+    v_todo_k   text[];
+    v_seen     bigint[];
+    v_locked   bigint[];
+    v_lq       text[] := '{}';
+    v_lk       text[] := '{}';
+    v_got_q    text[];
+    v_got_k    text[];
+    v_ids      bigint[];
+    v_id       bigint;
+    v_orphans  boolean;
+    v_cycle    text;
+BEGIN
+    IF EXISTS (SELECT 1 FROM dq_messages m
+                WHERE m.queue = dq__offer_after.queue AND m.key = dq__offer_after.key AND m.dead_from IS NULL) THEN
+        IF dq__offer_after.can_update THEN
+            problem := dq__error('22023', format('dq_offer: after applies to a new message; %s of queue %s exists '
+                                                 '(offer it without after, or cancel it first)',
+                                                 dq__offer_after.key, dq__offer_after.queue));
+        ELSE
+            outcome := 'ignored';
+        END IF;
+        RETURN;
+    END IF;
+    SELECT array_agg(p.q ORDER BY p.q COLLATE "C", p.k COLLATE "C"), array_agg(p.k ORDER BY p.q COLLATE "C", p.k COLLATE "C")
+      INTO v_pq, v_pk
+      FROM (SELECT DISTINCT CASE WHEN jsonb_typeof(e) = 'string' THEN dq__offer_after.queue ELSE e ->> 0 END AS q,
+                            CASE WHEN jsonb_typeof(e) = 'string' THEN e #>> '{}' ELSE e ->> 1 END AS k
+              FROM jsonb_array_elements(dq__offer_after.after) AS e) p;
+    IF v_pq IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- Children still waiting for an earlier message of this key: the new message is their parent
+    -- too (its ack releases them), so none of its own parents may descend from it.
+    v_orphans := EXISTS (SELECT 1 FROM dq_dependencies d
+                          WHERE d.parent_queue = dq__offer_after.queue AND d.parent_key = dq__offer_after.key);
+    IF v_orphans THEN
+        WITH RECURSIVE descendant(q, k) AS (
+            SELECT m.queue, m.key FROM dq_dependencies d JOIN dq_messages m ON m.id = d.child_id
+             WHERE d.parent_queue = dq__offer_after.queue AND d.parent_key = dq__offer_after.key
+            UNION
+            SELECT m.queue, m.key FROM descendant s
+              JOIN dq_dependencies d ON d.parent_queue = s.q AND d.parent_key = s.k
+              JOIN dq_messages m ON m.id = d.child_id
+        )
+        SELECT format('(%s, %s)', s.q, s.k) INTO v_cycle
+          FROM descendant s JOIN unnest(v_pq, v_pk) AS p(q, k) ON p.q = s.q AND p.k = s.k LIMIT 1;
+        IF v_cycle IS NOT NULL THEN
+            problem := dq__error('22023', format('dq_offer: after names %s, which waits for %s of queue %s: a cycle',
+                                                 v_cycle, dq__offer_after.key, dq__offer_after.queue));
+            RETURN;
+        END IF;
+    END IF;
+
+    -- Lock the parents that exist (see Concurrency above).
+    v_todo_q := v_pq;
+    v_todo_k := v_pk;
+    LOOP
+        -- A new statement: the rows of the parents not locked yet, as of now (not locked: a plain read).
+        SELECT array_agg(r.id) INTO v_ids FROM (
+            SELECT m.id FROM unnest(v_todo_q, v_todo_k) AS p(q, k)
+              JOIN dq_messages m ON m.queue = p.q AND m.key = p.k AND m.dead_from IS NULL
+            UNION ALL
+            SELECT m.id FROM unnest(v_todo_q, v_todo_k) AS p(q, k)
+              JOIN dq_messages m ON m.dead_from = p.q AND m.key = p.k) r
+         WHERE NOT (r.id = ANY (coalesce(v_seen, '{}')));
+        EXIT WHEN v_ids IS NULL;
+        v_seen := coalesce(v_seen, '{}') || v_ids;
+        SELECT array_agg(l.id), array_agg(l.q), array_agg(l.k) INTO v_locked, v_got_q, v_got_k
+          FROM (SELECT m.id, coalesce(m.dead_from, m.queue) AS q, m.key AS k FROM dq_messages m
+                 WHERE m.id = ANY (v_ids) ORDER BY m.id FOR KEY SHARE) l;
+        IF v_locked IS NOT NULL THEN
+            -- The mark: an UPDATE, so that an ack that planned a plain delete re-checks the row; one
+            -- row at a time in id order, so that two offers marking the same parents do not deadlock.
+            FOR v_id IN SELECT m.id FROM dq_messages m WHERE m.id = ANY (v_locked) AND NOT m.has_children
+                         ORDER BY m.id LOOP
+                UPDATE dq_messages m SET has_children = true WHERE m.id = v_id AND NOT m.has_children;
+            END LOOP;
+            v_id := NULL;
+            v_lq := v_lq || v_got_q;
+            v_lk := v_lk || v_got_k;
+        END IF;
+        EXIT WHEN coalesce(cardinality(v_locked), 0) = cardinality(v_ids);
+        -- Some row vanished while we waited: look again for the parents not locked yet.
+        SELECT array_agg(p.q), array_agg(p.k) INTO v_todo_q, v_todo_k
+          FROM unnest(v_pq, v_pk) AS p(q, k)
+         WHERE NOT EXISTS (SELECT 1 FROM unnest(v_lq, v_lk) AS l(q, k) WHERE l.q = p.q AND l.k = p.k);
+        EXIT WHEN v_todo_q IS NULL;
+    END LOOP;
+    IF cardinality(v_lq) = 0 THEN
+        RETURN;  -- every parent is satisfied
+    END IF;
+
+    INSERT INTO dq_messages AS m
+           (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,
+            priority, message_group, expires_at, headers, parents_pending, release_at, release_group, has_children)
+    SELECT dq__offer_after.queue, dq__offer_after.key, dq__offer_after.payload, dq__offer_after.payload_type,
+           dq__blocked_time(), dq__offer_after.scheduled_at, dq__now(), dq__offer_after.priority, NULL,
+           dq__offer_after.expires_at, dq__offer_after.headers, count(DISTINCT (l.q, l.k)),
+           dq__offer_after.scheduled_at, dq__offer_after.message_group, v_orphans
+      FROM unnest(v_lq, v_lk) AS l(q, k)
+    ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO NOTHING
+    RETURNING m.id INTO v_id;
+    IF v_id IS NULL THEN
+        IF dq__offer_after.can_update THEN
+            problem := dq__error('22023', format('dq_offer: after applies to a new message; %s of queue %s exists',
+                                                 dq__offer_after.key, dq__offer_after.queue));
+        ELSE
+            outcome := 'ignored';
+        END IF;
+        RETURN;
+    END IF;
+    INSERT INTO dq_dependencies (parent_queue, parent_key, child_id, on_parent_failure)
+    SELECT DISTINCT l.q, l.k, v_id, dq__offer_after.on_parent_failure FROM unnest(v_lq, v_lk) AS l(q, k)
+    ON CONFLICT DO NOTHING;
+    outcome := 'created';
+END;
+$$;
+COMMENT ON FUNCTION dq__offer_after(text, text, bytea, text, timestamptz, boolean, integer, text, timestamptz, jsonb, jsonb, text) IS 'Internal: dq_offer of a new message after its parents (see sql/095_dependencies.sql): (outcome NULL when no parent exists, created or ignored; problem: the error to raise).';
+REVOKE ALL ON FUNCTION dq__offer_after(text, text, bytea, text, timestamptz, boolean, integer, text, timestamptz, jsonb, jsonb, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- Take parents_pending of the children (ids, one element per dependency row gone: a child may
+-- appear more than once) down by their count; a child that reaches 0 is released: due at release_at,
+-- in release_group. Settles the released children's FIFO groups and wakes their queues' waiters.
+-- Returns how many were released. Concurrency: the children's rows are locked first, in id order
+-- (two acks of parents of the same children lock them in the same order), then updated in a new
+-- statement; the caller deleted the dependency rows it counts (DELETE .. RETURNING: a row deleted by
+-- another transaction meanwhile is not counted twice).
+CREATE OR REPLACE FUNCTION dq__release_children(ids bigint[])
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
+SET enable_seqscan = off  -- index paths at every table size (stale statistics after a bulk offer)
+AS $$
+DECLARE
+    v_count    integer;
+    v_queues   text[];
+    v_groups   text[];
+    v_dues     timestamptz[];
+    v_settled  integer;
+    v_woken    boolean;
+    v_row      record;
+BEGIN
+    IF ids IS NULL THEN
+        RETURN 0;
+    END IF;
+    PERFORM 1 FROM dq_messages m WHERE m.id = ANY (dq__release_children.ids) ORDER BY m.id FOR NO KEY UPDATE;
+    WITH c AS (
+        SELECT u.id, count(*)::integer AS n FROM unnest(dq__release_children.ids) AS u(id) GROUP BY u.id
+    ), upd AS (
+        UPDATE dq_messages m
+           SET parents_pending = greatest(m.parents_pending - c.n, 0),
+               scheduled_at = CASE WHEN m.parents_pending <= c.n THEN m.release_at ELSE m.scheduled_at END,
+               message_group = CASE WHEN m.parents_pending <= c.n THEN m.release_group ELSE m.message_group END,
+               release_at = CASE WHEN m.parents_pending <= c.n THEN NULL ELSE m.release_at END,
+               release_group = CASE WHEN m.parents_pending <= c.n THEN NULL ELSE m.release_group END
+          FROM c
+         WHERE m.id = c.id AND m.parents_pending > 0
+        RETURNING m.queue, m.scheduled_at, m.message_group, m.parents_pending = 0 AS released
+    )
+    SELECT count(*) FILTER (WHERE upd.released),
+           array_agg(upd.queue) FILTER (WHERE upd.released AND upd.message_group IS NOT NULL),
+           array_agg(upd.message_group) FILTER (WHERE upd.released AND upd.message_group IS NOT NULL),
+           array_agg(upd.scheduled_at) FILTER (WHERE upd.released AND upd.message_group IS NOT NULL)
+      INTO v_count, v_queues, v_groups, v_dues
+      FROM upd;
+    IF v_groups IS NOT NULL THEN
+        -- A released grouped child joins its group in order of scheduled_at_initially (sql/020_groups.sql).
+        v_settled := dq__settle_groups(v_queues, v_groups, v_dues);
+    END IF;
+    FOR v_row IN
+        SELECT m.queue, min(m.scheduled_at) AS due FROM dq_messages m
+         WHERE m.id = ANY (dq__release_children.ids) AND m.parents_pending = 0 AND m.message_group IS NULL
+         GROUP BY m.queue
+    LOOP
+        v_woken := dq__wake(v_row.queue, v_row.due);
+    END LOOP;
+    RETURN v_count;
+END;
+$$;
+COMMENT ON FUNCTION dq__release_children(bigint[]) IS 'Internal: takes the children''s parents_pending down by how often each id is given, releasing those that reach 0 (due at release_at, in release_group), their groups settled and waiters woken; returns how many were released.';
+REVOKE ALL ON FUNCTION dq__release_children(bigint[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- What follows for dependencies from messages leaving (dq__gone, dq_purge; outcome acked, dead,
+-- cancelled, expired or purged). Rows that are children (parents_pending > 0) take their dependency
+-- rows with them. Rows that are parents (has_children, ordinary messages): acked releases their
+-- children; any other outcome applies each child's on_parent_failure: proceed (as acked), dead_letter
+-- (the child goes to its queue's dead-letter queue: dq__dead_letter, which calls dq__gone for it in
+-- turn; a queue without one keeps the child waiting), wait (nothing changes: the child stays blocked
+-- by this (queue, key); a redriven dead letter of it is the same parent). Returns how many children
+-- were released or dead-lettered.
+-- Concurrency: the caller deleted the rows (holding their locks to commit): an offer naming one of
+-- them as a parent either locked it before (the caller waited; this later statement sees its
+-- dependency rows) or looks after the commit and finds it gone. Dependency rows are deleted with
+-- DELETE .. RETURNING, so two transactions never count one twice; children are locked in id order
+-- before their dependency rows are touched (and FOR UPDATE before they are dead-lettered).
+CREATE OR REPLACE FUNCTION dq__resolve(gone dq_messages[], outcome text, at timestamptz)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
+SET enable_seqscan = off  -- index paths at every table size (stale statistics after a bulk offer)
+AS $$
+DECLARE
+    v_children  bigint[];
+    v_pq        text[];
+    v_pk        text[];
+    v_release   bigint[];
+    v_dead      bigint[];
+    v_count     integer := 0;
+    v_row       record;
+    v_moved     integer;
+BEGIN
+    SELECT array_agg(g.id) FILTER (WHERE g.parents_pending > 0),
+           array_agg(g.queue) FILTER (WHERE g.has_children AND g.dead_from IS NULL),
+           array_agg(g.key) FILTER (WHERE g.has_children AND g.dead_from IS NULL)
+      INTO v_children, v_pq, v_pk
+      FROM unnest(dq__resolve.gone) g;
+    IF v_children IS NOT NULL THEN
+        DELETE FROM dq_dependencies d WHERE d.child_id = ANY (v_children);
+    END IF;
+    IF v_pq IS NULL THEN
+        RETURN 0;
+    END IF;
+    -- The children's rows before their dependency rows, in id order, as a leaving child does (its row
+    -- is deleted before its dependency rows): a child cancelled while its parent is acknowledged
+    -- cannot deadlock with it. The children are read in a new statement: it sees every offer that
+    -- named these parents (an offer still open holds a parent's lock, which the caller waited for).
+    PERFORM 1 FROM dq_messages m
+     WHERE m.id IN (SELECT d.child_id FROM dq_dependencies d JOIN unnest(v_pq, v_pk) AS p(q, k)
+                        ON d.parent_queue = p.q AND d.parent_key = p.k)
+     ORDER BY m.id FOR NO KEY UPDATE;
+    IF dq__resolve.outcome = 'acked' THEN
+        WITH gone AS (
+            DELETE FROM dq_dependencies d USING unnest(v_pq, v_pk) AS p(q, k)
+             WHERE d.parent_queue = p.q AND d.parent_key = p.k
+            RETURNING d.child_id
+        )
+        SELECT array_agg(gone.child_id) INTO v_release FROM gone;
+    ELSE
+        WITH gone AS (
+            DELETE FROM dq_dependencies d USING unnest(v_pq, v_pk) AS p(q, k)
+             WHERE d.parent_queue = p.q AND d.parent_key = p.k AND d.on_parent_failure = 'proceed'
+            RETURNING d.child_id
+        )
+        SELECT array_agg(gone.child_id) INTO v_release FROM gone;
+        SELECT array_agg(DISTINCT d.child_id) INTO v_dead
+          FROM dq_dependencies d JOIN unnest(v_pq, v_pk) AS p(q, k) ON d.parent_queue = p.q AND d.parent_key = p.k
+         WHERE d.on_parent_failure = 'dead_letter';
+    END IF;
+    v_count := dq__release_children(v_release);
+    IF v_dead IS NOT NULL THEN
+        -- Each child to its own queue's dead-letter queue, its row locked first (id order).
+        FOR v_row IN
+            SELECT c.queue, q.dead_letter_queue, array_agg(c.id ORDER BY c.id) AS ids
+              FROM (SELECT m.id, m.queue FROM dq_messages m
+                     WHERE m.id = ANY (v_dead) AND m.parents_pending > 0 AND m.dead_from IS NULL
+                     ORDER BY m.id FOR UPDATE) c
+              JOIN dq_queues q ON q.queue = c.queue AND q.dead_letter_queue IS NOT NULL
+             GROUP BY c.queue, q.dead_letter_queue
+             ORDER BY c.queue
+        LOOP
+            v_moved := dq__dead_letter(v_row.ids, v_row.dead_letter_queue, dq__resolve.at);
+            v_count := v_count + v_moved;
+        END LOOP;
+    END IF;
+    RETURN v_count;
+END;
+$$;
+COMMENT ON FUNCTION dq__resolve(dq_messages[], text, timestamptz) IS 'Internal: what follows for dependencies from rows leaving with this outcome: a child''s dependency rows go; an acknowledged parent releases its children, another outcome applies each child''s on_parent_failure (see sql/095_dependencies.sql); returns how many children were released or dead-lettered.';
+REVOKE ALL ON FUNCTION dq__resolve(dq_messages[], text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+SELECT dq__search_path(internal => false);
+
+-- A message's dependencies: its parents (relation parent: their state now, absent when acknowledged
+-- or gone, dead when only a dead letter of it exists) and the children waiting for it (relation
+-- child, state blocked). state is blocked, in_flight, ready, scheduled, held, expired, dead or
+-- absent. A plain read: no lock is taken, nothing changes.
+CREATE OR REPLACE FUNCTION dq_dependencies(queue text, key text)
+RETURNS TABLE (relation text, related_queue text, related_key text, state text, on_parent_failure text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT  -- reads dq__clock()
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_error  jsonb;
+    v_now    timestamptz := dq__clock();
+BEGIN
+    v_error := coalesce(dq__name_error('dq_dependencies', 'queue', dq_dependencies.queue, dq__limit_queue_chars()),
+                        dq__name_error('dq_dependencies', 'key', dq_dependencies.key, dq__limit_key_chars()));
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    RETURN QUERY
+    SELECT 'parent'::text, d.parent_queue, d.parent_key,
+           coalesce((SELECT CASE WHEN p.parents_pending > 0 THEN 'blocked'
+                                 ELSE dq__message_state(p.lock_token, p.scheduled_at, p.dead_from, p.expires_at,
+                                                        p.message_group,
+                                                        EXISTS (SELECT 1 FROM dq_groups g WHERE g.head_id = p.id),
+                                                        v_now) END
+                       FROM dq_messages p
+                      WHERE p.queue = d.parent_queue AND p.key = d.parent_key AND p.dead_from IS NULL),
+                    (SELECT 'dead' FROM dq_messages p
+                      WHERE p.dead_from = d.parent_queue AND p.key = d.parent_key LIMIT 1),
+                    'absent'),
+           d.on_parent_failure
+      FROM dq_messages c JOIN dq_dependencies d ON d.child_id = c.id
+     WHERE c.queue = dq_dependencies.queue AND c.key = dq_dependencies.key AND c.dead_from IS NULL
+    UNION ALL
+    SELECT 'child'::text, c.queue, c.key, 'blocked'::text, d.on_parent_failure
+      FROM dq_dependencies d JOIN dq_messages c ON c.id = d.child_id
+     WHERE d.parent_queue = dq_dependencies.queue AND d.parent_key = dq_dependencies.key
+     ORDER BY 1 DESC, 2, 3;
+END;
+$$;
+COMMENT ON FUNCTION dq_dependencies(text, text) IS 'dq_dependencies(queue text, key text) -> TABLE (relation text, related_queue text, related_key text, state text, on_parent_failure text): the parents the message waits for (relation parent; state blocked, in_flight, ready, scheduled, held, expired, dead or absent) and the children waiting for it (relation child, state blocked); a plain read. Errors: 22004/22023/22001 queue or key.';
+REVOKE ALL ON FUNCTION dq_dependencies(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_dependencies(text, text) TO dq_consumer, dq_viewer;
+
+-- Re-pin the SECURITY DEFINER functions of this file to the private schema first (sql/000_common.sql).
+SELECT dq__search_path(internal => false);
