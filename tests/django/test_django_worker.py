@@ -124,3 +124,10 @@ def test_manage_py_pyqueue_worker_runs_tasks_read_back_here(django_dsn: str) -> 
     [(_, pid)] = log_rows(django_dsn, "add")[:1]
     assert pid == proc.pid
     assert "pyqueue_worker: queue default, concurrency 2" in out
+
+
+def test_the_running_statement_names_the_results_table() -> None:
+    from pyqueue.contrib.django.models import TaskResultRecord
+    from pyqueue.contrib.django.worker import _STARTED
+
+    assert _STARTED.split()[:2] == ["UPDATE", TaskResultRecord._meta.db_table]

@@ -48,10 +48,6 @@ __all__ = ["DelayedQueueBackend", "PAYLOAD_VERSION", "check_result_id", "enqueue
 #: The version of the payload format of :func:`task_payload` (the ``"v"`` member).
 PAYLOAD_VERSION = 1
 
-#: The results table (:class:`~pyqueue.contrib.django.models.TaskResultRecord`'s ``db_table``), named
-#: here for the statements written in SQL.
-RESULTS_TABLE = "pyqueue_django_task_result"
-
 # Django's priority range, and the check that it fits pyqueue's (so the mapping is the identity).
 DJANGO_PRIORITY_MIN, DJANGO_PRIORITY_MAX = -100, 100
 assert limits.PRIORITY_MIN <= DJANGO_PRIORITY_MIN and DJANGO_PRIORITY_MAX <= limits.PRIORITY_MAX

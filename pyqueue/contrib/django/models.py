@@ -12,7 +12,6 @@ from typing import Any
 
 from django.db import models
 
-from .backend import RESULTS_TABLE
 from .compat import TaskResultStatus
 
 #: The longest task path stored (module path and function name of the task).
@@ -55,7 +54,7 @@ class TaskResultRecord(models.Model):
     last_attempted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        db_table = RESULTS_TABLE
+        db_table = "pyqueue_django_task_result"  # also in worker._STARTED
         verbose_name = "task result"
         indexes = [
             models.Index(fields=["status", "queue_name"], name="pyqueue_dj_status_queue"),

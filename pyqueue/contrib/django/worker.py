@@ -42,7 +42,7 @@ from ...errors import InvalidArgument, NotConfigured
 from ...model import NackOutcome
 from ...sync.client import DelayedQueue, Message
 from ...sync.worker import Worker
-from .backend import PAYLOAD_VERSION, RESULTS_TABLE, DelayedQueueBackend
+from .backend import PAYLOAD_VERSION, DelayedQueueBackend
 from .compat import Task, TaskContext, TaskResultStatus, normalize_json, task_backends, task_finished, task_started
 from .retries import as_delay, policy_for
 
@@ -256,12 +256,12 @@ class TaskRunner:
         return True
 
 
-#: READY (or any) -> RUNNING for an attempt, in one statement returning the row.
+#: READY (or any) -> RUNNING for an attempt, in one statement returning the row (the table is
+#: ``TaskResultRecord._meta.db_table``, checked by tests/django/test_django_worker.py).
 _STARTED = (
     "UPDATE pyqueue_django_task_result SET status = %s, started_at = coalesce(started_at, %s), "
     "finished_at = NULL, last_attempted_at = %s, worker_ids = worker_ids || jsonb_build_array(%s::text) "
     "WHERE id = %s RETURNING *")
-assert _STARTED.startswith(f"UPDATE {RESULTS_TABLE} "), "the results table was renamed: update _STARTED"
 
 
 def _json(value: Any) -> Any:
