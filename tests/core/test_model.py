@@ -53,7 +53,7 @@ from queuemodel import TOLERANCE, UNIT, Model, QueueConfig, Row, T
 from pyqueue import testing
 
 SEEDS = list(range(1, 11))
-DEPENDENCY_SEEDS = list(range(101, 121))
+DEPENDENCY_SEEDS = list(range(101, 116))
 #: Set while a known defect makes dq_extend of a FIFO group's head wrong, so the generator skips it
 #: (the defect it was for, dq_groups.due_at left at the old lock expiry, is fixed and tested below).
 KNOWN_DEFECT_EXTEND_GROUP_HEAD = False
