@@ -13,7 +13,7 @@ DSN ?= postgresql://postgres:postgres@127.0.0.1:$(DQ_PGPORT)/$(DQ_PGDB)
 SCHEMA ?= public
 DOCKER_ENGINE := $(shell docker info >/dev/null 2>&1 && echo yes)
 
-.PHONY: venv up down psql migrate demo test bench bench-quick bench-latency bench-peers bench-controls bench-spark bench-snapshot bench-targets chaos soak console-screenshots lint clean release-snapshot
+.PHONY: venv up down psql migrate demo test bench bench-quick bench-latency bench-peers bench-controls bench-spark bench-snapshot bench-targets chaos chaos-graph soak console-screenshots lint clean release-snapshot
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -98,6 +98,13 @@ bench-snapshot: venv
 chaos: venv
 	scripts/install-os-deps.sh
 	$(PY) -m bench.chaos $(CHAOS_ARGS)
+
+# The same faults under a graph workload: small DAGs of messages offered after others (an ETL shape and
+# chains) across two queues; no child may run before its parents are acknowledged, none may stay blocked:
+# make chaos-graph [CHAOS_ARGS="--duration 120 --graph-rate 400 --seed 1"]   (--mode all: beside the other two)
+chaos-graph: venv
+	scripts/install-os-deps.sh
+	$(PY) -m bench.chaos --mode graph $(CHAOS_ARGS)
 
 # Soak: steady load (300 offers/s per queue, both modes) with a fault every 30 s for 10 minutes on a private
 # server of its own; then exact accounting, table and index sizes over time (autovacuum keeps up) and the

@@ -1,7 +1,7 @@
 """Fault injection with exact accounting: ``make chaos``.
 
-    python -m bench.chaos [--duration 60] [--mode exactly-once|at-least-once|both] [--rate 1000]
-                          [--out PATH] [--seed N] [--port N]
+    python -m bench.chaos [--duration 60] [--mode exactly-once|at-least-once|graph|both|all] [--rate 1000]
+                          [--graph-rate 200] [--out PATH] [--seed N] [--port N]
 
 It starts a PRIVATE PostgreSQL server of its own (a new data directory under a temporary folder,
 or ``--pgdata``, on a free loopback port or ``--port``, with ``scripts/localpg.sh``; never the test
@@ -31,6 +31,14 @@ same faults):
   killed, its connections were terminated, the server restarted, or (a connection the fault left
   broken in a pool, used later) the worker logged a database error in that interval after such
   a fault. Anything else is an unexplained duplicate.
+* graph (queues ``chaos-g1`` and ``chaos-g2``; ``--mode graph``, or ``all`` beside the other two): one
+  producer offers small graphs at ``--graph-rate`` nodes per second, each in one transaction: the ETL
+  shape (extract; three transforms after it; a load after all three; a report after the load) and
+  chains of four, alternating between the two queues (``dq_offer(after => …)``). A ``pyqueue worker``
+  on one queue and a ``--async`` one on the other log each delivery; the worker acknowledges. Besides
+  the at-least-once rules: no child's first handler run before the acknowledgement of every one of
+  its parents (the archive's acked_at, the same database clock as the delivery log), every node
+  acknowledged, and at the end no blocked message and no dependency row left.
 
 In both modes every handler run is logged in autocommit (``chaos_deliveries``: key,
 delivery_count, worker pid, lock token, locked_until, time). Producers record each attempt with
@@ -128,10 +136,24 @@ def tables(report: dict[str, Any]) -> list[Table]:
         "-" if x["first_ack_s"] is None else f"{x['first_ack_s']:.2f} s" for x in m["first_ack_after_fault_s"]) or "-")
     row("drained after producers stopped", lambda m: "NO" if m["drained_s"] is None else f"{m['drained_s']:.1f} s")
     row("recovered by themselves", lambda m: "yes" if m["recovered"] else "NO")
+    graph = modes.get("graph")
+    if graph is not None:
+        g = Table(title="Graph workload (DAGs of messages offered after others, across two queues)")
+        g.add_column("")
+        g.add_column("graph", justify="right")
+        lat = graph["release_after_last_parent_ack_ms"]
+        for label, v in (("graphs offered, nodes, children", f"{graph['graphs']:,}, {graph['offered']:,}, "
+                                                              f"{graph['children']:,}"),
+                         ("children run before every parent was acknowledged", graph["delivered_before_parents_acked"]),
+                         ("first run after the last parent's ack, ms p50 / p99 / max",
+                          f"{lat['p50']} / {lat['p99']} / {lat['max']}"),
+                         ("blocked messages left at the end", graph["blocked_at_end"]),
+                         ("dependency rows left at the end", graph["dependency_rows_at_end"])):
+            g.add_row(label, str(v))
     acc.caption = ("extra handler runs: in exactly-once mode rolled back, no duplicate effect; duplicates there are "
                    "ledger rows beyond one per key. " + ("[green]PASS[/]" if report["passed"] else
                                                          "[red]FAIL: " + "; ".join(report["failures"]) + "[/]"))
-    return [faults, acc]
+    return [faults, acc] + ([g] if graph is not None else [])
 
 
 def summary(report: dict[str, Any]) -> dict[str, Any]:

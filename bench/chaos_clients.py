@@ -26,6 +26,8 @@ Handlers (``pyqueue worker … bench.chaos_clients:<name>``):
 Command line (started by bench.chaos)::
 
     python -m bench.chaos_clients produce --queue Q --kind outbox|plain --prefix P --rate R --until EPOCH --records FILE
+    python -m bench.chaos_clients produce --queue Q --queue2 Q2 --kind graph --prefix P --rate R --until EPOCH \
+        --records FILE
     python -m bench.chaos_clients consume-tx --queue Q --lock-timeout S --batch N
 """
 
@@ -236,6 +238,72 @@ def produce(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The graphs the graph producer offers (bench.chaos --mode graph): node name -> (queue 0 or 1, parents).
+#: The ETL shape: one extract, three transforms after it, a load after all three, a report after the
+#: load; and a chain of four alternating between the two queues.
+GRAPHS: dict[str, dict[str, tuple[int, tuple[str, ...]]]] = {
+    "etl": {"extract": (0, ()), "t1": (1, ("extract",)), "t2": (1, ("extract",)), "t3": (0, ("extract",)),
+            "load": (0, ("t1", "t2", "t3")), "report": (1, ("load",))},
+    "chain": {"c1": (0, ()), "c2": (1, ("c1",)), "c3": (0, ("c2",)), "c4": (1, ("c3",))},
+}
+
+
+def offer_node(conn: psycopg.Connection[Any], queue: str, key: str, payload: dict[str, Any],
+               after: list[list[str]] | None) -> str:
+    """One node of a graph: dq_offer with after (the one place the graph producer offers; the Python
+    clients' offer(after=...) can replace it)."""
+    row = conn.execute(
+        "SELECT dq_offer(queue => %s, key => %s, payload => %s::jsonb, can_update => false, after => %s::jsonb, "
+        "on_parent_failure => 'wait')",
+        (queue, key, json.dumps(payload), json.dumps(after) if after else None)).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def produce_graph(args: argparse.Namespace) -> int:
+    """Offer graphs (GRAPHS, alternating) of ``<prefix>-<n>-<node>`` keys across ``queue`` and
+    ``queue2`` at ``rate`` nodes per second until ``until``: each graph in one transaction, parents
+    first, children with ``after`` naming their parents as [queue, key] pairs, with its
+    ``chaos_offered`` rows. Every attempt is one JSON line in ``records`` (``keys``: the nodes' keys;
+    ``nodes``: [queue, key, [[parent queue, parent key], …]] each; ``status`` ok or unknown), as
+    :func:`produce` writes them. Nothing is retried; keys are never reused."""
+    stop = _Stop()
+    queues = (args.queue, args.queue2)
+    names = sorted(GRAPHS)
+    seq = 0
+    with open(args.records, "a", encoding="utf-8") as out, psycopg.connect(os.environ[DSN_ENV]) as conn:
+        next_t = time.time()
+        while not stop.event.is_set() and time.time() < args.until:
+            now = time.time()
+            if next_t > now:
+                stop.event.wait(min(next_t - now, args.until - now))
+                continue
+            shape = GRAPHS[names[seq % len(names)]]
+            next_t = max(next_t + len(shape) / args.rate, now - 1.0)
+            gid = f"{args.prefix}-{seq:07d}"
+            seq += 1
+            nodes = [[queues[qi], f"{gid}-{name}", [[queues[shape[p][0]], f"{gid}-{p}"] for p in parents]]
+                     for name, (qi, parents) in shape.items()]
+            record: dict[str, Any] = {"t": now, "keys": [n[1] for n in nodes], "nodes": nodes}
+            try:
+                if conn.closed or conn.broken:
+                    conn = psycopg.connect(os.environ[DSN_ENV])
+                with conn.transaction():
+                    conn.execute(Q_OFFERED, (args.queue, args.prefix, record["keys"]))
+                    outcomes = {offer_node(conn, q, k, {"k": k}, after) for q, k, after in nodes}
+                record["status"] = "ok"
+                record["outcomes"] = sorted(outcomes)
+            except psycopg.Error as exc:
+                record["status"] = "unknown"
+                record["error"] = f"{type(exc).__name__}: {exc}"[:300]
+            record["t_done"] = time.time()
+            out.write(json.dumps(record) + "\n")
+            out.flush()
+            if record["status"] != "ok":
+                stop.event.wait(0.2)
+    return 0
+
+
 def consume_tx(args: argparse.Namespace) -> int:
     """Exactly-once consumer on :meth:`pyqueue.DelayedQueue.transaction`: poll up to ``batch`` in a
     transaction, log the deliveries (one autocommit statement, on another connection), insert the
@@ -282,14 +350,15 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("produce")
     p.add_argument("--queue", required=True)
-    p.add_argument("--kind", choices=["outbox", "plain"], required=True)
+    p.add_argument("--kind", choices=["outbox", "plain", "graph"], required=True)
+    p.add_argument("--queue2", default=None, help="graph: the second queue")
     p.add_argument("--prefix", required=True)
     p.add_argument("--rate", type=float, required=True, help="messages per second")
     p.add_argument("--batch", type=int, default=10, help="outbox: keys per transaction")
     p.add_argument("--until", type=float, required=True, help="stop at this time (epoch seconds)")
     p.add_argument("--records", required=True)
     p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(func=produce)
+    p.set_defaults(func=lambda a: produce_graph(a) if a.kind == "graph" else produce(a))
     p = sub.add_parser("consume-tx")
     p.add_argument("--queue", required=True)
     p.add_argument("--lock-timeout", type=float, required=True)

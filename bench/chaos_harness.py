@@ -29,9 +29,9 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from bench.chaos_accounting import account_mode
+from bench.chaos_accounting import account_graph, account_mode
 from bench.chaos_clients import DSN_ENV, SCHEMA
-from bench.chaos_plan import MODES, Fault, Settings, Timeline, plan_faults
+from bench.chaos_plan import BOTH, GRAPH_QUEUES, MODES, Fault, Settings, Timeline, plan_faults
 from bench.lib.database import source_info
 from bench.lib.report import OUT_HELP, PROJECT, console, machine_info
 from bench.lib.server import PrivateServer
@@ -138,7 +138,10 @@ class Chaos:
 
     # -- setup ---------------------------------------------------------------------------------
     def queue(self, mode: str) -> str:
-        return f"chaos-{MODES[mode]}"
+        return GRAPH_QUEUES[0] if mode == "graph" else f"chaos-{MODES[mode]}"
+
+    def queues(self, mode: str) -> tuple[str, ...]:
+        return GRAPH_QUEUES if mode == "graph" else (self.queue(mode),)
 
     def app_dsn(self, app: str) -> str:
         return make_conninfo(self.dsn, application_name=app)
@@ -150,23 +153,24 @@ class Chaos:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             conn.execute(SCHEMA)
             for mode in self.s.modes:
-                q = self.queue(mode)
-                conn.execute("SELECT dq_configure_queue(%s, max_deliveries => 20, dead_letter_queue => %s, "
-                             "archive => true)", (q, q + ".dead"))
+                for q in self.queues(mode):
+                    conn.execute("SELECT dq_configure_queue(%s, max_deliveries => 20, dead_letter_queue => %s, "
+                                 "archive => true)", (q, q + ".dead"))
 
     def slots(self) -> list[tuple[str, str, str]]:
         """(slot name, mode, kind) of every consumer."""
         kinds = {"exactly-once": ("worker", "worker-async", "tx"),
-                 "at-least-once": ("worker", "worker-async", "worker")}
+                 "at-least-once": ("worker", "worker-async", "worker"),
+                 "graph": ("worker", "worker-async")}  # one consumer per graph queue (consumer_cmd)
         return [(f"{MODES[m]}/{k}{i}", m, k) for m in self.s.modes for i, k in enumerate(kinds[m])]
 
     def consumer_cmd(self, mode: str, kind: str, dsn: str) -> list[str]:
-        q = self.queue(mode)
+        q = self.queue(mode) if mode != "graph" else GRAPH_QUEUES[kind == "worker-async"]
         if kind == "tx":
             return [sys.executable, "-m", "bench.chaos_clients", "consume-tx", "--queue", q,
                     "--lock-timeout", str(self.s.lock_timeout), "--batch", str(self.s.batch)]
-        handler = {"exactly-once": "ledger", "at-least-once": "record"}[mode] + ("_async" if kind == "worker-async"
-                                                                                 else "")
+        handler = ({"exactly-once": "ledger", "at-least-once": "record", "graph": "record"}[mode]
+                   + ("_async" if kind == "worker-async" else ""))
         return [sys.executable, "-m", "pyqueue", "worker", "--dsn", dsn, "--queue", q,
                 "--concurrency", str(self.s.concurrency), "--lock-timeout", str(self.s.lock_timeout),
                 "--idle-check", str(self.s.idle_check), "--shutdown-grace", "10",
@@ -205,13 +209,15 @@ class Chaos:
     def start_producers(self) -> None:
         until = self.t0 + self.s.duration
         for mode in self.s.modes:
-            for i, (kind, rate) in enumerate(self.producers_plan()):
+            plan = [("graph", self.s.graph_rate)] if mode == "graph" else self.producers_plan()
+            for i, (kind, rate) in enumerate(plan):
                 prefix = f"{MODES[mode]}-{kind}{i}"
                 app = f"chaos-producer-{prefix}"
                 p = Proc(f"{MODES[mode]}/producer-{kind}{i}", mode, "producer", 0,
                          [sys.executable, "-m", "bench.chaos_clients", "produce", "--queue", self.queue(mode),
                           "--kind", kind, "--prefix", prefix, "--rate", str(rate), "--batch", str(self.s.batch),
                           "--until", str(until), "--records", str(self.logs / f"{prefix}.jsonl"),
+                          *(["--queue2", GRAPH_QUEUES[1]] if kind == "graph" else []),
                           "--seed", str(self.s.seed * 10 + i)],
                          app, self.logs / f"producer-{prefix}.log")
                 p.start(dict(os.environ, **{DSN_ENV: self.app_dsn(app)}))
@@ -338,7 +344,8 @@ class Chaos:
         return self.account(t_prod_end, plan)
 
     def live(self, conn: psycopg.Connection[Any], mode: str) -> int:
-        return int(value(conn, "SELECT count(*) FROM dq_messages WHERE queue = %s", (self.queue(mode),)))
+        return int(value(conn, "SELECT count(*) FROM dq_messages WHERE queue = ANY (%s)",
+                         (list(self.queues(mode)),)))
 
     def drain(self, since: float) -> None:
         pending = set(self.s.modes)
@@ -408,7 +415,8 @@ class Chaos:
                 with self.lock:
                     survivors = {p.name: p.pid for p in self.consumers.values()
                                  if p.mode == mode and p.started < last_fault_end}
-                modes[mode] = account_mode(
+                account = account_graph if mode == "graph" else account_mode
+                modes[mode] = account(
                     conn, mode, queue=self.queue(mode), logs=self.logs, faults=faults, names_by_pid=names_by_pid,
                     errors_by_pid=errors_by_pid, phases=(t0, first_fault, last_fault_end, t_prod_end),
                     drained_at=self.drained_at.get(mode), drain_timeout=self.s.drain_timeout, survivors=survivors,
@@ -495,12 +503,17 @@ def execute(harness: type[Chaos], s: Settings) -> dict[str, Any]:
 def add_arguments(parser: argparse.ArgumentParser, duration: float) -> None:
     """The options bench.chaos and bench.soak share."""
     parser.add_argument("--duration", type=float, default=duration, help=f"seconds of traffic (default {duration:g})")
-    parser.add_argument("--mode", choices=["exactly-once", "at-least-once", "both"], default="both",
-                        help="both (default): the two modes side by side on two queues under the same faults")
+    parser.add_argument("--mode", choices=["exactly-once", "at-least-once", "graph", "both", "all"], default="both",
+                        help="both (default): exactly-once and at-least-once side by side on two queues under the "
+                             "same faults; graph: small DAGs of messages offered after others (--rate: nodes per "
+                             "second, --graph-rate); all: the three")
     parser.add_argument("--out", type=Path, default=None, help=OUT_HELP)
     parser.add_argument("--seed", type=int, default=None, help="random seed of the fault schedule (default: random)")
     parser.add_argument("--rate", type=float, default=Settings.rate,
                         help=f"messages offered per second per mode (default {Settings.rate:g})")
+    parser.add_argument("--graph-rate", type=float, default=Settings.graph_rate,
+                        help=f"graph mode: nodes offered per second, in graphs of 4 and 6 (default "
+                             f"{Settings.graph_rate:g})")
     parser.add_argument("--single-share", type=float, default=Settings.single_share,
                         help=f"the part of the rate offered one message per call, the rest in outbox batches "
                              f"(default {Settings.single_share:g})")
@@ -526,9 +539,13 @@ def add_arguments(parser: argparse.ArgumentParser, duration: float) -> None:
 
 def settings_from(args: argparse.Namespace) -> Settings:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
-    if args.rate <= 0 or not 0 <= args.single_share <= 1 or args.batch < 1 or args.concurrency < 1:
-        raise SystemExit("bench.chaos: --rate must be > 0, --single-share within 0..1, --batch and --concurrency >= 1")
-    return Settings(duration=args.duration, modes=tuple(MODES) if args.mode == "both" else (args.mode,), seed=seed,
-                    rate=args.rate, single_share=args.single_share, batch=args.batch, concurrency=args.concurrency,
+    if (args.rate <= 0 or args.graph_rate <= 0 or not 0 <= args.single_share <= 1 or args.batch < 1
+            or args.concurrency < 1):
+        raise SystemExit("bench.chaos: --rate and --graph-rate must be > 0, --single-share within 0..1, --batch "
+                         "and --concurrency >= 1")
+    modes = {"both": BOTH, "all": tuple(MODES)}.get(args.mode, (args.mode,))
+    return Settings(duration=args.duration, modes=modes, seed=seed,
+                    rate=args.rate, graph_rate=args.graph_rate, single_share=args.single_share, batch=args.batch,
+                    concurrency=args.concurrency,
                     work_ms=args.work_ms, lock_timeout=args.lock_timeout, drain_timeout=args.drain_timeout,
                     pgdata=args.pgdata, port=args.port, keep_logs=args.keep_logs, hand_over=args.hand_over)

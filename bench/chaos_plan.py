@@ -8,7 +8,11 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-MODES = {"exactly-once": "eo", "at-least-once": "alo"}
+MODES = {"exactly-once": "eo", "at-least-once": "alo", "graph": "g"}
+#: What --mode both runs (graph runs with --mode graph or --mode all).
+BOTH = ("exactly-once", "at-least-once")
+#: The graph mode's two queues (small DAGs across both: bench.chaos_clients.GRAPHS).
+GRAPH_QUEUES = ("chaos-g1", "chaos-g2")
 PIN_S = 20.0  # the REPEATABLE READ transaction's length
 
 
@@ -18,6 +22,7 @@ class Settings:
     modes: tuple[str, ...] = ("exactly-once", "at-least-once")
     seed: int = 0
     rate: float = 1000.0  # messages offered per second per mode: outbox batches and single offers
+    graph_rate: float = 200.0  # graph mode: nodes offered per second (in graphs of 4 and 6)
     single_share: float = 0.2  # the part of the rate offered one message per call
     batch: int = 50  # keys per outbox transaction (offer_many) and per consume-tx transaction
     lock_timeout: float = 5.0

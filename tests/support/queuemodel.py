@@ -10,11 +10,18 @@ a time the database reads from its clock (a lock expiry, a nack's due time, ``cr
 ``g <= m``, whatever the creep. The first time the invariant reads such a value it checks that it
 lies in ``[base + g * UNIT, base + g * UNIT + TOLERANCE)`` and learns it exactly; from then on it is
 compared for equality, and the model orders deliveries by the exact values, as the database does.
+
+Dependencies (dq_offer's ``after``). A blocked row keeps its release due time in ``scheduled_at`` and its
+release group in ``group`` (the database stores them in release_at and release_group, with scheduled_at
+9999-12-31 and no group, until it is released); ``parents`` is the set of (queue, key) it still waits for
+(its dependency rows). ``gone`` applies what docs/api.md says follows from rows leaving: an acknowledged
+parent releases its children, another outcome applies each child's on_parent_failure.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -58,11 +65,20 @@ class Row:
     dead_delivery_count: int | None = None
     due_at: T | None = None
     claimed_at: T | None = None
-    born: int = 0  # the step that inserted it (ids grow with the steps, in key order within one)
+    born: int = 0  # the step that inserted it
+    seq: int = 0  # the order of the inserts (ids grow with it: Model.add)
+    parents: set[tuple[str, str]] = field(default_factory=set)  # (queue, key) it waits for: blocked when any
+    on_parent_failure: str = "wait"
+    has_children: bool = False  # some offer named it as a parent (its leaving resolves the children)
+    released: bool = False  # was blocked, is no longer
 
     @property
     def identity(self) -> tuple[str, str, int | None]:
         return (self.queue, self.key, self.dead_from_id)
+
+    @property
+    def blocked(self) -> bool:
+        return bool(self.parents)
 
     def order(self) -> tuple[int, datetime, int]:
         """Delivery order: priority (highest first), due time, id."""
@@ -88,6 +104,19 @@ class Model:
     step: int = 0
     rows: list[Row] = field(default_factory=list)
     heads: dict[tuple[str, str], Row] = field(default_factory=dict)
+    seq: int = 0
+    #: (queue, key) of parents that left otherwise than acknowledged while children waited for them.
+    failed: set[tuple[str, str]] = field(default_factory=set)
+    #: (queue, key) of parents whose dead letter left (acknowledged, cancelled, expired) while children waited.
+    stranded: set[tuple[str, str]] = field(default_factory=set)
+    events: Counter[str] = field(default_factory=Counter)  # the dependency cases reached (the test's REQUIRED)
+
+    def add(self, row: Row) -> Row:
+        """Insert a row: in the database's insert order (its id is learned at the next check)."""
+        self.seq += 1
+        row.seq = self.seq
+        self.rows.append(row)
+        return row
 
     # -- times ---------------------------------------------------------------------------------
     def given(self, grid: int, delta: timedelta) -> T:
@@ -105,6 +134,8 @@ class Model:
         return row.lock_token is not None and not self.due(row.scheduled_at)
 
     def state(self, row: Row) -> str:
+        if row.blocked:
+            return "blocked"
         if self.in_flight(row):
             return "in_flight"
         return "ready" if self.due(row.scheduled_at) else "scheduled"
@@ -128,7 +159,9 @@ class Model:
                 f"  {r.queue}/{r.key} id={r.id} {self.state(r)} due@{r.scheduled_at.grid} ({r.scheduled_at.exact}) "
                 f"initially={r.scheduled_at_initially.exact} priority={r.priority} group={r.group}{head} "
                 f"deliveries={r.delivery_count} token={r.lock_token} dead_from={r.dead_from} "
-                f"expires@{r.expires_at.grid if r.expires_at else None}")
+                f"expires@{r.expires_at.grid if r.expires_at else None}"
+                + (f" parents={sorted(r.parents)} on_parent_failure={r.on_parent_failure}" if r.blocked else "")
+                + (" has_children" if r.has_children else ""))
         paused = [q for q, c in self.configs.items() if c.paused]
         return "\n".join([*lines, f"  paused: {paused}"])
 
@@ -138,8 +171,8 @@ class Model:
               created_at: T) -> str:
         row = self.ordinary(queue, key)
         if row is None:
-            self.rows.append(Row(queue, key, payload, payload_type, scheduled_at, scheduled_at, created_at, priority,
-                                 group, expires_at, headers, born=self.step))
+            self.add(Row(queue, key, payload, payload_type, scheduled_at, scheduled_at, created_at, priority, group,
+                         expires_at, headers, born=self.step))
             return "created"
         old_expiry = row.expires_at.exact if row.expires_at else None
         new_expiry = expires_at.exact if expires_at else None
@@ -172,7 +205,7 @@ class Model:
             want = min(want, cfg.max_in_flight - sum(self.in_flight(r) for r in self.in_queue(queue)))
             if want <= 0:
                 return [], [], []
-        eligible = [r for r in self.in_queue(queue) if self.due(r.scheduled_at)
+        eligible = [r for r in self.in_queue(queue) if self.due(r.scheduled_at) and not r.blocked
                     and (r.group is None or r.dead_from is not None or self.heads.get((queue, r.group)) is r)]
         ordered = sorted(eligible, key=Row.order)
         candidates = ordered[:want]
@@ -192,16 +225,59 @@ class Model:
         """Move rows to queue's dead-letter queue (sql/140_dead_letters.sql, as documented)."""
         cfg = self.configs[queue]
         assert cfg.dead_letter_queue is not None
+        rows = sorted((r for r in rows if r in self.rows), key=lambda r: r.key)  # inserted in key order
         for row in rows:
             if row.lock_token is not None:  # died of lock expiry, when the lock expired
                 row.last_error = f"lock expired: delivery {row.delivery_count} was not acknowledged"
                 row.last_error_at = row.scheduled_at
             self.rows.remove(row)
-            self.rows.append(Row(
+            self.add(Row(
                 cfg.dead_letter_queue, row.key, row.payload, row.payload_type, at, at, row.created_at, row.priority,
                 row.group, row.expires_at, row.headers, last_error=row.last_error, last_error_at=row.last_error_at,
                 dead_from=row.queue, dead_at=at, dead_from_id=row.id, dead_delivery_count=row.delivery_count,
-                born=self.step))
+                born=self.step, has_children=row.has_children))
+        self.gone(rows, "dead", at)
+
+    def gone(self, rows: list[Row], outcome: str, at: T) -> None:
+        """What follows for dependencies from rows that left (removed already) with outcome acked,
+        dead, cancelled or expired (sql/095_dependencies.sql, docs/api.md "Dependencies"): a leaving
+        child's dependencies go with it (its row is gone); an ordinary row some offer named as a parent
+        (has_children) releases its children when acknowledged, and otherwise applies each child's
+        on_parent_failure: proceed (as acknowledged), dead_letter (to the child's queue's dead-letter
+        queue, when it has one) or wait. A row that was never named a parent (has_children false)
+        releases nothing, even when children wait for its key (they wait for an earlier message of it)."""
+        self.events.update(f"a blocked child left: {outcome}" for r in rows if r.blocked)
+        letters = {(r.dead_from, r.key) for r in rows if r.has_children and r.dead_from is not None}
+        stranded = {p for p in letters if any(p in c.parents for c in self.rows)}
+        if stranded:  # its children keep waiting (a known defect: see tests/core/test_model.py)
+            self.stranded |= stranded
+            self.events["a dead-lettered parent's dead letter left"] += 1
+        parents = {(r.queue, r.key) for r in rows if r.has_children and r.dead_from is None}
+        children = [c for c in self.rows if c.parents & parents]
+        if not children:
+            return
+        self.events[f"a parent with children left: {outcome}"] += 1
+        if outcome == "acked":
+            for c in children:
+                c.parents -= parents
+                c.released = not c.parents
+                self.events["a child released (acknowledged parents)" if not c.parents
+                            else "a child's parent acknowledged, others pending"] += 1
+            return
+        self.failed |= parents
+        dead = []
+        for c in children:
+            if c.on_parent_failure == "proceed":
+                c.parents -= parents
+                c.released = not c.parents
+                self.events["a child released (proceed)" if not c.parents else "proceed, others pending"] += 1
+            elif c.on_parent_failure == "dead_letter" and self.configs[c.queue].dead_letter_queue is not None:
+                dead.append(c)
+                self.events["a child dead-lettered (dead_letter)"] += 1
+            else:
+                self.events[f"a child waits for a failed parent ({c.on_parent_failure})"] += 1
+        for queue in sorted({c.queue for c in dead}):  # one dead-lettering per queue, in queue order
+            self.dead_letter([c for c in dead if c.queue == queue], queue, at)
 
     def nack(self, row: Row, delay: int, error: str | None) -> None:
         now = self.instant()
@@ -227,9 +303,9 @@ class Model:
             if self.ordinary(source, key) is not None:
                 continue  # live again in its queue: stays a dead letter
             self.rows.remove(r)
-            self.rows.append(Row(source, key, r.payload, r.payload_type, now, now, r.created_at, r.priority, r.group,
-                                 r.expires_at, r.headers, last_error=r.last_error, last_error_at=r.last_error_at,
-                                 born=self.step))
+            self.add(Row(source, key, r.payload, r.payload_type, now, now, r.created_at, r.priority, r.group,
+                         r.expires_at, r.headers, last_error=r.last_error, last_error_at=r.last_error_at,
+                         born=self.step, has_children=r.has_children))
             moved += 1
         return moved
 
@@ -239,7 +315,7 @@ class Model:
         heads: dict[tuple[str, str], Row] = {}
         members: dict[tuple[str, str], list[Row]] = {}
         for r in self.rows:
-            if r.group is not None and r.dead_from is None:
+            if r.group is not None and r.dead_from is None and not r.blocked:
                 members.setdefault((r.queue, r.group), []).append(r)
         for g, rows in members.items():
             kept = self.heads.get(g)
