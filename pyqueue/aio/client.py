@@ -34,7 +34,17 @@ from ..core.statements import QueueStatements, Statements, offer_requests
 from ..drivers.aio import AsyncConnection, AsyncDriver, run
 from ..durations import Seconds
 from ..errors import translating
-from ..model import Batch, LockedMessage, NackResult, OfferCounts, OfferOutcome, OfferRequest, QueueStats, StoredMessage
+from ..model import (
+    Batch,
+    LockedMessage,
+    NackResult,
+    OfferCounts,
+    OfferOutcome,
+    OfferRequest,
+    ParentRef,
+    QueueStats,
+    StoredMessage,
+)
 from ..serializers import SerializerRegistry
 from ..serializers import registry as default_registry
 from .cron import AsyncQueueCron
@@ -144,16 +154,17 @@ class AsyncDelayedQueue:
         self, key: str, payload: Any, at: datetime | None = None, delay: Seconds | None = None,
         can_update: bool = True, *, payload_type: str | None = None, priority: int = 0, group: str | None = None,
         expires_at: datetime | None = None, ttl: Seconds | None = None, headers: Mapping[str, Any] | None = None,
-        conn: AsyncConnection | None = None,
+        after: Iterable[ParentRef] | None = None, on_parent_failure: str = "wait", conn: AsyncConnection | None = None,
     ) -> OfferOutcome:
         """Offer one message (``dq_offer``); see :meth:`pyqueue.DelayedQueue.offer`."""
         if self._offers_wrapped:
-            request = OfferRequest(key, payload, at, delay, payload_type, priority, group, expires_at, ttl, headers)
+            request = OfferRequest(key, payload, at, delay, payload_type, priority, group, expires_at, ttl, headers,
+                                   None if after is None else tuple(after), on_parent_failure)
             outcome: OfferOutcome = await self._offer_through_middleware(
                 OfferCall(self.queue, [request], can_update, False), conn)
             return outcome
         op = self._statements.offer(key, payload, at, delay, can_update, payload_type, priority, group, expires_at, ttl,
-                                    headers)
+                                    headers, after, on_parent_failure)
         return await self._driver.run(op, conn)
 
     async def offer_many(

@@ -33,6 +33,7 @@ from ..model import (
     OfferCounts,
     OfferOutcome,
     OfferRequest,
+    ParentRef,
     QueueStats,
     StoredMessage,
     column_names,
@@ -41,6 +42,7 @@ from ..model import (
 from ..serializers import SerializerRegistry
 from .checks import (
     Controls,
+    check_after,
     check_at,
     check_bool,
     check_controls,
@@ -170,6 +172,15 @@ class SqlTexts:
         "SELECT {s}dq_offer(%(queue)s, %(key)s, %(payload)s::bytea, t.at, %(can_update)s, %(payload_type)s, "
         "%(priority)s::integer, %(group)s::text, coalesce(%(expires_at)s::timestamptz, t.at + %(ttl)s::interval), "
         "%(headers)s::jsonb) AS outcome "
+        "FROM (SELECT coalesce(%(at)s::timestamptz, {s}dq_now() + coalesce(%(delay)s::interval, interval '0')) "
+        "AS at) AS t"
+    )
+    # An offer after parents: the same with after and on_parent_failure (an offer without them keeps
+    # the text above, which an install without dependencies also has).
+    offer_after: str = (
+        "SELECT {s}dq_offer(%(queue)s, %(key)s, %(payload)s::bytea, t.at, %(can_update)s, %(payload_type)s, "
+        "%(priority)s::integer, %(group)s::text, coalesce(%(expires_at)s::timestamptz, t.at + %(ttl)s::interval), "
+        "%(headers)s::jsonb, %(after)s::jsonb, %(on_parent_failure)s::text) AS outcome "
         "FROM (SELECT coalesce(%(at)s::timestamptz, {s}dq_now() + coalesce(%(delay)s::interval, interval '0')) "
         "AS at) AS t"
     )
@@ -408,15 +419,22 @@ class QueueStatements(Statements):
         expires_at: datetime | None = None,
         ttl: Seconds | None = None,
         headers: Mapping[str, Any] | None = None,
+        after: Iterable[ParentRef] | None = None,
+        on_parent_failure: str = "wait",
     ) -> Statement[OfferOutcome]:
         check_str(key, "key")
         check_bool(can_update, "can_update")
         at, delay_td = check_at(at, delay)
         c = check_controls(priority, group, expires_at, ttl, headers)
+        parents = check_after(after)
+        check_str(on_parent_failure, "on_parent_failure")
         data, ptype = self.serializers.encode(payload, check_str(payload_type, "payload_type", optional=True))
         params = self._q(key=key, payload=data, at=at, delay=delay_td, can_update=can_update, payload_type=ptype,
                          priority=c.priority, group=c.group, expires_at=c.expires_at, ttl=c.ttl, headers=c.headers)
-        return Statement(self.sql.offer, params, _value("outcome", OfferOutcome))
+        if parents is None and on_parent_failure == "wait":
+            return Statement(self.sql.offer, params, _value("outcome", OfferOutcome))
+        params.update(after=parents, on_parent_failure=on_parent_failure)
+        return Statement(self.sql.offer_after, params, _value("outcome", OfferOutcome))
 
     def offer_many(
         self, items: Iterable[OfferRequest | tuple[str, Any]], can_update: bool
@@ -489,7 +507,7 @@ class QueueStatements(Statements):
             raise InvalidArgument(f"an offer's middleware must leave one request, it left {len(call.requests)}")
         r = call.requests[0]
         return self.offer(r.key, r.payload, r.at, r.delay, call.can_update, r.payload_type, r.priority, r.group,
-                          r.expires_at, r.ttl, r.headers)
+                          r.expires_at, r.ttl, r.headers, r.after, r.on_parent_failure)
 
     # -- poll --------------------------------------------------------------------------------------
     def poll(self, max_count: int, lock_timeout: Seconds, cls: type[M], client: Any) -> Statement[list[M]]:

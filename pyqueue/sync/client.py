@@ -26,7 +26,17 @@ from ..core.statements import QueueStatements, Statements, offer_requests
 from ..drivers.sync import Connection, Driver, run
 from ..durations import Seconds
 from ..errors import translating
-from ..model import Batch, LockedMessage, NackResult, OfferCounts, OfferOutcome, OfferRequest, QueueStats, StoredMessage
+from ..model import (
+    Batch,
+    LockedMessage,
+    NackResult,
+    OfferCounts,
+    OfferOutcome,
+    OfferRequest,
+    ParentRef,
+    QueueStats,
+    StoredMessage,
+)
 from ..serializers import SerializerRegistry
 from ..serializers import registry as default_registry
 from .cron import QueueCron
@@ -162,7 +172,7 @@ class DelayedQueue:
         self, key: str, payload: Any, at: datetime | None = None, delay: Seconds | None = None,
         can_update: bool = True, *, payload_type: str | None = None, priority: int = 0, group: str | None = None,
         expires_at: datetime | None = None, ttl: Seconds | None = None, headers: Mapping[str, Any] | None = None,
-        conn: Connection | None = None,
+        after: Iterable[ParentRef] | None = None, on_parent_failure: str = "wait", conn: Connection | None = None,
     ) -> OfferOutcome:
         """Offer one message (``dq_offer``).
 
@@ -197,6 +207,19 @@ class DelayedQueue:
         :param headers: metadata such as trace context: a JSON object (a dict), at most
             :data:`pyqueue.limits.HEADERS_BYTES` bytes as JSON text, stored as jsonb and returned with
             every delivery (:attr:`Message.headers`) and by :meth:`get`. Default None.
+        :param after: parents, each a key (str: a message of this queue), a ``(queue, key)`` pair, or a
+            message object (a :class:`Message` being handled, a :class:`StoredMessage`, a
+            :class:`pyqueue.Graph` node); at most :data:`pyqueue.limits.AFTER_PARENTS_MAX`. A new
+            message is stored held (never polled, not due) until each parent that exists is
+            acknowledged; then it is due at its delivery time (``at``/``delay``; already passed: at
+            once) in its group. A parent that does not exist (never offered, or already
+            acknowledged) counts as acknowledged. Default None: no parents. ``after`` applies to a
+            *new* key: with ``can_update`` an existing key is refused (22023), without it the
+            offer is ``IGNORED``.
+        :param on_parent_failure: when a parent is dead-lettered, cancelled, expired or purged
+            instead of acknowledged: ``"wait"`` (default: held until that parent is redriven and
+            acknowledged, or the message is cancelled), ``"proceed"`` (as if acknowledged) or
+            ``"dead_letter"`` (moved to this queue's dead-letter queue; without one it waits).
         :param conn: run on the caller's connection, inside its transaction (transactional outbox):
             a rollback leaves no message.
         :returns: :class:`OfferOutcome`.
@@ -206,15 +229,19 @@ class DelayedQueue:
             ``ttl`` ≤ 0 (22023); a group over its length (:class:`pyqueue.ValueTooLong`, 22001);
             :class:`pyqueue.DatetimeOutOfRange` (22008) an expiry outside the supported range;
             :class:`pyqueue.LimitExceeded` (54000) a payload over the queue's limit, headers over
-            their limit.
+            their limit, more parents than :data:`pyqueue.limits.AFTER_PARENTS_MAX`.
+            With ``after`` (22023): an element that is not a key, pair or message, the message
+            itself, an unknown ``on_parent_failure``, ``can_update`` on an existing key, a parent
+            that waits (through other messages) for this key: a cycle.
         """
         if self._offers_wrapped:
-            request = OfferRequest(key, payload, at, delay, payload_type, priority, group, expires_at, ttl, headers)
+            request = OfferRequest(key, payload, at, delay, payload_type, priority, group, expires_at, ttl, headers,
+                                   None if after is None else tuple(after), on_parent_failure)
             outcome: OfferOutcome = self._offer_through_middleware(
                 OfferCall(self.queue, [request], can_update, False), conn)
             return outcome
         op = self._statements.offer(key, payload, at, delay, can_update, payload_type, priority, group, expires_at, ttl,
-                                    headers)
+                                    headers, after, on_parent_failure)
         return self._driver.run(op, conn)
 
     def offer_many(
