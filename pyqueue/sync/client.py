@@ -251,15 +251,19 @@ class DelayedQueue:
         """Offer many messages in one statement (``dq_offer_many``), in one transaction.
 
         :param items: :class:`OfferRequest` objects (each with its own time, priority, group,
-            expiry and headers, as the parameters of :meth:`offer`) or ``(key, payload)`` pairs (due
-            now, no controls); at most :data:`pyqueue.limits.OFFER_MANY_MAX_ITEMS`, keys unique
-            within the call.
+            expiry, headers, ``after`` and ``on_parent_failure``, as the parameters of :meth:`offer`)
+            or ``(key, payload)`` pairs (due now, no controls); at most
+            :data:`pyqueue.limits.OFFER_MANY_MAX_ITEMS`, keys unique within the call. An item's
+            ``after`` may name items *before* it in the same call (a graph offered at once; a
+            later one is refused, so a call cannot hold a cycle). Items without parents are
+            offered set-based; items with parents one at a time, after them, in input order.
         :param can_update: as :meth:`offer`, for every item.
         :param conn: the caller's connection and transaction (outbox), as in :meth:`offer`.
         :returns: ``{key: OfferOutcome}`` in input order.
         :raises InvalidArgument: a repeated key (22023), a bad element (its position named, as
-            ``priorities[3]`` or ``message_groups[2]``; the errors of :meth:`offer`), or too many
-            items (54000).
+            ``priorities[3]``, ``message_groups[2]`` or ``afters[2]``, 1-based, or ``items[1]``,
+            0-based, when refused before any I/O; the errors of :meth:`offer`), a parent later in
+            the call (22023), or too many items (54000).
         """
         if self._offers_wrapped:
             call = OfferCall(self.queue, offer_requests(items), can_update, True)

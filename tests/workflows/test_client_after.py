@@ -4,12 +4,13 @@ parents, and the typed errors. Every test taking ``q`` runs against the sync and
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
 
 import pyqueue
-from pyqueue import DelayedQueue, OfferOutcome, limits
+from pyqueue import DelayedQueue, OfferOutcome, OfferRequest, limits
 
 LOCK = timedelta(minutes=5)
 
@@ -97,3 +98,56 @@ def test_after_on_an_existing_key_with_can_update_is_refused(q: DelayedQueue) ->
     with pytest.raises(pyqueue.InvalidArgument, match="after applies to a new message") as info:
         q.offer("child", 3, after=["parent"])
     assert info.value.sqlstate == "22023"
+
+
+def test_offer_many_offers_a_graph_in_one_call(q: DelayedQueue) -> None:
+    items = [
+        OfferRequest("extract", 1),
+        OfferRequest("t1", 2, after=["extract"]),
+        OfferRequest("t2", 3, after=[(q.queue, "extract")], on_parent_failure="proceed"),
+        OfferRequest("load", 4, after=["t1", "t2"]),
+        OfferRequest("plain", 5),
+    ]
+    assert q.offer_many(items) == dict.fromkeys(["extract", "t1", "t2", "load", "plain"], OfferOutcome.CREATED)
+    for expected in (["extract", "plain"], ["t1", "t2"], ["load"]):
+        got = polled(q)
+        assert sorted(got) == expected
+        assert q.ack_many(list(got.values())) == len(expected)  # type: ignore[arg-type]
+    assert polled(q) == {}
+
+
+def test_offer_many_counts_with_parents(q: DelayedQueue) -> None:
+    q.offer("p", 0)
+    items = [OfferRequest("a", 1, after=["p"]), OfferRequest("b", 2, after=["a"]), OfferRequest("c", 3)]
+    assert q.offer_many_counts(items) == pyqueue.OfferCounts(3, 0, 0)
+    assert sorted(polled(q)) == ["c", "p"]
+    assert q.get("b") is not None
+
+
+def test_offer_many_refuses_a_later_parent(q: DelayedQueue) -> None:
+    items = [OfferRequest("a", 1, after=["b"]), OfferRequest("b", 2, after=["a"])]
+    with pytest.raises(pyqueue.InvalidArgument, match=r"afters\[1\] names b \(keys\[2\]\), which comes later") as e:
+        q.offer_many(items)
+    assert e.value.sqlstate == "22023"
+    assert q.get("a") is None
+
+
+def test_offer_many_names_the_item_refused_before_any_io() -> None:
+    q = DelayedQueue("host=/nonexistent dbname=none", "q")
+    with pytest.raises(pyqueue.InvalidArgument, match=r"items\[1\]: after\[0\] must be a key"):
+        q.offer_many([OfferRequest("a", 1), OfferRequest("b", 2, after=[3])])  # type: ignore[list-item]
+
+
+def test_middleware_sees_and_may_change_the_parents(dsn: str) -> None:
+    class NoParents(pyqueue.Middleware):
+        def offer(self, call, call_next):  # type: ignore[no-untyped-def]
+            seen.append([r.after for r in call.requests])
+            call.requests = [dataclasses.replace(r, after=None) for r in call.requests]
+            return call_next(call)
+
+    seen: list[list[object]] = []
+    with DelayedQueue(dsn, "mw", middleware=[NoParents()]) as q:
+        q.offer("p", 1)
+        q.offer("c", 2, after=["p"])
+        assert seen[-1] == [("p",)]
+        assert sorted(polled(q)) == ["c", "p"]
