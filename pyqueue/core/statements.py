@@ -447,7 +447,8 @@ class QueueStatements(Statements):
         params, now = self._offer_many_params(items, can_update)
         if params is None:
             return Statement(None, None, _outcomes)
-        text = self.sql.offer_many_now if now else self.sql.offer_many_after if "afters" in params else self.sql.offer_many
+        text = (self.sql.offer_many_now if now else
+                self.sql.offer_many_after if "afters" in params else self.sql.offer_many)
         return Statement(text, params, _outcomes)
 
     def offer_many_counts(

@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from sqlhelpers import table_rows
 
 Q = "q"
@@ -34,10 +35,10 @@ def offer_many(
     counts: bool = False,
 ) -> dict[str, str] | tuple[int, int, int]:
     """dq_offer_many (or dq_offer_many_counts) of ``keys`` with payload "p", due long ago."""
-    fn = "dq_offer_many_counts" if counts else "dq_offer_many"
     rows = conn.execute(
-        f"SELECT * FROM {fn}(%s, %s::text[], array_fill('p'::bytea, ARRAY[%s]), array_fill(%s::timestamptz, "
-        "ARRAY[%s]), %s, afters => %s::jsonb[], on_parent_failures => %s::text[])",
+        sql.SQL("SELECT * FROM {}(%s, %s::text[], array_fill('p'::bytea, ARRAY[%s]), array_fill(%s::timestamptz, "
+                "ARRAY[%s]), %s, afters => %s::jsonb[], on_parent_failures => %s::text[])").format(
+            sql.Identifier("dq_offer_many_counts" if counts else "dq_offer_many")),
         (queue, keys, len(keys), LONG_AGO, len(keys), can_update,
          None if afters is None else [None if a is None else json.dumps(a) for a in afters], on_parent_failures),
     ).fetchall()
