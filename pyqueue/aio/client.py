@@ -29,6 +29,7 @@ from uuid import UUID
 from psycopg_pool import AsyncConnectionPool
 
 from ..core import routines
+from ..core.graph import Graph, Node
 from ..core.middleware import AsyncMiddleware, OfferCall, chain, check_middleware, wraps
 from ..core.statements import QueueStatements, Statements, offer_requests
 from ..drivers.aio import AsyncConnection, AsyncDriver, run
@@ -194,9 +195,24 @@ class AsyncDelayedQueue:
         """Run the offer ``call`` through the middleware, then its statement on ``conn``."""
 
         async def send(final: OfferCall) -> Any:
-            return await self._driver.run(self._statements.offer_call(final), conn)
+            return await self._driver.run(self._statements.for_queue(final.queue).offer_call(final), conn)
 
         return await chain(self.middleware, "offer", send)(call)
+
+    async def offer_graph(
+        self, graph: Graph, *, can_update: bool = False, conn: AsyncConnection | None = None
+    ) -> dict[Node, OfferOutcome]:
+        """Offer every node of ``graph`` in one transaction; see :meth:`pyqueue.DelayedQueue.offer_graph`."""
+        batches = graph.batches()
+        calls = [OfferCall(queue, requests, can_update, True) for queue, requests in batches]
+        # Checked before any I/O (unless middleware may still change the requests).
+        ops = None if self._offers_wrapped else [self._statements.for_queue(c.queue).offer_call(c) for c in calls]
+        async with self._driver.transaction(conn) as c:
+            if ops is not None:
+                results = [await self._driver.run(op, c) for op in ops]
+            else:
+                results = [await self._offer_through_middleware(call, c) for call in calls]
+        return graph.outcomes(batches, results)
 
     # -- poll ----------------------------------------------------------------------------------
     async def channel(self, *, conn: AsyncConnection | None = None) -> str:

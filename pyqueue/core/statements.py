@@ -402,6 +402,11 @@ class QueueStatements(Statements):
         self.queue = check_queue_name(queue)
         self.serializers = serializers
 
+    def for_queue(self, queue: str) -> QueueStatements:
+        """The statements of ``queue`` in the same install, with the same serializers (this object
+        for its own queue): what a graph spanning queues offers with."""
+        return self if queue == self.queue else QueueStatements(queue, self.schema, self.serializers)
+
     def pool_settings(self, pool_size: int, prefix: str) -> dict[str, Any]:
         """The settings of a pool a queue creates: 1 to ``pool_size`` autocommit connections."""
         return {"min_size": 1, "max_size": pool_size, "kwargs": {"autocommit": True}, "name": f"{prefix}:{self.queue}"}

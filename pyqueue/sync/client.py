@@ -21,6 +21,7 @@ from uuid import UUID
 from psycopg_pool import ConnectionPool
 
 from ..core import routines
+from ..core.graph import Graph, Node
 from ..core.middleware import Middleware, OfferCall, chain, check_middleware, wraps
 from ..core.statements import QueueStatements, Statements, offer_requests
 from ..drivers.sync import Connection, Driver, run
@@ -298,9 +299,41 @@ class DelayedQueue:
         """Run the offer ``call`` through the middleware, then its statement on ``conn``."""
 
         def send(final: OfferCall) -> Any:
-            return self._driver.run(self._statements.offer_call(final), conn)
+            return self._driver.run(self._statements.for_queue(final.queue).offer_call(final), conn)
 
         return chain(self.middleware, "offer", send)(call)
+
+    def offer_graph(
+        self, graph: Graph, *, can_update: bool = False, conn: Connection | None = None
+    ) -> dict[Node, OfferOutcome]:
+        """Offer every node of ``graph`` (:class:`pyqueue.Graph`) in one transaction: all or none.
+
+        The nodes go out as ``dq_offer_many`` calls (:meth:`pyqueue.Graph.batches`): one for a
+        graph in one queue, else one per run of nodes of a queue, each node after its parents.
+        Each node is offered as :meth:`offer` with its ``after`` offers it: held until each of
+        its parents is acknowledged. The middleware around offers sees each call.
+
+        :param graph: the nodes and their parents.
+        :param can_update: as :meth:`offer`; default False here, so that offering a graph again
+            (a retried producer) leaves the messages already there as they are (``IGNORED``); with
+            True, a node that has parents and exists already is refused (22023).
+        :param conn: the caller's connection: the graph is offered in its transaction (a
+            savepoint of the one open; on an autocommit connection, a transaction of its own).
+        :returns: ``{Node: OfferOutcome}``, in the order the nodes were added.
+        :raises InvalidArgument: the graph's edges form a cycle (before any I/O); the errors of
+            :meth:`offer_many` (its element positions count within one call); a cycle through
+            messages already stored (22023). Nothing is offered on error.
+        """
+        batches = graph.batches()
+        calls = [OfferCall(queue, requests, can_update, True) for queue, requests in batches]
+        # Checked before any I/O (unless middleware may still change the requests).
+        ops = None if self._offers_wrapped else [self._statements.for_queue(c.queue).offer_call(c) for c in calls]
+        with self._driver.transaction(conn) as c:
+            if ops is not None:
+                results = [self._driver.run(op, c) for op in ops]
+            else:
+                results = [self._offer_through_middleware(call, c) for call in calls]
+        return graph.outcomes(batches, results)
 
     # -- poll ----------------------------------------------------------------------------------
     def channel(self, *, conn: Connection | None = None) -> str:
