@@ -18,6 +18,7 @@ sync and asyncio, built sans-I/O. The tree, from the bottom:
 ``tests/install/test_structure.py`` keeps that order: no import cycle, no layer importing one above it.
 """
 
+from .core.graph import Graph, Node
 from .core.middleware import HandlerCall, Middleware, OfferCall
 from .errors import (
     ConnectionFailed,
@@ -47,6 +48,8 @@ __all__ = [
     "OfferCounts",
     "OfferOutcome",
     "OfferRequest",
+    "Graph",
+    "Node",
     "NackOutcome",
     "NackResult",
     "StoredMessage",

@@ -41,6 +41,7 @@ __all__ = [
     "MAX_IN_FLIGHT_MAX",
     "RATE_LIMIT_MAX",
     "RATE_PERIOD_MAX",
+    "AFTER_PARENTS_MAX",
 ]
 
 #: A queue name (and a dead-letter queue name): 1 to 100 characters; longer raises 22001.
@@ -89,3 +90,6 @@ MAX_IN_FLIGHT_MAX: Final = 100_000
 RATE_LIMIT_MAX: Final = 100_000
 #: The longest ``rate_period``: 1 day (22023 above; it must also be positive).
 RATE_PERIOD_MAX: Final = timedelta(days=1)
+#: The parents one message is offered after (``after`` of ``dq_offer``/``dq_offer_many``): at most
+#: 10,000 (54000 beyond).
+AFTER_PARENTS_MAX: Final = 10_000

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from functools import cached_property
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 from uuid import UUID
 
 from .errors import InvalidArgument
@@ -28,6 +28,8 @@ __all__ = [
     "OfferCounts",
     "OfferOutcome",
     "OfferRequest",
+    "ParentRef",
+    "Named",
     "NackOutcome",
     "NackResult",
     "MessageBase",
@@ -103,6 +105,24 @@ class NackResult:
         return self.outcome is not NackOutcome.STALE
 
 
+@runtime_checkable
+class Named(Protocol):
+    """Anything that names a message by its queue and key: a delivery (:class:`pyqueue.Message`), a
+    :class:`StoredMessage`, a node of a :class:`pyqueue.Graph`."""
+
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def key(self) -> str: ...
+
+
+#: A parent named in ``after``: a key (str: a message of the child's own queue), a ``(queue, key)``
+#: pair, or an object with ``queue`` and ``key`` (:class:`Named`: a delivery, a stored message, a
+#: graph node).
+ParentRef = str | tuple[str, str] | Named
+
+
 @dataclass(frozen=True)
 class OfferRequest:
     """One message for :meth:`pyqueue.DelayedQueue.offer_many`.
@@ -121,6 +141,11 @@ class OfferRequest:
         on the database clock; not together with ``expires_at``.
     :param headers: metadata (a JSON object, at most :data:`pyqueue.limits.HEADERS_BYTES` bytes as
         text), returned with every delivery.
+    :param after: parents (:data:`ParentRef`: a key of this queue, a ``(queue, key)`` pair or a
+        message object): a new message is held until each of them that exists is acknowledged.
+        A parent may be another element of the same batch that comes *before* this one.
+    :param on_parent_failure: ``"wait"`` (default), ``"dead_letter"`` or ``"proceed"``: what happens
+        to this message when a parent is dead-lettered, cancelled, expired or purged instead.
 
     See :meth:`pyqueue.DelayedQueue.offer` for each field's rules and errors.
     """
@@ -135,6 +160,8 @@ class OfferRequest:
     expires_at: datetime | None = None
     ttl: timedelta | float | None = None
     headers: Mapping[str, Any] | None = None
+    after: Sequence[ParentRef] | None = None
+    on_parent_failure: str = "wait"
 
 
 @dataclass(frozen=True)

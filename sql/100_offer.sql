@@ -15,6 +15,9 @@ DROP FUNCTION IF EXISTS dq_offer(text, text, bytea, timestamptz, boolean, text, 
 DROP FUNCTION IF EXISTS dq_offer(text, text, jsonb, timestamptz, boolean, text, integer, text, timestamptz, jsonb);
 DROP FUNCTION IF EXISTS dq_offer(text, text, text, timestamptz, boolean, text, integer, text, timestamptz, jsonb);
 DROP FUNCTION IF EXISTS dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text);
+-- dq_offer_many and dq_offer_many_counts without afters and on_parent_failures, likewise.
+DROP FUNCTION IF EXISTS dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]);
+DROP FUNCTION IF EXISTS dq_offer_many_counts(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]);
 -- dq__offer_many returned TABLE (key, outcome) before it returned counts and an array of outcomes.
 DROP FUNCTION IF EXISTS dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text, integer[], text[], timestamptz[], jsonb[]);
 
@@ -356,19 +359,182 @@ END;
 $$;
 COMMENT ON FUNCTION dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text, integer[], text[], timestamptz[], jsonb[], boolean) IS 'Internal: the body of dq_offer_many and dq_offer_many_counts (fn: the public function named in errors): the numbers of elements created, updated and ignored, and with with_outcomes each outcome in input order (NULL when all were created); cron_prefix is recorded as the owner of the rows it creates or updates (dq_install_tick).';
 REVOKE ALL ON FUNCTION dq__offer_many(text, text, text[], bytea[], timestamptz[], boolean, text[], text, integer[], text[], timestamptz[], jsonb[], boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- The first error of the afters and on_parent_failures of a dq_offer_many call (fn), whose other
+-- arrays dq__offer_many_error found valid; NULL when there is none. Each element follows dq_offer's
+-- rules (dq__after_error, the error prefixed with the element: "afters[3]: after[2] ..."), a NULL
+-- element of on_parent_failures is wait, and an element may name only elements before it in the
+-- batch (so a batch cannot hold a cycle): the order in which dq__offer_many_after offers them.
+CREATE OR REPLACE FUNCTION dq__offer_many_after_error(fn text, queue text, keys text[], afters jsonb[],
+                                                      on_parent_failures text[])
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_variable
+DECLARE
+    v_n      integer := coalesce(cardinality(keys), 0);
+    v_error  jsonb;
+    v_row    record;
+BEGIN
+    IF array_ndims(afters) > 1 OR array_ndims(on_parent_failures) > 1 THEN
+        RETURN dq__error('22023', format('%s: arrays must be one-dimensional', fn));
+    ELSIF cardinality(afters) <> v_n THEN
+        RETURN dq__error('22023', format('%s: afters has %s elements, keys has %s', fn, cardinality(afters), v_n));
+    ELSIF cardinality(on_parent_failures) <> v_n THEN
+        RETURN dq__error('22023', format('%s: on_parent_failures has %s elements, keys has %s', fn,
+                                         cardinality(on_parent_failures), v_n));
+    END IF;
+    FOR v_row IN
+        SELECT u.k, u.a, u.o, u.i FROM unnest(keys, afters, on_parent_failures) WITH ORDINALITY AS u(k, a, o, i)
+         WHERE u.a IS NOT NULL OR u.o IS NOT NULL ORDER BY u.i
+    LOOP
+        IF v_row.o NOT IN ('wait', 'dead_letter', 'proceed') THEN
+            RETURN dq__error('22023', format('%s: on_parent_failures[%s] must be wait, dead_letter or proceed, not %s',
+                                             fn, v_row.i, v_row.o));
+        END IF;
+        v_error := dq__after_error(format('%s: afters[%s]', fn, v_row.i), queue, v_row.k, v_row.a, 'wait');
+        IF v_error IS NOT NULL THEN
+            RETURN v_error;
+        END IF;
+    END LOOP;
+    -- A parent in the batch (a key, or a [queue, key] pair of this queue) at or after its child.
+    RETURN (SELECT dq__error('22023', format('%s: afters[%s] names %s (keys[%s]), which comes later in the batch: '
+                                             'an element may name only elements before it', fn, a.i, k.k, k.j))
+              FROM unnest(afters) WITH ORDINALITY AS a(a, i)
+              CROSS JOIN LATERAL jsonb_array_elements(a.a) AS e(e)
+              JOIN unnest(keys) WITH ORDINALITY AS k(k, j)
+                ON k.k = CASE WHEN jsonb_typeof(e.e) = 'string' THEN e.e #>> '{}' ELSE e.e ->> 1 END
+               AND (jsonb_typeof(e.e) = 'string' OR e.e ->> 0 = queue)
+             WHERE a.a IS NOT NULL AND k.j > a.i
+             ORDER BY a.i, k.j LIMIT 1);
+END;
+$$;
+COMMENT ON FUNCTION dq__offer_many_after_error(text, text, text[], jsonb[], text[]) IS 'Internal: the first error of the afters and on_parent_failures of a dq_offer_many call (dq_offer''s rules per element; a parent in the batch must come before its child), NULL when valid.';
+REVOKE ALL ON FUNCTION dq__offer_many_after_error(text, text, text[], jsonb[], text[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- dq_offer_many of a batch some of whose elements name parents (afters, checked by
+-- dq__offer_many_after_error): the elements without parents first, set-based (dq__offer_many, as a
+-- batch without afters), then each element with parents in input order as dq_offer offers it
+-- (dq__offer_after, or an ordinary dq_offer when none of its parents exists). An element names
+-- only elements before it, so a parent in the batch is offered before its child looks for it.
+-- Returns what dq__offer_many returns, outcomes always given.
+-- Concurrency: as dq_offer_many for the first part, as dq_offer per element after: each element
+-- locks its parents (FOR KEY SHARE, sql/095_dependencies.sql) and inserts its row, in input order,
+-- not in key order: two batches that offer the same new keys with parents in different orders at
+-- the same time can deadlock (PostgreSQL detects it and fails one with 40P01; retry it).
+CREATE OR REPLACE FUNCTION dq__offer_many_after(
+    fn                 text,
+    queue              text,
+    keys               text[],
+    payloads           bytea[],
+    scheduled_ats      timestamptz[],
+    can_update         boolean,
+    payload_types      text[],
+    priorities         integer[],
+    message_groups     text[],
+    expires_ats        timestamptz[],
+    headers            jsonb[],
+    afters             jsonb[],
+    on_parent_failures text[],
+    OUT created        bigint,
+    OUT updated        bigint,
+    OUT ignored        bigint,
+    OUT outcomes       text[])
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now      timestamptz := dq__now();
+    v_pos      bigint[];
+    v_k        text[];
+    v_p        bytea[];
+    v_s        timestamptz[];
+    v_t        text[];
+    v_pr       integer[];
+    v_g        text[];
+    v_e        timestamptz[];
+    v_h        jsonb[];
+    v_plain    text[];
+    v_row      record;
+    v_after    record;
+    v_apos     bigint[] := '{}';
+    v_aout     text[] := '{}';
+    v_outcome  text;
+BEGIN
+    SELECT array_agg(u.i ORDER BY u.i), array_agg(u.k ORDER BY u.i), array_agg(u.p ORDER BY u.i),
+           array_agg(coalesce(u.s, v_now) ORDER BY u.i), array_agg(u.t ORDER BY u.i), array_agg(u.pr ORDER BY u.i),
+           array_agg(u.g ORDER BY u.i), array_agg(u.e ORDER BY u.i), array_agg(u.h ORDER BY u.i)
+      INTO v_pos, v_k, v_p, v_s, v_t, v_pr, v_g, v_e, v_h
+      FROM unnest(dq__offer_many_after.keys, dq__offer_many_after.payloads, dq__offer_many_after.scheduled_ats,
+                  dq__offer_many_after.payload_types, dq__offer_many_after.priorities,
+                  dq__offer_many_after.message_groups, dq__offer_many_after.expires_ats,
+                  dq__offer_many_after.headers, dq__offer_many_after.afters)
+           WITH ORDINALITY AS u(k, p, s, t, pr, g, e, h, a, i)
+     WHERE coalesce(jsonb_array_length(u.a), 0) = 0;
+    IF v_pos IS NOT NULL THEN
+        v_plain := (dq__offer_many(dq__offer_many_after.fn, dq__offer_many_after.queue, v_k, v_p, v_s,
+                                   dq__offer_many_after.can_update, v_t, NULL, v_pr, v_g, v_e, v_h, true)).outcomes;
+    END IF;
+    FOR v_row IN
+        SELECT u.i, u.k, u.p, coalesce(u.s, v_now) AS s, coalesce(u.t, 'bytes') AS t, coalesce(u.pr, 0) AS pr,
+               u.g, u.e, u.h, u.a, coalesce(u.o, 'wait') AS o
+          FROM unnest(dq__offer_many_after.keys, dq__offer_many_after.payloads, dq__offer_many_after.scheduled_ats,
+                      dq__offer_many_after.payload_types, dq__offer_many_after.priorities,
+                      dq__offer_many_after.message_groups, dq__offer_many_after.expires_ats,
+                      dq__offer_many_after.headers, dq__offer_many_after.afters,
+                      dq__offer_many_after.on_parent_failures)
+               WITH ORDINALITY AS u(k, p, s, t, pr, g, e, h, a, o, i)
+         WHERE jsonb_array_length(u.a) > 0
+         ORDER BY u.i
+    LOOP
+        v_after := dq__offer_after(dq__offer_many_after.queue, v_row.k, v_row.p, v_row.t, v_row.s,
+                                   dq__offer_many_after.can_update, v_row.pr, v_row.g, v_row.e, v_row.h, v_row.a,
+                                   v_row.o);
+        IF v_after.problem IS NOT NULL THEN
+            -- dq__offer_after words its errors for dq_offer: name this function and the element instead.
+            RAISE EXCEPTION USING ERRCODE = v_after.problem->>'sqlstate',
+                  MESSAGE = regexp_replace(v_after.problem->>'message', '^dq_offer: ',
+                                           format('%s: keys[%s]: ', dq__offer_many_after.fn, v_row.i));
+        END IF;
+        v_outcome := coalesce(v_after.outcome,
+                              -- none of its parents exists: an ordinary offer
+                              dq_offer(dq__offer_many_after.queue, v_row.k, v_row.p, v_row.s,
+                                       dq__offer_many_after.can_update, v_row.t, v_row.pr, v_row.g, v_row.e,
+                                       v_row.h));
+        v_apos := v_apos || v_row.i;
+        v_aout := v_aout || v_outcome;
+    END LOOP;
+    SELECT count(*) FILTER (WHERE x.o = 'created'), count(*) FILTER (WHERE x.o = 'updated'),
+           count(*) FILTER (WHERE x.o = 'ignored'), array_agg(x.o ORDER BY x.i)
+      INTO created, updated, ignored, outcomes
+      FROM (SELECT u.i, coalesce(u.o, 'created') AS o FROM unnest(v_pos, v_plain) AS u(i, o)
+             WHERE u.i IS NOT NULL
+            UNION ALL
+            SELECT u.i, u.o FROM unnest(v_apos, v_aout) AS u(i, o)) x;
+END;
+$$;
+COMMENT ON FUNCTION dq__offer_many_after(text, text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[], jsonb[], text[]) IS 'Internal: dq_offer_many of a batch with parents (afters): the elements without parents set-based, then each with parents in input order as dq_offer offers it; counts and outcomes in input order.';
+REVOKE ALL ON FUNCTION dq__offer_many_after(text, text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[], jsonb[], text[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
+-- afters (one JSON array per element, as dq_offer's after, or NULL) and on_parent_failures (NULL
+-- elements: wait) make elements wait for others; an element may name elements before it in the
+-- same call (a graph offered at once). A batch with parents takes dq__offer_many_after (elements
+-- without parents stay on the set-based path); one without (afters NULL or every element NULL or
+-- empty) is exactly the batch without them.
 CREATE OR REPLACE FUNCTION dq_offer_many(
-    queue           text,
-    keys            text[],
-    payloads        bytea[],
-    scheduled_ats   timestamptz[] DEFAULT NULL,
-    can_update      boolean DEFAULT true,
-    payload_types   text[] DEFAULT NULL,
-    priorities      integer[] DEFAULT NULL,
-    message_groups  text[] DEFAULT NULL,
-    expires_ats     timestamptz[] DEFAULT NULL,
-    headers         jsonb[] DEFAULT NULL)
+    queue              text,
+    keys               text[],
+    payloads           bytea[],
+    scheduled_ats      timestamptz[] DEFAULT NULL,
+    can_update         boolean DEFAULT true,
+    payload_types      text[] DEFAULT NULL,
+    priorities         integer[] DEFAULT NULL,
+    message_groups     text[] DEFAULT NULL,
+    expires_ats        timestamptz[] DEFAULT NULL,
+    headers            jsonb[] DEFAULT NULL,
+    afters             jsonb[] DEFAULT NULL,
+    on_parent_failures text[] DEFAULT NULL)
 RETURNS TABLE (key text, outcome text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
@@ -377,41 +543,55 @@ DECLARE
     v_error    jsonb;
     v_outcomes text[];
 BEGIN
-    v_error := dq__offer_many_error('dq_offer_many', dq_offer_many.queue, dq_offer_many.keys, dq_offer_many.payloads,
-                                    dq_offer_many.scheduled_ats, dq_offer_many.can_update, dq_offer_many.payload_types,
-                                    dq_offer_many.priorities, dq_offer_many.message_groups, dq_offer_many.expires_ats,
-                                    dq_offer_many.headers);
+    v_error := coalesce(
+        dq__offer_many_error('dq_offer_many', dq_offer_many.queue, dq_offer_many.keys, dq_offer_many.payloads,
+                             dq_offer_many.scheduled_ats, dq_offer_many.can_update, dq_offer_many.payload_types,
+                             dq_offer_many.priorities, dq_offer_many.message_groups, dq_offer_many.expires_ats,
+                             dq_offer_many.headers),
+        CASE WHEN dq_offer_many.afters IS NOT NULL OR dq_offer_many.on_parent_failures IS NOT NULL
+             THEN dq__offer_many_after_error('dq_offer_many', dq_offer_many.queue, dq_offer_many.keys,
+                                             dq_offer_many.afters, dq_offer_many.on_parent_failures) END);
     IF v_error ? 'hint' THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
     ELSIF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    v_outcomes := (dq__offer_many('dq_offer_many', dq_offer_many.queue, dq_offer_many.keys, dq_offer_many.payloads,
-                                  dq_offer_many.scheduled_ats, dq_offer_many.can_update, dq_offer_many.payload_types,
-                                  NULL, dq_offer_many.priorities, dq_offer_many.message_groups,
-                                  dq_offer_many.expires_ats, dq_offer_many.headers, true)).outcomes;
+    IF EXISTS (SELECT 1 FROM unnest(dq_offer_many.afters) AS a(a) WHERE jsonb_array_length(a.a) > 0) THEN
+        v_outcomes := (dq__offer_many_after('dq_offer_many', dq_offer_many.queue, dq_offer_many.keys,
+                                            dq_offer_many.payloads, dq_offer_many.scheduled_ats, dq_offer_many.can_update,
+                                            dq_offer_many.payload_types, dq_offer_many.priorities,
+                                            dq_offer_many.message_groups, dq_offer_many.expires_ats, dq_offer_many.headers,
+                                            dq_offer_many.afters, dq_offer_many.on_parent_failures)).outcomes;
+    ELSE
+        v_outcomes := (dq__offer_many('dq_offer_many', dq_offer_many.queue, dq_offer_many.keys, dq_offer_many.payloads,
+                                      dq_offer_many.scheduled_ats, dq_offer_many.can_update, dq_offer_many.payload_types,
+                                      NULL, dq_offer_many.priorities, dq_offer_many.message_groups,
+                                      dq_offer_many.expires_ats, dq_offer_many.headers, true)).outcomes;
+    END IF;
     -- No outcomes: every element was created. unnest pads the shorter (or NULL) array with NULLs.
     RETURN QUERY SELECT u.k, coalesce(u.o, 'created') FROM unnest(dq_offer_many.keys, v_outcomes) AS u(k, o);
 END;
 $$;
-COMMENT ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) IS 'dq_offer_many(queue, keys, payloads, scheduled_ats, can_update, payload_types, priorities, message_groups, expires_ats, headers) -> TABLE(key, outcome): dq_offer for each element, in one statement, outcomes in input order. Errors: as dq_offer, naming the element (keys[3]), and 22023 unequal lengths or a repeated key, 54000 over 100000 elements; nothing is written on error.';
-REVOKE ALL ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) TO dq_producer;
+COMMENT ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[], jsonb[], text[]) IS 'dq_offer_many(queue, keys, payloads, scheduled_ats, can_update, payload_types, priorities, message_groups, expires_ats, headers, afters, on_parent_failures) -> TABLE(key, outcome): dq_offer for each element, in one statement, outcomes in input order. afters[i] is element i''s after (a JSON array of keys or [queue, key] pairs, or NULL), on_parent_failures[i] its on_parent_failure (NULL: wait); an element may name elements before it in the same call, never after it (so no cycle). Errors: as dq_offer, naming the element (keys[3], afters[2]), and 22023 unequal lengths, a repeated key or a parent later in the batch, 54000 over 100000 elements; nothing is written on error.';
+REVOKE ALL ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[], jsonb[], text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[], jsonb[], text[]) TO dq_producer;
 
 -- dq_offer_many_counts: dq_offer_many for callers that read only how many elements were created,
 -- updated and ignored (bulk producers such as the Spark writer): the same body, checks and errors,
 -- without building a row per element. Concurrency: as dq_offer_many.
 CREATE OR REPLACE FUNCTION dq_offer_many_counts(
-    queue           text,
-    keys            text[],
-    payloads        bytea[],
-    scheduled_ats   timestamptz[] DEFAULT NULL,
-    can_update      boolean DEFAULT true,
-    payload_types   text[] DEFAULT NULL,
-    priorities      integer[] DEFAULT NULL,
-    message_groups  text[] DEFAULT NULL,
-    expires_ats     timestamptz[] DEFAULT NULL,
-    headers         jsonb[] DEFAULT NULL)
+    queue              text,
+    keys               text[],
+    payloads           bytea[],
+    scheduled_ats      timestamptz[] DEFAULT NULL,
+    can_update         boolean DEFAULT true,
+    payload_types      text[] DEFAULT NULL,
+    priorities         integer[] DEFAULT NULL,
+    message_groups     text[] DEFAULT NULL,
+    expires_ats        timestamptz[] DEFAULT NULL,
+    headers            jsonb[] DEFAULT NULL,
+    afters             jsonb[] DEFAULT NULL,
+    on_parent_failures text[] DEFAULT NULL)
 RETURNS TABLE (created bigint, updated bigint, ignored bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
@@ -419,30 +599,46 @@ AS $$
 DECLARE
     v_error jsonb;
 BEGIN
-    v_error := dq__offer_many_error('dq_offer_many_counts', dq_offer_many_counts.queue, dq_offer_many_counts.keys,
-                                    dq_offer_many_counts.payloads, dq_offer_many_counts.scheduled_ats,
-                                    dq_offer_many_counts.can_update, dq_offer_many_counts.payload_types,
-                                    dq_offer_many_counts.priorities, dq_offer_many_counts.message_groups,
-                                    dq_offer_many_counts.expires_ats, dq_offer_many_counts.headers);
+    v_error := coalesce(
+        dq__offer_many_error('dq_offer_many_counts', dq_offer_many_counts.queue, dq_offer_many_counts.keys,
+                             dq_offer_many_counts.payloads, dq_offer_many_counts.scheduled_ats,
+                             dq_offer_many_counts.can_update, dq_offer_many_counts.payload_types,
+                             dq_offer_many_counts.priorities, dq_offer_many_counts.message_groups,
+                             dq_offer_many_counts.expires_ats, dq_offer_many_counts.headers),
+        CASE WHEN dq_offer_many_counts.afters IS NOT NULL OR dq_offer_many_counts.on_parent_failures IS NOT NULL
+             THEN dq__offer_many_after_error('dq_offer_many_counts', dq_offer_many_counts.queue,
+                                             dq_offer_many_counts.keys, dq_offer_many_counts.afters,
+                                             dq_offer_many_counts.on_parent_failures) END);
     IF v_error ? 'hint' THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
     ELSIF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    SELECT o.created, o.updated, o.ignored INTO dq_offer_many_counts.created, dq_offer_many_counts.updated,
-                                                dq_offer_many_counts.ignored
-      FROM dq__offer_many('dq_offer_many_counts', dq_offer_many_counts.queue, dq_offer_many_counts.keys,
-                          dq_offer_many_counts.payloads, dq_offer_many_counts.scheduled_ats,
-                          dq_offer_many_counts.can_update, dq_offer_many_counts.payload_types, NULL,
-                          dq_offer_many_counts.priorities, dq_offer_many_counts.message_groups,
-                          dq_offer_many_counts.expires_ats, dq_offer_many_counts.headers, false) AS o;
+    IF EXISTS (SELECT 1 FROM unnest(dq_offer_many_counts.afters) AS a(a) WHERE jsonb_array_length(a.a) > 0) THEN
+        SELECT o.created, o.updated, o.ignored INTO dq_offer_many_counts.created, dq_offer_many_counts.updated,
+                                                    dq_offer_many_counts.ignored
+          FROM dq__offer_many_after('dq_offer_many_counts', dq_offer_many_counts.queue, dq_offer_many_counts.keys,
+                                    dq_offer_many_counts.payloads, dq_offer_many_counts.scheduled_ats,
+                                    dq_offer_many_counts.can_update, dq_offer_many_counts.payload_types,
+                                    dq_offer_many_counts.priorities, dq_offer_many_counts.message_groups,
+                                    dq_offer_many_counts.expires_ats, dq_offer_many_counts.headers,
+                                    dq_offer_many_counts.afters, dq_offer_many_counts.on_parent_failures) AS o;
+    ELSE
+        SELECT o.created, o.updated, o.ignored INTO dq_offer_many_counts.created, dq_offer_many_counts.updated,
+                                                    dq_offer_many_counts.ignored
+          FROM dq__offer_many('dq_offer_many_counts', dq_offer_many_counts.queue, dq_offer_many_counts.keys,
+                              dq_offer_many_counts.payloads, dq_offer_many_counts.scheduled_ats,
+                              dq_offer_many_counts.can_update, dq_offer_many_counts.payload_types, NULL,
+                              dq_offer_many_counts.priorities, dq_offer_many_counts.message_groups,
+                              dq_offer_many_counts.expires_ats, dq_offer_many_counts.headers, false) AS o;
+    END IF;
     RETURN NEXT;
 END;
 $$;
-COMMENT ON FUNCTION dq_offer_many_counts(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) IS 'dq_offer_many_counts(queue, keys, payloads, scheduled_ats, can_update, payload_types, priorities, message_groups, expires_ats, headers) -> TABLE(created, updated, ignored): dq_offer_many returning one row of counts instead of a row per element. Errors: as dq_offer_many; nothing is written on error.';
-REVOKE ALL ON FUNCTION dq_offer_many_counts(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) FROM PUBLIC;
+COMMENT ON FUNCTION dq_offer_many_counts(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[], jsonb[], text[]) IS 'dq_offer_many_counts(queue, keys, payloads, scheduled_ats, can_update, payload_types, priorities, message_groups, expires_ats, headers, afters, on_parent_failures) -> TABLE(created, updated, ignored): dq_offer_many returning one row of counts instead of a row per element. Errors: as dq_offer_many; nothing is written on error.';
+REVOKE ALL ON FUNCTION dq_offer_many_counts(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[], jsonb[], text[]) FROM PUBLIC;
 -- dq_producer offers, like dq_offer_many.
-GRANT EXECUTE ON FUNCTION dq_offer_many_counts(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[]) TO dq_producer;
+GRANT EXECUTE ON FUNCTION dq_offer_many_counts(text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[], jsonb[], text[]) TO dq_producer;
 
 -- Re-pin the SECURITY DEFINER functions of this file to the private schema first (sql/000_common.sql).
 SELECT dq__search_path(internal => false);

@@ -29,12 +29,23 @@ from uuid import UUID
 from psycopg_pool import AsyncConnectionPool
 
 from ..core import routines
+from ..core.graph import Graph, Node
 from ..core.middleware import AsyncMiddleware, OfferCall, chain, check_middleware, wraps
 from ..core.statements import QueueStatements, Statements, offer_requests
 from ..drivers.aio import AsyncConnection, AsyncDriver, run
 from ..durations import Seconds
 from ..errors import translating
-from ..model import Batch, LockedMessage, NackResult, OfferCounts, OfferOutcome, OfferRequest, QueueStats, StoredMessage
+from ..model import (
+    Batch,
+    LockedMessage,
+    NackResult,
+    OfferCounts,
+    OfferOutcome,
+    OfferRequest,
+    ParentRef,
+    QueueStats,
+    StoredMessage,
+)
 from ..serializers import SerializerRegistry
 from ..serializers import registry as default_registry
 from .cron import AsyncQueueCron
@@ -144,16 +155,17 @@ class AsyncDelayedQueue:
         self, key: str, payload: Any, at: datetime | None = None, delay: Seconds | None = None,
         can_update: bool = True, *, payload_type: str | None = None, priority: int = 0, group: str | None = None,
         expires_at: datetime | None = None, ttl: Seconds | None = None, headers: Mapping[str, Any] | None = None,
-        conn: AsyncConnection | None = None,
+        after: Iterable[ParentRef] | None = None, on_parent_failure: str = "wait", conn: AsyncConnection | None = None,
     ) -> OfferOutcome:
         """Offer one message (``dq_offer``); see :meth:`pyqueue.DelayedQueue.offer`."""
         if self._offers_wrapped:
-            request = OfferRequest(key, payload, at, delay, payload_type, priority, group, expires_at, ttl, headers)
+            request = OfferRequest(key, payload, at, delay, payload_type, priority, group, expires_at, ttl, headers,
+                                   None if after is None else tuple(after), on_parent_failure)
             outcome: OfferOutcome = await self._offer_through_middleware(
                 OfferCall(self.queue, [request], can_update, False), conn)
             return outcome
         op = self._statements.offer(key, payload, at, delay, can_update, payload_type, priority, group, expires_at, ttl,
-                                    headers)
+                                    headers, after, on_parent_failure)
         return await self._driver.run(op, conn)
 
     async def offer_many(
@@ -183,9 +195,24 @@ class AsyncDelayedQueue:
         """Run the offer ``call`` through the middleware, then its statement on ``conn``."""
 
         async def send(final: OfferCall) -> Any:
-            return await self._driver.run(self._statements.offer_call(final), conn)
+            return await self._driver.run(self._statements.for_queue(final.queue).offer_call(final), conn)
 
         return await chain(self.middleware, "offer", send)(call)
+
+    async def offer_graph(
+        self, graph: Graph, *, can_update: bool = False, conn: AsyncConnection | None = None
+    ) -> dict[Node, OfferOutcome]:
+        """Offer every node of ``graph`` in one transaction; see :meth:`pyqueue.DelayedQueue.offer_graph`."""
+        batches = graph.batches()
+        calls = [OfferCall(queue, requests, can_update, True) for queue, requests in batches]
+        # Checked before any I/O (unless middleware may still change the requests).
+        ops = None if self._offers_wrapped else [self._statements.for_queue(c.queue).offer_call(c) for c in calls]
+        async with self._driver.transaction(conn) as c:
+            if ops is not None:
+                results = [await self._driver.run(op, c) for op in ops]
+            else:
+                results = [await self._offer_through_middleware(call, c) for call in calls]
+        return graph.outcomes(batches, results)
 
     # -- poll ----------------------------------------------------------------------------------
     async def channel(self, *, conn: AsyncConnection | None = None) -> str:

@@ -104,6 +104,31 @@ def check_instant(value: object, name: str) -> datetime | None:
     return value
 
 
+def check_after(after: object, name: str = "after") -> Jsonb | None:
+    """The parents of an offer as the JSON array ``dq_offer`` takes (a key of the child's queue
+    stays a string, anything else becomes a ``[queue, key]`` pair), or None for no parents (None or
+    empty). Refused before any I/O: not a sequence, an element that is neither a str, a pair of str
+    nor an object with str ``queue`` and ``key`` (:class:`pyqueue.model.Named`). The other rules
+    (lengths, the number of parents, the message itself, cycles) are the database's."""
+    if after is None:
+        return None
+    if isinstance(after, (str, bytes, Mapping)) or not isinstance(after, Iterable):
+        raise InvalidArgument(
+            f"{name} must be a list of keys, (queue, key) pairs or messages, got {described(after)}")
+    parents: list[Any] = []
+    for i, ref in enumerate(after):
+        if isinstance(ref, str):
+            parents.append(ref)
+        elif isinstance(ref, (tuple, list)) and len(ref) == 2 and all(isinstance(v, str) for v in ref):
+            parents.append([ref[0], ref[1]])
+        elif isinstance(getattr(ref, "queue", None), str) and isinstance(getattr(ref, "key", None), str):
+            parents.append([ref.queue, ref.key])
+        else:
+            raise InvalidArgument(
+                f"{name}[{i}] must be a key, a (queue, key) pair of str or a message, got {described(ref)}")
+    return Jsonb(parents) if parents else None
+
+
 def check_lock_token(value: object, name: str = "lock_token") -> UUID:
     """``value`` as a :class:`uuid.UUID`: a UUID, or its text form (as ``Message.lock_token``
     prints); anything else raises :class:`pyqueue.InvalidArgument` before any I/O."""

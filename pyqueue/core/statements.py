@@ -33,6 +33,7 @@ from ..model import (
     OfferCounts,
     OfferOutcome,
     OfferRequest,
+    ParentRef,
     QueueStats,
     StoredMessage,
     column_names,
@@ -41,6 +42,7 @@ from ..model import (
 from ..serializers import SerializerRegistry
 from .checks import (
     Controls,
+    check_after,
     check_at,
     check_bool,
     check_controls,
@@ -154,6 +156,8 @@ _OFFER_MANY_ARGS = (
     "               %(ttls)s::interval[]) WITH ORDINALITY AS u(at, delay, expires_at, ttl, i)) END, "
     "%(headers)s::jsonb[])"
 )
+# The same with each element's parents (dq_offer_many's afters and on_parent_failures).
+_OFFER_MANY_AFTER_ARGS = _OFFER_MANY_ARGS[:-1] + ", %(afters)s::jsonb[], %(on_parent_failures)s::text[])"
 # Every element due now, without controls.
 _OFFER_MANY_NOW_ARGS = (
     "(%(queue)s, %(keys)s::text[], %(payloads)s::bytea[], NULL, %(can_update)s, %(payload_types)s::text[])")
@@ -173,11 +177,22 @@ class SqlTexts:
         "FROM (SELECT coalesce(%(at)s::timestamptz, {s}dq_now() + coalesce(%(delay)s::interval, interval '0')) "
         "AS at) AS t"
     )
+    # An offer after parents: the same with after and on_parent_failure (an offer without them keeps
+    # the text above, which an install without dependencies also has).
+    offer_after: str = (
+        "SELECT {s}dq_offer(%(queue)s, %(key)s, %(payload)s::bytea, t.at, %(can_update)s, %(payload_type)s, "
+        "%(priority)s::integer, %(group)s::text, coalesce(%(expires_at)s::timestamptz, t.at + %(ttl)s::interval), "
+        "%(headers)s::jsonb, %(after)s::jsonb, %(on_parent_failure)s::text) AS outcome "
+        "FROM (SELECT coalesce(%(at)s::timestamptz, {s}dq_now() + coalesce(%(delay)s::interval, interval '0')) "
+        "AS at) AS t"
+    )
     # {many}, {many_now}: the arguments of a batch offer (_OFFER_MANY_ARGS, _OFFER_MANY_NOW_ARGS).
     offer_many: str = "SELECT key, outcome FROM {s}dq_offer_many{many}"
     offer_many_now: str = "SELECT key, outcome FROM {s}dq_offer_many{many_now}"
     offer_many_counts: str = "SELECT created, updated, ignored FROM {s}dq_offer_many_counts{many}"
     offer_many_counts_now: str = "SELECT created, updated, ignored FROM {s}dq_offer_many_counts{many_now}"
+    offer_many_after: str = "SELECT key, outcome FROM {s}dq_offer_many{many_after}"
+    offer_many_counts_after: str = "SELECT created, updated, ignored FROM {s}dq_offer_many_counts{many_after}"
     poll: str = "SELECT {delivery} FROM {s}dq_poll_many(%(queue)s, %(max_count)s, %(lock_timeout)s)"
     poll_or_wait: str = (
         "SELECT {delivery}, extract(epoch FROM wake_in)::float8 AS wake_in_s FROM (SELECT *, %(queue)s::text AS queue "
@@ -282,7 +297,7 @@ def sql_texts(schema: str | None) -> SqlTexts:
     return qualified(SqlTexts, schema, {
         "{delivery}": _select_list(LockedMessage), "{stored}": _select_list(StoredMessage),
         "{stats}": _select_list(QueueStats), "{schedule}": _select_list(CronSchedule),
-        "{many}": _OFFER_MANY_ARGS, "{many_now}": _OFFER_MANY_NOW_ARGS})
+        "{many}": _OFFER_MANY_ARGS, "{many_now}": _OFFER_MANY_NOW_ARGS, "{many_after}": _OFFER_MANY_AFTER_ARGS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,6 +402,11 @@ class QueueStatements(Statements):
         self.queue = check_queue_name(queue)
         self.serializers = serializers
 
+    def for_queue(self, queue: str) -> QueueStatements:
+        """The statements of ``queue`` in the same install, with the same serializers (this object
+        for its own queue): what a graph spanning queues offers with."""
+        return self if queue == self.queue else QueueStatements(queue, self.schema, self.serializers)
+
     def pool_settings(self, pool_size: int, prefix: str) -> dict[str, Any]:
         """The settings of a pool a queue creates: 1 to ``pool_size`` autocommit connections."""
         return {"min_size": 1, "max_size": pool_size, "kwargs": {"autocommit": True}, "name": f"{prefix}:{self.queue}"}
@@ -408,15 +428,22 @@ class QueueStatements(Statements):
         expires_at: datetime | None = None,
         ttl: Seconds | None = None,
         headers: Mapping[str, Any] | None = None,
+        after: Iterable[ParentRef] | None = None,
+        on_parent_failure: str = "wait",
     ) -> Statement[OfferOutcome]:
         check_str(key, "key")
         check_bool(can_update, "can_update")
         at, delay_td = check_at(at, delay)
         c = check_controls(priority, group, expires_at, ttl, headers)
+        parents = check_after(after)
+        check_str(on_parent_failure, "on_parent_failure")
         data, ptype = self.serializers.encode(payload, check_str(payload_type, "payload_type", optional=True))
         params = self._q(key=key, payload=data, at=at, delay=delay_td, can_update=can_update, payload_type=ptype,
                          priority=c.priority, group=c.group, expires_at=c.expires_at, ttl=c.ttl, headers=c.headers)
-        return Statement(self.sql.offer, params, _value("outcome", OfferOutcome))
+        if parents is None and on_parent_failure == "wait":
+            return Statement(self.sql.offer, params, _value("outcome", OfferOutcome))
+        params.update(after=parents, on_parent_failure=on_parent_failure)
+        return Statement(self.sql.offer_after, params, _value("outcome", OfferOutcome))
 
     def offer_many(
         self, items: Iterable[OfferRequest | tuple[str, Any]], can_update: bool
@@ -425,7 +452,9 @@ class QueueStatements(Statements):
         params, now = self._offer_many_params(items, can_update)
         if params is None:
             return Statement(None, None, _outcomes)
-        return Statement(self.sql.offer_many_now if now else self.sql.offer_many, params, _outcomes)
+        text = (self.sql.offer_many_now if now else
+                self.sql.offer_many_after if "afters" in params else self.sql.offer_many)
+        return Statement(text, params, _outcomes)
 
     def offer_many_counts(
         self, items: Iterable[OfferRequest | tuple[str, Any]], can_update: bool
@@ -434,19 +463,24 @@ class QueueStatements(Statements):
         params, now = self._offer_many_params(items, can_update)
         if params is None:
             return Statement(None, None, _counts)
-        return Statement(self.sql.offer_many_counts_now if now else self.sql.offer_many_counts, params, _counts)
+        text = (self.sql.offer_many_counts_now if now else
+                self.sql.offer_many_counts_after if "afters" in params else self.sql.offer_many_counts)
+        return Statement(text, params, _counts)
 
     def _offer_many_params(
         self, items: Iterable[OfferRequest | tuple[str, Any]], can_update: bool
     ) -> tuple[dict[str, Any] | None, bool]:
         """The checked parameters of a batch offer (None for no items), and whether every element is
-        due now without controls (the statement of the short argument list then takes them)."""
+        due now without controls (the statement of the short argument list then takes them); with
+        ``afters`` and ``on_parent_failures`` when some element names parents."""
         keys: list[str] = []
         payloads: list[bytes] = []
         types: list[str] = []
         ats: list[datetime | None] = []
         delays: list[timedelta | None] = []
         controls: list[Controls] = []
+        afters: list[Jsonb | None] = []
+        failures: list[str | None] = []
         check_bool(can_update, "can_update")
         for i, req in enumerate(offer_requests(items)):
             check_str(req.key, f"items[{i}].key")
@@ -455,6 +489,9 @@ class QueueStatements(Statements):
                 at, delay_td = check_at(req.at, req.delay)
                 data, ptype = self.serializers.encode(req.payload, ptype_given)
                 controls.append(check_controls(req.priority, req.group, req.expires_at, req.ttl, req.headers))
+                afters.append(check_after(req.after))
+                failures.append(None if req.on_parent_failure == "wait"
+                                else check_str(req.on_parent_failure, "on_parent_failure"))
             except InvalidArgument as exc:  # the same message as offer()'s, with the element named
                 raise type(exc)(f"items[{i}]: {exc.message}", sqlstate=exc.sqlstate) from None
             keys.append(req.key)
@@ -466,8 +503,11 @@ class QueueStatements(Statements):
             return None, True
         params = self._q(keys=keys, payloads=payloads, can_update=can_update, payload_types=types)
         timed = not all(a is None for a in ats) or not all(d is None for d in delays)
-        if not timed and all(c.default for c in controls):
+        parents = not all(a is None for a in afters) or not all(f is None for f in failures)
+        if not timed and not parents and all(c.default for c in controls):
             return params, True
+        if parents:
+            params.update(afters=afters, on_parent_failures=failures)
 
         def column(values: list[Any], default: Any = None) -> list[Any] | None:
             """The array of one control, or None (the default for every element) when none is set."""
@@ -489,7 +529,7 @@ class QueueStatements(Statements):
             raise InvalidArgument(f"an offer's middleware must leave one request, it left {len(call.requests)}")
         r = call.requests[0]
         return self.offer(r.key, r.payload, r.at, r.delay, call.can_update, r.payload_type, r.priority, r.group,
-                          r.expires_at, r.ttl, r.headers)
+                          r.expires_at, r.ttl, r.headers, r.after, r.on_parent_failure)
 
     # -- poll --------------------------------------------------------------------------------------
     def poll(self, max_count: int, lock_timeout: Seconds, cls: type[M], client: Any) -> Statement[list[M]]:

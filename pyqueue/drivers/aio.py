@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar, assert_never, cast
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
@@ -22,6 +23,7 @@ from ..errors import PyQueueError, connection_failed, translating
 
 __all__ = ["AsyncConnection", "AsyncDriver", "run", "resolve"]
 
+IDLE = TransactionStatus.IDLE
 T = TypeVar("T")
 AsyncConnection = psycopg.AsyncConnection[TupleRow]
 
@@ -129,6 +131,16 @@ class AsyncDriver:
                 if c is not None and c.broken:
                     await self._pool.check()
                 raise
+
+    @asynccontextmanager
+    async def transaction(self, conn: AsyncConnection | None) -> AsyncIterator[AsyncConnection]:
+        """As :meth:`pyqueue.drivers.sync.Driver.transaction`."""
+        async with self.connection(conn) as c:
+            if conn is not None and not c.autocommit and c.info.transaction_status == IDLE:
+                yield c
+            else:
+                async with c.transaction():
+                    yield c
 
     async def run(self, op: Statement[T], conn: AsyncConnection | None = None) -> T:
         if op.sql is None:  # nothing to run (an empty batch): no connection either

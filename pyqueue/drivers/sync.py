@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar, assert_never, cast
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
@@ -22,6 +23,7 @@ from ..errors import PyQueueError, connection_failed, translating
 
 __all__ = ["Connection", "Driver", "resolve", "run"]
 
+IDLE = TransactionStatus.IDLE
 T = TypeVar("T")
 Connection = psycopg.Connection[TupleRow]
 
@@ -141,6 +143,19 @@ class Driver:
                 if c is not None and c.broken:
                     self._pool.check()
                 raise
+
+    @contextmanager
+    def transaction(self, conn: Connection | None) -> Iterator[Connection]:
+        """A connection in one transaction for several statements: a pooled connection's own
+        transaction (committed at exit), a savepoint of the open transaction of ``conn``, or, on a
+        ``conn`` that is not autocommit and has none open, the transaction its first statement
+        begins, left to the caller to commit or roll back (as a single statement on ``conn``)."""
+        with self.connection(conn) as c:
+            if conn is not None and not c.autocommit and c.info.transaction_status == IDLE:
+                yield c
+            else:
+                with c.transaction():
+                    yield c
 
     def run(self, op: Statement[T], conn: Connection | None = None) -> T:
         if op.sql is None:  # nothing to run (an empty batch): no connection either

@@ -50,11 +50,12 @@ def _payload_kind(data_type: DataType) -> str | None:
 def check_write_schema(schema: StructType) -> str:
     """Check the DataFrame's columns; return the default payload_type. Raises ValueError naming the column."""
     fields = {f.name: f for f in schema.fields}
-    allowed = ("key", "payload", "scheduled_at", "payload_type")
+    allowed = ("key", "payload", "scheduled_at", "payload_type", "after", "on_parent_failure")
     unknown = [name for name in fields if name not in allowed]
     if unknown:
         raise ValueError(
-            f"{NAME}: unknown column {unknown[0]!r}; the columns are key, payload, scheduled_at, payload_type"
+            f"{NAME}: unknown column {unknown[0]!r}; the columns are key, payload, scheduled_at, payload_type, "
+            "after, on_parent_failure"
         )
     for name in ("key", "payload"):
         if name not in fields:
@@ -77,11 +78,24 @@ def check_write_schema(schema: StructType) -> str:
             )
         if not isinstance(at_type, TimestampType):
             raise ValueError(f"{NAME}: column 'scheduled_at' is {at_type.simpleString()}, it must be timestamp")
-    if "payload_type" in fields and not isinstance(fields["payload_type"].dataType, StringType):
-        raise ValueError(
-            f"{NAME}: column 'payload_type' is {fields['payload_type'].dataType.simpleString()}, it must be string"
-        )
+    for name in ("payload_type", "on_parent_failure"):
+        if name in fields and not isinstance(fields[name].dataType, StringType):
+            raise ValueError(f"{NAME}: column {name!r} is {fields[name].dataType.simpleString()}, it must be string")
+    if "after" in fields:
+        after_type = fields["after"].dataType
+        element = after_type.elementType if isinstance(after_type, ArrayType) else None
+        if not (isinstance(element, StringType)
+                or (isinstance(element, ArrayType) and isinstance(element.elementType, StringType))):
+            raise ValueError(
+                f"{NAME}: column 'after' is {after_type.simpleString()}, it must be array<string> (keys of the "
+                "queue) or array<array<string>> ([queue, key] pairs)"
+            )
     return kind
+
+
+def _after_json(value: Any) -> str:
+    """An ``after`` cell as the JSON text of dq_offer_many's afters element: ``[]`` for NULL."""
+    return "[]" if value is None else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 # --------------------------------------------------------------------------- JSON payloads
@@ -156,6 +170,8 @@ class OfferBatch:
     payloads: Any
     types: Any
     ats: Any
+    afters: Any = None  # JSON text of each row's parents ("[]": none), when the DataFrame has them
+    failures: Any = None  # each row's on_parent_failure, likewise
 
     @property
     def offered(self) -> int:
@@ -171,6 +187,8 @@ class OfferBatch:
             "types": PgArray(self.types, "text"),
             "ats": PgArray(self.ats, "timestamptz"),
             "can_update": can_update,
+            **({} if self.afters is None else {"afters": PgArray(self.afters, "text"),
+                                                "failures": PgArray(self.failures, "text")}),
         }
 
 
@@ -187,6 +205,11 @@ class Batching:
     can_update: bool
     default_type: str  # payload_type of rows without one
     default_at_us: int  # scheduled_at of rows without one, microseconds since 1970-01-01 UTC
+
+    @property
+    def parents(self) -> bool:
+        """The DataFrame names parents (an ``after`` or ``on_parent_failure`` column)."""
+        return "after" in self.columns or "on_parent_failure" in self.columns
 
     def checked(self, batch: Any, seq0: int) -> Any:
         """One Arrow batch, checked and converted: a table of key (string), payload (binary),
@@ -228,7 +251,16 @@ class Batching:
             ats = pc.fill_null(at_us, self.default_at_us)
         else:
             ats = pc.fill_null(pa.nulls(n, pa.int64()), self.default_at_us)
-        return pa.table({"key": keys.cast(pa.string()), "payload": payloads, "payload_type": types, "at": ats})
+        table = {"key": keys.cast(pa.string()), "payload": payloads, "payload_type": types, "at": ats}
+        if self.parents:
+            # A JSON array per row (the database checks its elements); NULL: no parents.
+            after = cols.get("after")
+            table["after"] = (pa.array(["[]"] * n, pa.string()) if after is None
+                              else pa.array([_after_json(v) for v in after.to_pylist()], pa.string()))
+            failure = cols.get("on_parent_failure")
+            table["on_parent_failure"] = pc.fill_null(
+                pa.nulls(n, pa.string()) if failure is None else failure.cast(pa.string()), "wait")
+        return pa.table(table)
 
     def cut(self, rows: Any) -> OfferBatch:
         """``rows`` (a table from :meth:`checked`) as one offer batch, de-duplicated."""
@@ -249,6 +281,8 @@ class Batching:
             payloads=rows["payload"].combine_chunks(),
             types=rows["payload_type"].combine_chunks(),
             ats=rows["at"].combine_chunks(),
+            afters=rows["after"].combine_chunks() if self.parents else None,
+            failures=rows["on_parent_failure"].combine_chunks() if self.parents else None,
         )
 
     def batches(self, iterator: Iterator[Any]) -> Iterator[OfferBatch]:

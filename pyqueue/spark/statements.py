@@ -26,9 +26,27 @@ _STAGED = """(SELECT array_agg(s.key) AS keys, array_agg(s.payload) AS payloads,
                  ORDER BY t.key, t.seq {order}) AS s) AS a
        CROSS JOIN LATERAL"""
 _STAGED_ARGS = "(%(queue)s, a.keys, a.payloads, a.ats, %(can_update)s, a.types)"
+# The same with each row's parents (the DataFrame's after and on_parent_failure columns), the rows
+# in the order of the partition (seq): a row may name rows before it in its batch.
+_STAGED_AFTER = """(SELECT array_agg(s.key ORDER BY s.seq) AS keys, array_agg(s.payload ORDER BY s.seq) AS payloads,
+               array_agg(s.at ORDER BY s.seq) AS ats,
+               array_agg(s.payload_type ORDER BY s.seq) AS types,
+               array_agg(s.after::jsonb ORDER BY s.seq) AS afters,
+               array_agg(s.on_parent_failure ORDER BY s.seq) AS failures
+          FROM (SELECT DISTINCT ON (t.key) t.seq, t.key, t.payload, t.payload_type, t.at, t.after, t.on_parent_failure
+                  FROM dq_spark_stage t
+                 WHERE t.batch = %(batch)s
+                 ORDER BY t.key, t.seq {order}) AS s) AS a
+       CROSS JOIN LATERAL"""
+_STAGED_AFTER_ARGS = ("(%(queue)s, a.keys, a.payloads, a.ats, %(can_update)s, a.types, afters => a.afters, "
+                      "on_parent_failures => a.failures)")
 # writeMethod=arrays: one batch sent as binary arrays (already de-duplicated, see rows.Batching).
 _ARRAYS_ARGS = (
     "(%(queue)s, %(keys)b::text[], %(payloads)b::bytea[], %(ats)b::timestamptz[], %(can_update)s, %(types)b::text[])")
+# The same with each row's parents (the JSON text of its after, "[]" for none) and on_parent_failure.
+_ARRAYS_AFTER_ARGS = (
+    "(%(queue)s, %(keys)b::text[], %(payloads)b::bytea[], %(ats)b::timestamptz[], %(can_update)s, %(types)b::text[], "
+    "afters => %(afters)b::text[]::jsonb[], on_parent_failures => %(failures)b::text[])")
 # Every offer statement returns (outcome, number of rows): dq_offer_many_counts where the install
 # has it (no row per key), else the outcomes of dq_offer_many counted.
 _BY_OUTCOME = "SELECT o.outcome, count(*)::bigint FROM {source} {s}dq_offer_many{args} AS o GROUP BY o.outcome"
@@ -69,9 +87,14 @@ CREATE TEMPORARY TABLE dq_spark_stage (
     key           text    NOT NULL,
     payload       bytea   NOT NULL,
     payload_type  text    NOT NULL,
-    at            timestamptz NOT NULL
+    at            timestamptz NOT NULL,
+    after         text,
+    on_parent_failure text
 )"""
     stage_copy: str = "COPY dq_spark_stage (seq, batch, key, payload, payload_type, at) FROM STDIN (FORMAT binary)"
+    stage_copy_after: str = (
+        "COPY dq_spark_stage (seq, batch, key, payload, payload_type, at, after, on_parent_failure) "
+        "FROM STDIN (FORMAT binary)")
     stage_index: str = "CREATE INDEX ON dq_spark_stage (batch)"
     stage_analyze: str = "ANALYZE dq_spark_stage"
     stage_drop: str = "DROP TABLE IF EXISTS dq_spark_stage"
@@ -81,6 +104,14 @@ CREATE TEMPORARY TABLE dq_spark_stage (
     offer_staged_last_counts: str = _offer(_COUNTS, _STAGED.replace("{order}", "DESC"), _STAGED_ARGS)
     offer_staged_first_counts: str = _offer(_COUNTS, _STAGED.replace("{order}", "ASC"), _STAGED_ARGS)
     offer_arrays_counts: str = _offer(_COUNTS, "", _ARRAYS_ARGS)
+    offer_staged_last_after: str = _offer(_BY_OUTCOME, _STAGED_AFTER.replace("{order}", "DESC"), _STAGED_AFTER_ARGS)
+    offer_staged_first_after: str = _offer(_BY_OUTCOME, _STAGED_AFTER.replace("{order}", "ASC"), _STAGED_AFTER_ARGS)
+    offer_staged_last_after_counts: str = _offer(_COUNTS, _STAGED_AFTER.replace("{order}", "DESC"),
+                                                 _STAGED_AFTER_ARGS)
+    offer_staged_first_after_counts: str = _offer(_COUNTS, _STAGED_AFTER.replace("{order}", "ASC"),
+                                                  _STAGED_AFTER_ARGS)
+    offer_arrays_after: str = _offer(_BY_OUTCOME, "", _ARRAYS_AFTER_ARGS)
+    offer_arrays_after_counts: str = _offer(_COUNTS, "", _ARRAYS_AFTER_ARGS)
 
     # Reading (sql/170_export.sql): the smallest and largest id of the rows matching the filters,
     # and the call that opens a cursor over the rows of an id range (lo <= id < hi) matching them.

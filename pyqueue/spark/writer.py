@@ -199,7 +199,8 @@ class DelayedQueueWriter(DataSourceArrowWriter):
         conn.execute(self.sql.stage_drop)
         conn.execute(self.sql.stage_create)
         seq = 0
-        with conn.cursor() as cur, cur.copy(self.sql.stage_copy) as copy:
+        parents = self.batching.parents
+        with conn.cursor() as cur, cur.copy(self.sql.stage_copy_after if parents else self.sql.stage_copy) as copy:
             copy.write(COPY_SIGNATURE)
             for batch in iterator:
                 if batch.num_rows == 0:
@@ -218,6 +219,8 @@ class DelayedQueueWriter(DataSourceArrowWriter):
                             (rows["payload"].combine_chunks(), "bytea"),
                             (rows["payload_type"].combine_chunks(), "text"),
                             (rows["at"].combine_chunks(), "timestamptz"),
+                            *([(rows["after"].combine_chunks(), "text"),
+                               (rows["on_parent_failure"].combine_chunks(), "text")] if parents else []),
                         ]
                     )
                 )
@@ -231,10 +234,9 @@ class DelayedQueueWriter(DataSourceArrowWriter):
         staged = time.perf_counter()
         counts = dict.fromkeys(OUTCOMES, 0)
         batches = (seq + size - 1) // size
-        if self.batching.can_update:
-            query = self.sql.offer_staged_last_counts if self.counts_only else self.sql.offer_staged_last
-        else:
-            query = self.sql.offer_staged_first_counts if self.counts_only else self.sql.offer_staged_first
+        which = ("offer_staged_" + ("last" if self.batching.can_update else "first") + ("_after" if parents else "")
+                 + ("_counts" if self.counts_only else ""))
+        query = getattr(self.sql, which)
         for b in range(batches):
             self._maybe_fail(partition, attempt, b)
             rows = conn.execute(
@@ -261,7 +263,10 @@ class DelayedQueueWriter(DataSourceArrowWriter):
         encoded (in this thread) while the database runs the current one (in another thread)."""
         counts = dict.fromkeys(OUTCOMES, 0)
         done = {"rows": 0, "batches": 0, "superseded": 0, "offer_s": 0.0}
-        query = self.sql.offer_arrays_counts if self.counts_only else self.sql.offer_arrays
+        if self.batching.parents:
+            query = self.sql.offer_arrays_after_counts if self.counts_only else self.sql.offer_arrays_after
+        else:
+            query = self.sql.offer_arrays_counts if self.counts_only else self.sql.offer_arrays
 
         def offer(batch: OfferBatch, params: dict[str, Any]) -> None:  # in the offering thread
             t = time.perf_counter()

@@ -21,12 +21,23 @@ from uuid import UUID
 from psycopg_pool import ConnectionPool
 
 from ..core import routines
+from ..core.graph import Graph, Node
 from ..core.middleware import Middleware, OfferCall, chain, check_middleware, wraps
 from ..core.statements import QueueStatements, Statements, offer_requests
 from ..drivers.sync import Connection, Driver, run
 from ..durations import Seconds
 from ..errors import translating
-from ..model import Batch, LockedMessage, NackResult, OfferCounts, OfferOutcome, OfferRequest, QueueStats, StoredMessage
+from ..model import (
+    Batch,
+    LockedMessage,
+    NackResult,
+    OfferCounts,
+    OfferOutcome,
+    OfferRequest,
+    ParentRef,
+    QueueStats,
+    StoredMessage,
+)
 from ..serializers import SerializerRegistry
 from ..serializers import registry as default_registry
 from .cron import QueueCron
@@ -162,7 +173,7 @@ class DelayedQueue:
         self, key: str, payload: Any, at: datetime | None = None, delay: Seconds | None = None,
         can_update: bool = True, *, payload_type: str | None = None, priority: int = 0, group: str | None = None,
         expires_at: datetime | None = None, ttl: Seconds | None = None, headers: Mapping[str, Any] | None = None,
-        conn: Connection | None = None,
+        after: Iterable[ParentRef] | None = None, on_parent_failure: str = "wait", conn: Connection | None = None,
     ) -> OfferOutcome:
         """Offer one message (``dq_offer``).
 
@@ -197,6 +208,19 @@ class DelayedQueue:
         :param headers: metadata such as trace context: a JSON object (a dict), at most
             :data:`pyqueue.limits.HEADERS_BYTES` bytes as JSON text, stored as jsonb and returned with
             every delivery (:attr:`Message.headers`) and by :meth:`get`. Default None.
+        :param after: parents, each a key (str: a message of this queue), a ``(queue, key)`` pair, or a
+            message object (a :class:`Message` being handled, a :class:`StoredMessage`, a
+            :class:`pyqueue.Graph` node); at most :data:`pyqueue.limits.AFTER_PARENTS_MAX`. A new
+            message is stored held (never polled, not due) until each parent that exists is
+            acknowledged; then it is due at its delivery time (``at``/``delay``; already passed: at
+            once) in its group. A parent that does not exist (never offered, or already
+            acknowledged) counts as acknowledged. Default None: no parents. ``after`` applies to a
+            *new* key: with ``can_update`` an existing key is refused (22023), without it the
+            offer is ``IGNORED``.
+        :param on_parent_failure: when a parent is dead-lettered, cancelled, expired or purged
+            instead of acknowledged: ``"wait"`` (default: held until that parent is redriven and
+            acknowledged, or the message is cancelled), ``"proceed"`` (as if acknowledged) or
+            ``"dead_letter"`` (moved to this queue's dead-letter queue; without one it waits).
         :param conn: run on the caller's connection, inside its transaction (transactional outbox):
             a rollback leaves no message.
         :returns: :class:`OfferOutcome`.
@@ -206,15 +230,19 @@ class DelayedQueue:
             ``ttl`` ≤ 0 (22023); a group over its length (:class:`pyqueue.ValueTooLong`, 22001);
             :class:`pyqueue.DatetimeOutOfRange` (22008) an expiry outside the supported range;
             :class:`pyqueue.LimitExceeded` (54000) a payload over the queue's limit, headers over
-            their limit.
+            their limit, more parents than :data:`pyqueue.limits.AFTER_PARENTS_MAX`.
+            With ``after`` (22023): an element that is not a key, pair or message, the message
+            itself, an unknown ``on_parent_failure``, ``can_update`` on an existing key, a parent
+            that waits (through other messages) for this key: a cycle.
         """
         if self._offers_wrapped:
-            request = OfferRequest(key, payload, at, delay, payload_type, priority, group, expires_at, ttl, headers)
+            request = OfferRequest(key, payload, at, delay, payload_type, priority, group, expires_at, ttl, headers,
+                                   None if after is None else tuple(after), on_parent_failure)
             outcome: OfferOutcome = self._offer_through_middleware(
                 OfferCall(self.queue, [request], can_update, False), conn)
             return outcome
         op = self._statements.offer(key, payload, at, delay, can_update, payload_type, priority, group, expires_at, ttl,
-                                    headers)
+                                    headers, after, on_parent_failure)
         return self._driver.run(op, conn)
 
     def offer_many(
@@ -224,15 +252,19 @@ class DelayedQueue:
         """Offer many messages in one statement (``dq_offer_many``), in one transaction.
 
         :param items: :class:`OfferRequest` objects (each with its own time, priority, group,
-            expiry and headers, as the parameters of :meth:`offer`) or ``(key, payload)`` pairs (due
-            now, no controls); at most :data:`pyqueue.limits.OFFER_MANY_MAX_ITEMS`, keys unique
-            within the call.
+            expiry, headers, ``after`` and ``on_parent_failure``, as the parameters of :meth:`offer`)
+            or ``(key, payload)`` pairs (due now, no controls); at most
+            :data:`pyqueue.limits.OFFER_MANY_MAX_ITEMS`, keys unique within the call. An item's
+            ``after`` may name items *before* it in the same call (a graph offered at once; a
+            later one is refused, so a call cannot hold a cycle). Items without parents are
+            offered set-based; items with parents one at a time, after them, in input order.
         :param can_update: as :meth:`offer`, for every item.
         :param conn: the caller's connection and transaction (outbox), as in :meth:`offer`.
         :returns: ``{key: OfferOutcome}`` in input order.
         :raises InvalidArgument: a repeated key (22023), a bad element (its position named, as
-            ``priorities[3]`` or ``message_groups[2]``; the errors of :meth:`offer`), or too many
-            items (54000).
+            ``priorities[3]``, ``message_groups[2]`` or ``afters[2]``, 1-based, or ``items[1]``,
+            0-based, when refused before any I/O; the errors of :meth:`offer`), a parent later in
+            the call (22023), or too many items (54000).
         """
         if self._offers_wrapped:
             call = OfferCall(self.queue, offer_requests(items), can_update, True)
@@ -267,9 +299,41 @@ class DelayedQueue:
         """Run the offer ``call`` through the middleware, then its statement on ``conn``."""
 
         def send(final: OfferCall) -> Any:
-            return self._driver.run(self._statements.offer_call(final), conn)
+            return self._driver.run(self._statements.for_queue(final.queue).offer_call(final), conn)
 
         return chain(self.middleware, "offer", send)(call)
+
+    def offer_graph(
+        self, graph: Graph, *, can_update: bool = False, conn: Connection | None = None
+    ) -> dict[Node, OfferOutcome]:
+        """Offer every node of ``graph`` (:class:`pyqueue.Graph`) in one transaction: all or none.
+
+        The nodes go out as ``dq_offer_many`` calls (:meth:`pyqueue.Graph.batches`): one for a
+        graph in one queue, else one per run of nodes of a queue, each node after its parents.
+        Each node is offered as :meth:`offer` with its ``after`` offers it: held until each of
+        its parents is acknowledged. The middleware around offers sees each call.
+
+        :param graph: the nodes and their parents.
+        :param can_update: as :meth:`offer`; default False here, so that offering a graph again
+            (a retried producer) leaves the messages already there as they are (``IGNORED``); with
+            True, a node that has parents and exists already is refused (22023).
+        :param conn: the caller's connection: the graph is offered in its transaction (a
+            savepoint of the one open; on an autocommit connection, a transaction of its own).
+        :returns: ``{Node: OfferOutcome}``, in the order the nodes were added.
+        :raises InvalidArgument: the graph's edges form a cycle (before any I/O); the errors of
+            :meth:`offer_many` (its element positions count within one call); a cycle through
+            messages already stored (22023). Nothing is offered on error.
+        """
+        batches = graph.batches()
+        calls = [OfferCall(queue, requests, can_update, True) for queue, requests in batches]
+        # Checked before any I/O (unless middleware may still change the requests).
+        ops = None if self._offers_wrapped else [self._statements.for_queue(c.queue).offer_call(c) for c in calls]
+        with self._driver.transaction(conn) as c:
+            if ops is not None:
+                results = [self._driver.run(op, c) for op in ops]
+            else:
+                results = [self._offer_through_middleware(call, c) for call in calls]
+        return graph.outcomes(batches, results)
 
     # -- poll ----------------------------------------------------------------------------------
     def channel(self, *, conn: Connection | None = None) -> str:

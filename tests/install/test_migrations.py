@@ -186,7 +186,7 @@ def test_migrate_repairs_functions_altered_by_hand(dsn):
     dump = schema_dump(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("ALTER FUNCTION dq_offer_many(text, text[], bytea[], timestamptz[], boolean, text[], "
-                     "integer[], text[], timestamptz[], jsonb[]) SECURITY INVOKER")
+                     "integer[], text[], timestamptz[], jsonb[], jsonb[], text[]) SECURITY INVOKER")
         conn.execute("GRANT EXECUTE ON FUNCTION dq_channel(text) TO PUBLIC")
         conn.execute("DROP VIEW dq_stats")
     assert schema_dump(dsn) != dump

@@ -249,6 +249,8 @@ LIMIT_CASES: list[tuple[str, Callable[[int], tuple[str, Any]], int, str]] = [
      limits.MAX_IN_FLIGHT_MAX, "22023"),
     ("RATE_LIMIT_MAX", lambda n: ("SELECT dq_configure_queue('q', rate_limit => %s, rate_period => '1 second')", (n,)),
      limits.RATE_LIMIT_MAX, "22023"),
+    ("AFTER_PARENTS_MAX", lambda n: ("SELECT dq_offer('q', 'k', 'x', after => (SELECT jsonb_agg(i::text) "
+                                     "FROM generate_series(1, %s) i))", (n,)), limits.AFTER_PARENTS_MAX, "54000"),
     ("RATE_PERIOD_MAX", lambda n: ("SELECT dq_configure_queue('q', rate_limit => 1, rate_period => %s)",
                                    (timedelta(seconds=n),)), int(limits.RATE_PERIOD_MAX.total_seconds()), "22023"),
 ]
@@ -275,7 +277,7 @@ def test_error_and_offer_many_limits_are_the_ones_the_database_enforces(conn) ->
 
 #: Limits the SQL functions name that the Python side does not check itself (no pyqueue.limits twin).
 SQL_ONLY_LIMITS = {"CONFIG_HASH_CHARS", "LIST_MESSAGES_MAX_ROWS", "PRUNE_BATCH_MAX", "AUDIT_ACTOR_CHARS",
-                   "AUDIT_ACTION_CHARS", "THROUGHPUT_BUCKETS", "AFTER_PARENTS_MAX"}
+                   "AUDIT_ACTION_CHARS", "THROUGHPUT_BUCKETS"}
 
 
 def test_every_limit_named_in_sql_is_the_python_one(conn) -> None:
