@@ -1,4 +1,4 @@
-"""Every Python example of docs/python.md and docs/cron.md runs as written, in a real interpreter,
+"""Every Python example of docs/python.md, docs/cron.md and docs/workflows.md runs as written, in a real interpreter,
 against a fresh database, and prints what the comment above it says (``<!-- test: … -->``, see
 tests/support/docblocks.py). Blocks marked ``worker`` run a worker until SIGTERM: the test waits for their
 expected output, sends the signal, and the worker must then stop cleanly (exit status 0).
@@ -14,7 +14,7 @@ from docblocks import ROOT, Block, code_blocks, run_python, run_python_in_order
 
 PYTHON_MD = ROOT / "docs" / "python.md"
 BLOCKS = code_blocks(PYTHON_MD, "python")
-PAGES = [PYTHON_MD, ROOT / "docs" / "cron.md"]
+PAGES = [PYTHON_MD, ROOT / "docs" / "cron.md", ROOT / "docs" / "workflows.md"]
 ALL_BLOCKS = [block for page in PAGES for block in code_blocks(page, "python")]
 #: At most this many python blocks of these pages may be marked ``skip "REASON"`` (not run).
 MOST_SKIPPED = 1
