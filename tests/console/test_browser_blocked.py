@@ -95,7 +95,7 @@ def test_blocked_counts_filter_and_dependencies(dsn: str, conn: psycopg.Connecti
         row = page.locator('#messages tr[data-key="load"]')
         expect(row).to_contain_text("blocked")
         expect(row).to_contain_text("2 parents")
-        expect(row).to_contain_text("once released")
+        expect(row).to_contain_text("in 2.0 h, once released")
         page.locator("form#browse select[name=state]").select_option("blocked")
         page.locator("form#browse button").click()
         page.wait_for_load_state("load")

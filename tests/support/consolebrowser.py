@@ -320,7 +320,7 @@ def take_screenshots(base_url: str, out_dir: Path, *, browser: Browser | None = 
         _follow(page, f"{row} a", "message link")
         shoot("message")
         # A blocked message: a child waiting for this message, else the queue's first blocked message.
-        child = '#dependencies tr[data-relation="child"] a'
+        child = '#dependencies tr[data-relation="child"] td.key a'
         if page.locator(child).count() == 0:
             page.goto(queue_page + "?state=blocked")
             child = "#messages tr[data-key] a"
