@@ -275,10 +275,12 @@ def _first_stops_second_exits(worker: Worker | Any) -> Callable[[int], None]:
 
 
 #: The columns of ``pyqueue stats`` in display order: header, and the cell of a row (a QueueStats).
+#: "blocked" is shown only when some queue shown has blocked messages (:data:`_STATS_WHEN_ANY`).
 _STATS_COLUMNS: tuple[tuple[str, Callable[[Any], str]], ...] = (
     ("ready", lambda r: f"{'~' if r.approximate else ''}{r.ready:,}"),
     ("scheduled", lambda r: f"{'~' if r.approximate else ''}{r.scheduled:,}"),
     ("in flight", lambda r: f"{r.in_flight:,}"),
+    ("blocked", lambda r: f"{r.blocked:,}"),
     ("redelivered", lambda r: f"{r.redelivered:,}"),
     ("dead", lambda r: f"{r.dead:,}"),
     ("held", lambda r: f"{'~' if r.approximate else ''}{r.held:,}"),
@@ -291,7 +293,9 @@ _STATS_COLUMNS: tuple[tuple[str, Callable[[Any], str]], ...] = (
 )
 #: Which columns a narrow terminal loses first (the queue, ready, scheduled, in flight and dead stay).
 _STATS_DROP_ORDER = ("acked/h", "next due", "held", "expired", "acked/min", "redelivered", "oldest ready",
-                     "paused")
+                     "paused", "blocked")
+#: Columns shown only when some row's figure of that name (a QueueStats attribute) is not 0.
+_STATS_WHEN_ANY = ("blocked",)
 
 
 def _stats_title(rows: list[Any]) -> str:
@@ -310,10 +314,12 @@ def _stats_table(rows: list[Any], title: str, width: int | None = None) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    dropped: list[str] = []
+    # Left out: first the columns of figures no row has (not named in the caption), then to fit.
+    dropped: list[str] = [name for name in _STATS_WHEN_ANY if not any(getattr(r, name) for r in rows)]
+    hidden = len(dropped)
 
     def build() -> Table:
-        caption = f"left out to fit {width} columns: {', '.join(dropped)}" if dropped else None
+        caption = f"left out to fit {width} columns: {', '.join(dropped[hidden:])}" if dropped[hidden:] else None
         table = Table(title=title, caption=caption)
         table.add_column("queue", justify="left", overflow="fold")
         kept = [(name, cell) for name, cell in _STATS_COLUMNS if name not in dropped]
@@ -329,7 +335,7 @@ def _stats_table(rows: list[Any], title: str, width: int | None = None) -> Any:
         return table
     console = Console(width=width)
     unbounded = console.options.update_width(1_000_000)  # measured without the terminal's limit
-    for name in _STATS_DROP_ORDER:
+    for name in (n for n in _STATS_DROP_ORDER if n not in dropped):
         # It fits when its natural width (every name and figure whole, on one line) is within the width.
         if Measurement.get(console, unbounded, table).maximum <= width:
             break

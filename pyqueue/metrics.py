@@ -64,6 +64,8 @@ QUEUE_GAUGES: dict[str, tuple[str, str]] = {
     "dead": ("queue_dead_messages", "Dead letters moved from this queue, waiting in its dead-letter queue."),
     "expired": ("queue_expired_messages", "Messages past their expiry time, not removed yet."),
     "held": ("queue_held_messages", "Messages of FIFO message groups waiting behind their group's head."),
+    "blocked": ("queue_blocked_messages",
+                "Messages waiting for their parents to be acknowledged (offered after others); not in scheduled."),
     "paused": ("queue_paused", "1 when the queue is paused (polls deliver nothing), else 0."),
     "oldest_ready_age_seconds": ("queue_oldest_ready_age_seconds",
                                  "How long the oldest due message has waited since its due time."),

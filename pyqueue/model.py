@@ -287,6 +287,9 @@ class QueueStats:
     held: int
     #: Messages past their expires_at, not removed yet (a poll that meets one removes it).
     expired: int
+    #: Messages waiting for their parents (offered ``after`` others), in none of ready, scheduled
+    #: or expired: delivered once every parent is acknowledged.
+    blocked: int
 
 
 @dataclass(frozen=True)

@@ -93,15 +93,18 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
     SELECT CASE WHEN lock_token IS NOT NULL AND scheduled_at > at THEN 'in_flight'
                 WHEN scheduled_at <= at THEN 'ready'
+                WHEN scheduled_at >= dq__blocked_time() THEN 'blocked'
                 ELSE 'scheduled' END
 $$;
-COMMENT ON FUNCTION dq__timing_state(uuid, timestamptz, timestamptz) IS 'Internal: in_flight, ready or scheduled at `at` (the timing states of dq_list_messages).';
+COMMENT ON FUNCTION dq__timing_state(uuid, timestamptz, timestamptz) IS 'Internal: in_flight, ready, blocked (stored due at dq__blocked_time(): waiting for parents) or scheduled at `at` (the timing states of dq_list_messages).';
 REVOKE ALL ON FUNCTION dq__timing_state(uuid, timestamptz, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- Every state, the first that applies: in_flight; dead (a dead letter, in its dead-letter queue);
--- expired (past expires_at, not removed yet: a poll that reaches it removes it); held (a message of
--- a FIFO group that is not its group's head: head is whether dq_groups names it, which the caller
--- reads); else ready or scheduled by time (dq__timing_state).
+-- blocked (waiting for its parents, sql/095_dependencies.sql: stored due at dq__blocked_time(), the
+-- only rows due that late; its expiry is checked once it is released); expired (past expires_at,
+-- not removed yet: a poll that reaches it removes it); held (a message of a FIFO group that is not
+-- its group's head: head is whether dq_groups names it, which the caller reads); else ready or
+-- scheduled by time (dq__timing_state).
 CREATE OR REPLACE FUNCTION dq__message_state(lock_token uuid, scheduled_at timestamptz, dead_from text,
                                              expires_at timestamptz, message_group text, head boolean,
                                              at timestamptz)
@@ -110,10 +113,11 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
     SELECT CASE WHEN lock_token IS NOT NULL AND scheduled_at > at THEN 'in_flight'
                 WHEN dead_from IS NOT NULL THEN 'dead'
+                WHEN scheduled_at >= dq__blocked_time() THEN 'blocked'
                 WHEN expires_at <= at THEN 'expired'
                 WHEN message_group IS NOT NULL AND NOT coalesce(head, false) THEN 'held'
                 ELSE dq__timing_state(lock_token, scheduled_at, at) END
 $$;
-COMMENT ON FUNCTION dq__message_state(uuid, timestamptz, text, timestamptz, text, boolean, timestamptz) IS 'Internal: in_flight, dead, expired, held, ready or scheduled at `at` (dq_browse_messages, dq_message_detail).';
+COMMENT ON FUNCTION dq__message_state(uuid, timestamptz, text, timestamptz, text, boolean, timestamptz) IS 'Internal: in_flight, dead, blocked, expired, held, ready or scheduled at `at` (dq_browse_messages, dq_message_detail, dq_dependencies).';
 REVOKE ALL ON FUNCTION dq__message_state(uuid, timestamptz, text, timestamptz, text, boolean, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);

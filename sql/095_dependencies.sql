@@ -392,8 +392,9 @@ SELECT dq__search_path(internal => false);
 
 -- A message's dependencies: its parents (relation parent: their state now, absent when acknowledged
 -- or gone, dead when only a dead letter of it exists) and the children waiting for it (relation
--- child, state blocked). state is blocked, in_flight, ready, scheduled, held, expired, dead or
--- absent. A plain read: no lock is taken, nothing changes.
+-- child, state blocked). state is dq__message_state's (blocked, in_flight, ready, scheduled, held,
+-- expired; dead when only a dead letter of it exists) or absent. A plain read: no lock is taken,
+-- nothing changes.
 CREATE OR REPLACE FUNCTION dq_dependencies(queue text, key text)
 RETURNS TABLE (relation text, related_queue text, related_key text, state text, on_parent_failure text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT  -- reads dq__clock()
@@ -410,11 +411,9 @@ BEGIN
     END IF;
     RETURN QUERY
     SELECT 'parent'::text, d.parent_queue, d.parent_key,
-           coalesce((SELECT CASE WHEN p.parents_pending > 0 THEN 'blocked'
-                                 ELSE dq__message_state(p.lock_token, p.scheduled_at, p.dead_from, p.expires_at,
-                                                        p.message_group,
-                                                        EXISTS (SELECT 1 FROM dq_groups g WHERE g.head_id = p.id),
-                                                        v_now) END
+           coalesce((SELECT dq__message_state(p.lock_token, p.scheduled_at, p.dead_from, p.expires_at,
+                                              p.message_group,
+                                              EXISTS (SELECT 1 FROM dq_groups g WHERE g.head_id = p.id), v_now)
                        FROM dq_messages p
                       WHERE p.queue = d.parent_queue AND p.key = d.parent_key AND p.dead_from IS NULL),
                     (SELECT 'dead' FROM dq_messages p

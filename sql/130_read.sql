@@ -140,12 +140,17 @@ GRANT EXECUTE ON FUNCTION dq_get(text, text) TO dq_consumer, dq_viewer;
 -- The messages of a queue for operators (dq_admin may not read dq_messages): by due time, at
 -- most max_rows, optionally of one state. A plain read: no lock is taken, nothing changes. It sorts
 -- the queue's rows of that state (an index gives them by priority first): on a queue of millions,
--- a second or more.
+-- a second or more. A blocked message (waiting for its parents, sql/095_dependencies.sql) comes
+-- last, with the due time and group it gets once released and how many parents it waits for
+-- (parents_pending, 0 for the others).
+-- The result gained parents_pending: a new return type, so the function is dropped and created
+-- again in the installer's transaction.
+DROP FUNCTION IF EXISTS dq_list_messages(text, text, integer);
 CREATE OR REPLACE FUNCTION dq_list_messages(queue text, in_state text DEFAULT NULL, max_rows integer DEFAULT 100)
 RETURNS TABLE (key text, state text, scheduled_at timestamptz, delivery_count integer,
                locked_until timestamptz, last_error text, last_error_at timestamptz,
                created_at timestamptz, priority integer, message_group text, dead_from text,
-               payload_type text, payload_text text)
+               payload_type text, payload_text text, parents_pending integer)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT  -- reads dq__clock()
 AS $$
 #variable_conflict use_column
@@ -156,17 +161,18 @@ BEGIN
     v_error := coalesce(
         dq__name_error('dq_list_messages', 'queue', dq_list_messages.queue, dq__limit_queue_chars()),
         dq__range_error('dq_list_messages', 'max_rows', dq_list_messages.max_rows, 1, dq__limit_list_messages_max_rows()),
-        CASE WHEN dq_list_messages.in_state NOT IN ('ready', 'scheduled', 'in_flight', 'redelivered')
+        CASE WHEN dq_list_messages.in_state NOT IN ('ready', 'scheduled', 'in_flight', 'redelivered', 'blocked')
              THEN dq__error('22023', format('dq_list_messages: in_state is "%s", it must be ready, scheduled, in_flight, '
-                                            'redelivered or NULL (all)', left(dq_list_messages.in_state, 40))) END);
+                                            'redelivered, blocked or NULL (all)', left(dq_list_messages.in_state, 40))) END);
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     RETURN QUERY
-    SELECT m.key, s.state, m.scheduled_at, m.delivery_count,
-           CASE WHEN s.state = 'in_flight' THEN m.scheduled_at END,
-           m.last_error, m.last_error_at, m.created_at, m.priority::integer, m.message_group, m.dead_from,
-           m.payload_type, dq__payload_text(m.payload)
+    SELECT m.key, s.state, CASE WHEN s.state = 'blocked' THEN m.release_at ELSE m.scheduled_at END,
+           m.delivery_count, CASE WHEN s.state = 'in_flight' THEN m.scheduled_at END,
+           m.last_error, m.last_error_at, m.created_at, m.priority::integer,
+           CASE WHEN s.state = 'blocked' THEN m.release_group ELSE m.message_group END, m.dead_from,
+           m.payload_type, dq__payload_text(m.payload), m.parents_pending
       FROM dq_messages m
      CROSS JOIN LATERAL (SELECT dq__timing_state(m.lock_token, m.scheduled_at, v_now) AS state) s
      WHERE m.queue = dq_list_messages.queue
@@ -176,7 +182,7 @@ BEGIN
      LIMIT dq_list_messages.max_rows;
 END;
 $$;
-COMMENT ON FUNCTION dq_list_messages(text, text, integer) IS 'dq_list_messages(queue text, in_state text default NULL, max_rows integer default 100) -> the queue''s messages by due time, of one state (ready, scheduled, in_flight, redelivered) or all, payloads as text; a plain read. Errors: 22004/22023/22001 queue, 22004/22023 max_rows (1..10000), 22023 in_state.';
+COMMENT ON FUNCTION dq_list_messages(text, text, integer) IS 'dq_list_messages(queue text, in_state text default NULL, max_rows integer default 100) -> the queue''s messages by due time, of one state (ready, scheduled, in_flight, redelivered, blocked: waiting for parents, listed last with the due time and group they get once released and their parents_pending) or all, payloads as text; a plain read. Errors: 22004/22023/22001 queue, 22004/22023 max_rows (1..10000), 22023 in_state.';
 REVOKE ALL ON FUNCTION dq_list_messages(text, text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_list_messages(text, text, integer) TO dq_admin, dq_viewer;
 

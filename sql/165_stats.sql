@@ -178,6 +178,7 @@ DECLARE
     v_now      timestamptz := dq__clock();
     v_due      bigint;   -- due now: ready, including expired locks (they are redelivered)
     v_future   bigint;   -- not due: scheduled and in flight
+    v_blocked  bigint;   -- waiting for parents (due at dq__blocked_time(), after every due time)
     v_approx   boolean := false;
     v_archive  boolean;
     v_est      double precision;
@@ -190,7 +191,15 @@ BEGIN
     END IF;
     r.queue := v_q;
     v_due := dq__stats_due_count(v_q, '-infinity', v_now, v_limit + 1);
-    v_future := dq__stats_due_count(v_q, v_now, 'infinity', v_limit + 1);
+    v_future := dq__stats_due_count(v_q, v_now, dq__max_time(), v_limit + 1);
+    -- Blocked: children waiting for their parents (sql/095_dependencies.sql), stored due at
+    -- dq__blocked_time(), the only rows due after dq__max_time(): the same index ranges, past it.
+    -- Counted up to the limit + 1 (no estimate finer than "more than the limit").
+    v_blocked := dq__stats_due_count(v_q, dq__max_time(), 'infinity', v_limit + 1);
+    IF v_blocked > v_limit THEN
+        v_approx := true;
+    END IF;
+    r.blocked := v_blocked;
     -- In flight: held under a lock that has not expired (the partial index on lock_token), counted
     -- up to the limit + 1 like the others (redelivered: of those counted).
     SELECT count(*), count(*) FILTER (WHERE s.delivery_count > 1) INTO r.in_flight, r.redelivered
@@ -209,11 +218,14 @@ BEGIN
         IF v_due > v_limit AND v_future > v_limit THEN
             v_est := dq__estimated_rows(v_q, true);
             v_due := greatest(v_limit + 1, coalesce(v_est, 0)::bigint);
-            v_future := greatest(v_limit + 1, (coalesce(dq__estimated_rows(v_q, false), 0) - v_due)::bigint);
+            v_future := greatest(v_limit + 1,
+                                 (coalesce(dq__estimated_rows(v_q, false), 0) - v_due - v_blocked)::bigint);
         ELSIF v_due > v_limit THEN
-            v_due := greatest(v_limit + 1, (coalesce(dq__estimated_rows(v_q, false), 0) - v_future)::bigint);
+            v_due := greatest(v_limit + 1,
+                              (coalesce(dq__estimated_rows(v_q, false), 0) - v_future - v_blocked)::bigint);
         ELSE
-            v_future := greatest(v_limit + 1, (coalesce(dq__estimated_rows(v_q, false), 0) - v_due)::bigint);
+            v_future := greatest(v_limit + 1,
+                                 (coalesce(dq__estimated_rows(v_q, false), 0) - v_due - v_blocked)::bigint);
         END IF;
     END IF;
     r.ready := v_due;
@@ -232,9 +244,11 @@ BEGIN
         END IF;
         r.held := greatest(r.held - v_groups, 0);
     END IF;
-    -- Expired: past expires_at and not removed yet (a poll that reaches them removes them).
+    -- Expired: past expires_at and not removed yet (a poll that reaches them removes them); not a
+    -- blocked message (its expiry is checked once it is released).
     SELECT count(*) INTO r.expired FROM (
-        SELECT 1 FROM dq_messages m WHERE m.queue = v_q AND m.expires_at <= v_now LIMIT v_limit + 1) s;
+        SELECT 1 FROM dq_messages m WHERE m.queue = v_q AND m.expires_at <= v_now
+           AND m.scheduled_at < dq__blocked_time() LIMIT v_limit + 1) s;
     IF r.expired > v_limit THEN
         v_approx := true;
     END IF;
@@ -248,7 +262,7 @@ BEGIN
     RETURN r;
 END;
 $$;
-COMMENT ON FUNCTION dq_queue_stats(text) IS 'dq_queue_stats(queue text) -> dq_stats_row: the queue''s counts (ready, scheduled, in flight, redelivered, dead, held, expired, acknowledged in the last minute and hour), oldest_ready_age, next_due and paused; counts past 20000 rows are estimated (approximate; in flight, redelivered, dead, held and expired then stop at 20001). Errors: 22004/22023/22001 queue.';
+COMMENT ON FUNCTION dq_queue_stats(text) IS 'dq_queue_stats(queue text) -> dq_stats_row: the queue''s counts (ready, scheduled, in flight, redelivered, dead, held, expired, blocked: waiting for parents, in none of ready, scheduled or expired; acknowledged in the last minute and hour), oldest_ready_age, next_due and paused; counts past 20000 rows are estimated (approximate; in flight, redelivered, dead, held, expired and blocked then stop at 20001). Errors: 22004/22023/22001 queue.';
 REVOKE ALL ON FUNCTION dq_queue_stats(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_queue_stats(text) TO dq_admin, dq_viewer;
 

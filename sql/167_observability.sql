@@ -121,9 +121,12 @@ SELECT dq__search_path(internal => false);
 -- probes. A plain read under the caller's snapshot (STABLE): no lock beyond ACCESS SHARE, so it never
 -- blocks and is never blocked by producers, consumers or vacuum; its figures are as of the
 -- statement's start, like dq_stats'.
+-- The result gained blocked (messages waiting for their parents): a new return type, so the
+-- function is dropped and created again in the installer's transaction.
+DROP FUNCTION IF EXISTS dq_metrics();
 CREATE OR REPLACE FUNCTION dq_metrics()
 RETURNS TABLE (queue text, ready bigint, scheduled bigint, in_flight bigint, redelivered bigint, dead bigint,
-               expired bigint, held bigint, paused boolean, oldest_ready_age_seconds double precision,
+               expired bigint, held bigint, blocked bigint, paused boolean, oldest_ready_age_seconds double precision,
                next_due timestamptz, approximate boolean, is_dead_letter_queue boolean, max_in_flight integer,
                rate_limit integer, rate_limit_period_seconds double precision, rate_limit_used bigint,
                archive boolean, acked_last_minute bigint, acked_last_hour bigint, archived_acked bigint,
@@ -137,7 +140,7 @@ DECLARE
     v_limit  integer := dq__stats_exact_limit();
 BEGIN
     RETURN QUERY
-    SELECT s.queue, s.ready, s.scheduled, s.in_flight, s.redelivered, s.dead, s.expired, s.held, s.paused,
+    SELECT s.queue, s.ready, s.scheduled, s.in_flight, s.redelivered, s.dead, s.expired, s.held, s.blocked, s.paused,
            extract(epoch FROM s.oldest_ready_age)::double precision, s.next_due,
            s.approximate OR coalesce(a.approximate, false),
            EXISTS (SELECT 1 FROM dq_queues d WHERE d.dead_letter_queue = s.queue),
@@ -154,7 +157,7 @@ BEGIN
      ORDER BY s.queue;
 END;
 $$;
-COMMENT ON FUNCTION dq_metrics() IS 'dq_metrics() -> SETOF (queue, ready, scheduled, in_flight, redelivered, dead, expired, held, paused, oldest_ready_age_seconds, next_due, approximate, is_dead_letter_queue, max_in_flight, rate_limit, rate_limit_period_seconds, rate_limit_used, archive, acked_last_minute, acked_last_hour, archived_acked, archived_dead, archived_cancelled, archived_expired): one row per queue of dq_stats, counts in messages, ages and periods in seconds; counts past 20000 rows are estimated (approximate); archive figures NULL unless the queue archives. A plain read (STABLE, no lock taken beyond ACCESS SHARE). Errors: none.';
+COMMENT ON FUNCTION dq_metrics() IS 'dq_metrics() -> SETOF (queue, ready, scheduled, in_flight, redelivered, dead, expired, held, blocked, paused, oldest_ready_age_seconds, next_due, approximate, is_dead_letter_queue, max_in_flight, rate_limit, rate_limit_period_seconds, rate_limit_used, archive, acked_last_minute, acked_last_hour, archived_acked, archived_dead, archived_cancelled, archived_expired): one row per queue of dq_stats, counts in messages, ages and periods in seconds; counts past 20000 rows are estimated (approximate); archive figures NULL unless the queue archives. A plain read (STABLE, no lock taken beyond ACCESS SHARE). Errors: none.';
 REVOKE ALL ON FUNCTION dq_metrics() FROM PUBLIC;
 -- Read-only figures: the viewer role of dashboards and exporters, and operators.
 GRANT EXECUTE ON FUNCTION dq_metrics() TO dq_admin, dq_viewer;

@@ -18,14 +18,19 @@ SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, p
 -- an index of its own finds (in_flight, expired) may be read through it and sorted when it is rare.
 -- A state filter otherwise walks the queue in key order until it has max_rows rows: on a queue of
 -- millions where the state is rare, that reads every row (measured in bench/console_queries.py).
+-- A blocked message (waiting for its parents, sql/095_dependencies.sql) shows the due time and group
+-- it gets once released and how many parents it waits for (parents_pending, 0 for the others).
 -- A plain read: no lock is taken, nothing changes.
+-- The result gained parents_pending: a new return type, so the function is dropped and created
+-- again in the installer's transaction.
+DROP FUNCTION IF EXISTS dq_browse_messages(text, text, text, text, bigint, integer);
 CREATE OR REPLACE FUNCTION dq_browse_messages(queue text, in_state text DEFAULT NULL, key_prefix text DEFAULT NULL,
                                               after_key text DEFAULT NULL, after_id bigint DEFAULT NULL,
                                               max_rows integer DEFAULT 50)
 RETURNS TABLE (id bigint, key text, state text, scheduled_at timestamptz, delivery_count integer,
                locked_until timestamptz, last_error text, last_error_at timestamptz, created_at timestamptz,
                priority integer, message_group text, dead_from text, expires_at timestamptz, payload_type text,
-               payload_bytes integer)
+               payload_bytes integer, parents_pending integer)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT  -- reads dq__clock()
 SET plan_cache_mode = force_custom_plan
 SET jit = off
@@ -37,9 +42,9 @@ DECLARE
 BEGIN
     v_error := coalesce(
         dq__name_error('dq_browse_messages', 'queue', dq_browse_messages.queue, dq__limit_queue_chars()),
-        CASE WHEN dq_browse_messages.in_state NOT IN ('ready', 'scheduled', 'in_flight', 'redelivered', 'dead', 'held', 'expired')
+        CASE WHEN dq_browse_messages.in_state NOT IN ('ready', 'scheduled', 'in_flight', 'redelivered', 'dead', 'held', 'expired', 'blocked')
              THEN dq__error('22023', format('dq_browse_messages: in_state is "%s", it must be ready, scheduled, in_flight, '
-                                            'redelivered, dead, held, expired or NULL (all)', left(dq_browse_messages.in_state, 40))) END,
+                                            'redelivered, dead, held, expired, blocked or NULL (all)', left(dq_browse_messages.in_state, 40))) END,
         CASE WHEN dq_browse_messages.key_prefix IS NOT NULL
              THEN dq__text_error('dq_browse_messages', 'key_prefix', dq_browse_messages.key_prefix, dq__limit_key_chars()) END,
         CASE WHEN dq_browse_messages.after_key IS NOT NULL
@@ -53,10 +58,11 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     RETURN QUERY
-    SELECT m.id, m.key, s.state, m.scheduled_at, m.delivery_count,
-           CASE WHEN s.state = 'in_flight' THEN m.scheduled_at END,
-           m.last_error, m.last_error_at, m.created_at, m.priority::integer, m.message_group, m.dead_from,
-           m.expires_at, m.payload_type, octet_length(m.payload)
+    SELECT m.id, m.key, s.state, CASE WHEN s.state = 'blocked' THEN m.release_at ELSE m.scheduled_at END,
+           m.delivery_count, CASE WHEN s.state = 'in_flight' THEN m.scheduled_at END,
+           m.last_error, m.last_error_at, m.created_at, m.priority::integer,
+           CASE WHEN s.state = 'blocked' THEN m.release_group ELSE m.message_group END, m.dead_from,
+           m.expires_at, m.payload_type, octet_length(m.payload), m.parents_pending
       FROM dq_messages m
       -- Whether the message heads its FIFO group: one primary-key probe of dq_groups (none for an
       -- ungrouped message: a NULL key matches no entry).
@@ -77,12 +83,13 @@ BEGIN
        AND (dq_browse_messages.in_state IS DISTINCT FROM 'expired' OR m.expires_at <= v_now)
        AND (dq_browse_messages.in_state IS DISTINCT FROM 'dead' OR m.dead_from IS NOT NULL)
        AND (dq_browse_messages.in_state IS DISTINCT FROM 'held' OR (m.message_group IS NOT NULL AND m.dead_from IS NULL))
+       AND (dq_browse_messages.in_state IS DISTINCT FROM 'blocked' OR m.scheduled_at >= dq__blocked_time())
        AND (dq_browse_messages.in_state IS DISTINCT FROM 'redelivered' OR m.delivery_count > 1)
      ORDER BY m.key, m.id
      LIMIT dq_browse_messages.max_rows;
 END;
 $$;
-COMMENT ON FUNCTION dq_browse_messages(text, text, text, text, bigint, integer) IS 'dq_browse_messages(queue text, in_state text default NULL, key_prefix text default NULL, after_key text default NULL, after_id bigint default NULL, max_rows integer default 50) -> TABLE (id, key, state, scheduled_at, delivery_count, locked_until, last_error, last_error_at, created_at, priority, message_group, dead_from, expires_at, payload_type, payload_bytes): the queue''s messages in (key, id) order (keys compared bytewise), after (after_key, after_id) when given, with keys starting with key_prefix, of one state (ready, scheduled, in_flight, dead, held, expired; redelivered: delivered more than once, not in flight) or all; payload_bytes is the payload''s size in bytes. A plain read. Errors: 22004/22023/22001 queue, 22023 in_state, 22001 key_prefix or after_key over 200 characters, 22023 after_key without after_id or the reverse, 22004/22023 max_rows (1..10000).';
+COMMENT ON FUNCTION dq_browse_messages(text, text, text, text, bigint, integer) IS 'dq_browse_messages(queue text, in_state text default NULL, key_prefix text default NULL, after_key text default NULL, after_id bigint default NULL, max_rows integer default 50) -> TABLE (id, key, state, scheduled_at, delivery_count, locked_until, last_error, last_error_at, created_at, priority, message_group, dead_from, expires_at, payload_type, payload_bytes, parents_pending): the queue''s messages in (key, id) order (keys compared bytewise), after (after_key, after_id) when given, with keys starting with key_prefix, of one state (ready, scheduled, in_flight, dead, held, expired, blocked; redelivered: delivered more than once, not in flight) or all; payload_bytes is the payload''s size in bytes; a blocked message (waiting for parents_pending parents) shows the due time and group it gets once released. A plain read. Errors: 22004/22023/22001 queue, 22023 in_state, 22001 key_prefix or after_key over 200 characters, 22023 after_key without after_id or the reverse, 22004/22023 max_rows (1..10000).';
 REVOKE ALL ON FUNCTION dq_browse_messages(text, text, text, text, bigint, integer) FROM PUBLIC;
 -- Read-only: operators and the viewer role.
 GRANT EXECUTE ON FUNCTION dq_browse_messages(text, text, text, text, bigint, integer) TO dq_admin, dq_viewer;
@@ -90,13 +97,17 @@ GRANT EXECUTE ON FUNCTION dq_browse_messages(text, text, text, text, bigint, int
 -- One message of a queue by id, with its payload cut to max_payload_bytes (the full size in
 -- payload_bytes) and every column an operator looks at. A plain read: no lock is taken. The
 -- arguments are in_queue and message_id: PostgreSQL refuses an argument named like a result column
--- (queue, id).
+-- (queue, id). A blocked message shows the due time and group it gets once released and how many
+-- parents it waits for (parents_pending; dq_dependencies names them).
+-- The result gained parents_pending: a new return type, so the function is dropped and created
+-- again in the installer's transaction.
+DROP FUNCTION IF EXISTS dq_message_detail(text, bigint, integer);
 CREATE OR REPLACE FUNCTION dq_message_detail(in_queue text, message_id bigint, max_payload_bytes integer DEFAULT 65536)
 RETURNS TABLE (id bigint, queue text, key text, state text, payload bytea, payload_bytes integer, payload_type text,
                headers jsonb, priority integer, message_group text, delivery_count integer, last_error text,
                last_error_at timestamptz, scheduled_at timestamptz, scheduled_at_initially timestamptz,
                created_at timestamptz, locked_until timestamptz, expires_at timestamptz, dead_from text,
-               dead_at timestamptz)
+               dead_at timestamptz, parents_pending integer)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT  -- reads dq__clock()
 AS $$
 #variable_conflict use_column
@@ -114,9 +125,12 @@ BEGIN
     END IF;
     RETURN QUERY
     SELECT m.id, m.queue, m.key, s.state, substring(m.payload FROM 1 FOR dq_message_detail.max_payload_bytes),
-           octet_length(m.payload), m.payload_type, m.headers, m.priority::integer, m.message_group,
-           m.delivery_count, m.last_error, m.last_error_at, m.scheduled_at, m.scheduled_at_initially, m.created_at,
-           CASE WHEN s.state = 'in_flight' THEN m.scheduled_at END, m.expires_at, m.dead_from, m.dead_at
+           octet_length(m.payload), m.payload_type, m.headers, m.priority::integer,
+           CASE WHEN s.state = 'blocked' THEN m.release_group ELSE m.message_group END,
+           m.delivery_count, m.last_error, m.last_error_at,
+           CASE WHEN s.state = 'blocked' THEN m.release_at ELSE m.scheduled_at END, m.scheduled_at_initially,
+           m.created_at, CASE WHEN s.state = 'in_flight' THEN m.scheduled_at END, m.expires_at, m.dead_from,
+           m.dead_at, m.parents_pending
       FROM dq_messages m
       LEFT JOIN LATERAL (SELECT true AS head FROM dq_groups g
                           WHERE g.queue = m.queue AND g.message_group = m.message_group AND g.head_id = m.id) h ON true
@@ -125,7 +139,7 @@ BEGIN
      WHERE m.id = dq_message_detail.message_id AND m.queue = dq_message_detail.in_queue;
 END;
 $$;
-COMMENT ON FUNCTION dq_message_detail(text, bigint, integer) IS 'dq_message_detail(in_queue text, message_id bigint, max_payload_bytes integer default 65536) -> TABLE (id, queue, key, state, payload, payload_bytes, payload_type, headers, priority, message_group, delivery_count, last_error, last_error_at, scheduled_at, scheduled_at_initially, created_at, locked_until, expires_at, dead_from, dead_at): the message with this id in the queue (no row when there is none), payload cut to its first max_payload_bytes bytes, payload_bytes its full size in bytes, state as dq_browse_messages says it. A plain read. Errors: 22004/22023/22001 in_queue, 22004 message_id, 22004/22023 max_payload_bytes (0..1073741824).';
+COMMENT ON FUNCTION dq_message_detail(text, bigint, integer) IS 'dq_message_detail(in_queue text, message_id bigint, max_payload_bytes integer default 65536) -> TABLE (id, queue, key, state, payload, payload_bytes, payload_type, headers, priority, message_group, delivery_count, last_error, last_error_at, scheduled_at, scheduled_at_initially, created_at, locked_until, expires_at, dead_from, dead_at, parents_pending): the message with this id in the queue (no row when there is none), payload cut to its first max_payload_bytes bytes, payload_bytes its full size in bytes, state as dq_browse_messages says it (a blocked message: the due time and group it gets once released, parents_pending the parents it waits for, named by dq_dependencies). A plain read. Errors: 22004/22023/22001 in_queue, 22004 message_id, 22004/22023 max_payload_bytes (0..1073741824).';
 REVOKE ALL ON FUNCTION dq_message_detail(text, bigint, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_message_detail(text, bigint, integer) TO dq_admin, dq_viewer;
 

@@ -57,7 +57,7 @@ from .security import (
     same_origin,
     unauthorized,
 )
-from .statements import PAGE_ROWS, STATES, ConsoleStatements
+from .statements import DEPENDENCY_ROWS, PAGE_ROWS, STATES, ConsoleStatements
 
 log = logging.getLogger("pyqueue.console")
 #: The queries of the request being served: [count, seconds], for its Server-Timing header.
@@ -298,6 +298,7 @@ def create_app(
         Route("/health", views.health, name="health"),
         Route("/audit", views.audit, name="audit"),
         Route("/queues/{queue:path}/messages/{id:int}", views.message, name="message"),
+        Route("/message", views.message_by_key, name="message_by_key"),
         Route("/queues/{queue:path}", views.queue, name="queue"),
         Route("/actions/{action}", views.action, methods=["POST"], name="action"),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
@@ -500,7 +501,37 @@ class Views:
             row = await self.c.read(self.c.statements.detail(queue, message_id))
             if row is None:
                 return await self._page(request, "missing.html", status=404, queue=queue, message_id=message_id)
-            return await self._page(request, "message.html", queue=queue, m=row, payload=payload_view(row))
+            # Its parents and waiting children (a dead letter has none: dq_dependencies names ordinary
+            # messages), at most DEPENDENCY_ROWS of each.
+            deps = [] if row["dead_from"] else await self.c.read(self.c.statements.dependencies(queue, row["key"]))
+            parents = [d for d in deps if d["relation"] == "parent"]
+            children = [d for d in deps if d["relation"] == "child"]
+            return await self._page(request, "message.html", queue=queue, m=row, payload=payload_view(row),
+                                    parents=parents[:DEPENDENCY_ROWS], children=children[:DEPENDENCY_ROWS],
+                                    more_parents=max(len(parents) - DEPENDENCY_ROWS, 0),
+                                    more_children=max(len(children) - DEPENDENCY_ROWS, 0))
+        return await self._guarded(request, render)
+
+    async def message_by_key(self, request: Request) -> Response:
+        """``/message?queue=…&key=…`` (the links of a message's parents and children): redirects to the
+        page of the ordinary message with this key in the queue, else of its dead letter (in the queue's
+        dead-letter queue); "missing" when there is neither."""
+        queue = request.query_params.get("queue") or ""
+        key = request.query_params.get("key") or ""
+
+        async def render() -> Response:
+            page = await self.c.read(self.c.statements.browse(queue, None, key, None, None, max_rows=1))
+            found = next((r for r in page if r["key"] == key and not r["dead_from"]), None)
+            where = queue
+            if found is None:
+                config = await self.c.read(self.c.statements.config(queue))
+                where = (config or {}).get("dead_letter_queue") or ""
+                if where:
+                    dead = await self.c.read(self.c.statements.browse(where, "dead", key, None, None))
+                    found = next((r for r in dead if r["key"] == key and r["dead_from"] == queue), None)
+            if found is None:
+                return await self._page(request, "missing.html", status=404, queue=queue, key=key)
+            return RedirectResponse(self._url(request, "message", queue=where, id=found["id"]), status_code=302)
         return await self._guarded(request, render)
 
     async def dead_letter_queues(self, request: Request) -> Response:

@@ -22,7 +22,9 @@ PAGE_ROWS = 50
 #: The largest part of a payload a message page shows (bytes); the size is shown in full.
 PAYLOAD_SHOWN_BYTES = 64 * 1024
 #: The states the message browser filters by (``dq_browse_messages``).
-STATES = ("ready", "scheduled", "in_flight", "redelivered", "dead", "held", "expired")
+STATES = ("ready", "scheduled", "in_flight", "redelivered", "dead", "held", "expired", "blocked")
+#: The most parents and children a message page lists (each); a fan-out may have thousands.
+DEPENDENCY_ROWS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,7 @@ class ConsoleTexts:
     browse: str = ("SELECT * FROM {s}dq_browse_messages(%(queue)s, %(state)s, %(prefix)s, %(after_key)s, "
                    "%(after_id)s, %(max_rows)s)")
     detail: str = "SELECT * FROM {s}dq_message_detail(%(queue)s, %(id)s, %(max_payload_bytes)s)"
+    dependencies: str = "SELECT * FROM {s}dq_dependencies(%(queue)s, %(key)s)"
     dead_letter_groups: str = "SELECT * FROM {s}dq_dead_letter_groups(%(queue)s, %(max_rows)s)"
     count_dead_letters: str = "SELECT {s}dq_count_dead_letters(%(queue)s, %(dead_from)s, %(last_error)s) AS n"
     redrive_ids: str = "SELECT {s}dq_redrive_messages(%(queue)s, %(ids)s::bigint[]) AS moved"
@@ -90,6 +93,11 @@ class ConsoleStatements:
     def detail(self, queue: str, message_id: int) -> Statement[dict[str, Any] | None]:
         params = {"queue": check_queue_name(queue), "id": message_id, "max_payload_bytes": PAYLOAD_SHOWN_BYTES}
         return Statement(self.sql.detail, params, _first)
+
+    def dependencies(self, queue: str, key: str) -> Statement[list[dict[str, Any]]]:
+        """``dq_dependencies``: the parents the message of ``key`` waits for, then its waiting children."""
+        return Statement(self.sql.dependencies, {"queue": check_queue_name(queue), "key": check_str(key, "key")},
+                         _rows)
 
     def dead_letter_groups(self, queue: str, max_rows: int = 100) -> Statement[list[dict[str, Any]]]:
         return Statement(self.sql.dead_letter_groups, {"queue": check_queue_name(queue), "max_rows": max_rows},

@@ -591,7 +591,7 @@ class Run:
             assert listed == [
                 (r.key, model.state(r), r.scheduled_at.exact, r.delivery_count, locked_until(r), r.last_error,
                  r.last_error_at.exact if r.last_error_at else None, r.created_at.exact, r.priority, r.group,
-                 r.dead_from, r.payload_type, text(r.payload)) for r in rows], q
+                 r.dead_from, r.payload_type, text(r.payload), 0) for r in rows], q  # 0: parents_pending
         dead = sorted((r for r in model.in_queue("dead") if r.dead_from is not None),
                       key=lambda r: (r.dead_at.exact, r.id))  # type: ignore[union-attr]
         assert self.conn.execute("SELECT * FROM dq_dead_letters('dead', 10000)").fetchall() == [

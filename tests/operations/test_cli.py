@@ -223,3 +223,20 @@ def test_cron_uninstall_removes_the_schedule_and_its_future_messages(dsn: str, c
     assert conn.execute("SELECT count(*) FROM dq_messages WHERE queue = 'reports'").fetchone()[0] == 0
     again = cli(dsn, "cron", "uninstall", "--name", "nightly")  # nothing left to remove: said, exit 1
     assert again.returncode == 1 and "no schedule named 'nightly'" in again.stderr, again.stderr
+
+
+def test_stats_shows_blocked_only_when_some_queue_has_blocked_messages(dsn: str, conn) -> None:
+    conn.execute("SELECT dq_offer('etl', 'extract', 'x'::text)")
+    out = cli(dsn, "stats", columns=220)
+    assert out.returncode == 0 and "blocked" not in out.stdout, out.stdout
+    conn.execute("""SELECT dq_offer('etl', 'load', 'x'::text, after => '["extract"]')""")
+    conn.execute("""SELECT dq_offer('etl', 'report', 'x'::text, after => '["load"]')""")
+    out = cli(dsn, "stats", columns=220)
+    assert out.returncode == 0, out.stderr
+    header = out.stdout.splitlines()[2].split("┃")
+    row = next(line for line in out.stdout.splitlines() if line.startswith("│ etl")).split("│")
+    cells = dict(zip((h.strip() for h in header), (c.strip() for c in row), strict=True))
+    assert (cells["ready"], cells["scheduled"], cells["blocked"]) == ("1", "0", "2"), out.stdout
+    narrow = cli(dsn, "stats", columns=80)
+    assert "blocked" in narrow.stdout.splitlines()[2], narrow.stdout  # the last column left out to fit
+    assert "blocked" not in narrow.stdout.split("left out", 1)[1], narrow.stdout

@@ -65,8 +65,8 @@ def registry_of() -> Iterator[Callable[..., CollectorRegistry]]:
 
 @pytest.fixture
 def workload(dsn: str) -> Iterator[str]:
-    """Queue 'jobs': 5 ready, 3 scheduled, 2 in flight (one redelivered), 1 dead letter in 'jobs_dlq';
-    queue 'slow' paused with a rate limit and an in-flight limit."""
+    """Queue 'jobs': 5 ready, 3 scheduled, 2 in flight (one redelivered), 1 dead letter in 'jobs_dlq',
+    2 blocked (waiting for a scheduled one); queue 'slow' paused with a rate limit and an in-flight limit."""
     with DelayedQueue(dsn, "jobs") as jobs, DelayedQueue(dsn, "slow") as slow:
         jobs.configure(max_deliveries=1, dead_letter_queue="jobs_dlq")
         jobs.offer_many([(f"dead-{i}", "x") for i in range(1)])
@@ -77,6 +77,9 @@ def workload(dsn: str) -> Iterator[str]:
         jobs.offer_many([(f"ready-{i}", "x") for i in range(5)])
         for i in range(3):
             jobs.offer(f"later-{i}", "x", delay=3600)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for key in ("then-0", "then-1"):
+                conn.execute("""SELECT dq_offer('jobs', %s, 'x'::text, after => '["later-0"]')""", (key,))
         slow.configure(max_in_flight=4, rate_limit=10, rate_period=60)
         slow.offer("s", "x")
         slow.pause()
@@ -90,6 +93,7 @@ def test_queue_gauges_say_what_dq_stats_says(workload: str, registry_of: Callabl
     assert found[("pgdelayq_queue_ready_messages", q("jobs"))] == 5
     assert found[("pgdelayq_queue_scheduled_messages", q("jobs"))] == 3
     assert found[("pgdelayq_queue_in_flight_messages", q("jobs"))] == 2
+    assert found[("pgdelayq_queue_blocked_messages", q("jobs"))] == 2
     assert found[("pgdelayq_queue_dead_messages", q("jobs"))] == 1
     assert found[("pgdelayq_queue_is_dead_letter_queue", q("jobs_dlq"))] == 1
     assert found[("pgdelayq_queue_is_dead_letter_queue", q("jobs"))] == 0
@@ -102,8 +106,10 @@ def test_queue_gauges_say_what_dq_stats_says(workload: str, registry_of: Callabl
     assert found[("pgdelayq_queue_oldest_ready_age_seconds", q("jobs"))] >= 0
     assert found[("pgdelayq_queue_next_due_timestamp_seconds", q("jobs"))] > time.time() + 3000
     with psycopg.connect(workload, autocommit=True) as conn:
-        stats = {r[0]: r[1:] for r in conn.execute("SELECT queue, ready, scheduled, in_flight, dead FROM dq_stats")}
-    for name, (ready, scheduled, in_flight, dead) in stats.items():
+        stats = {r[0]: r[1:] for r in conn.execute(
+            "SELECT queue, ready, scheduled, in_flight, dead, blocked FROM dq_stats")}
+    for name, (ready, scheduled, in_flight, dead, blocked) in stats.items():
+        assert found[("pgdelayq_queue_blocked_messages", q(name))] == blocked
         assert found[("pgdelayq_queue_ready_messages", q(name))] == ready
         assert found[("pgdelayq_queue_scheduled_messages", q(name))] == scheduled
         assert found[("pgdelayq_queue_in_flight_messages", q(name))] == in_flight

@@ -52,7 +52,8 @@ AUTH_VARIABLES = ("PGDELAYQ_CONSOLE_TOKEN", "PGDELAYQ_CONSOLE_USER", "PGDELAYQ_C
 SCREENSHOTS = {
     "overview": "every queue, the throughput chart",
     "queue": "a queue's settings and its messages",
-    "message": "one message: payload, headers, times",
+    "message": "one message: payload, headers, times, the messages that wait for it",
+    "blocked": "a blocked message: the parents it waits for and its waiting children",
     "dead-letters": "a dead-letter queue's groups and dead letters",
     "schedules": "the cron schedules",
     "health": "table health and advice",
@@ -282,8 +283,10 @@ def take_screenshots(base_url: str, out_dir: Path, *, browser: Browser | None = 
                      message: str | None = None, dead_letter_queue: str | None = None) -> dict[str, Path]:
     """Screenshots (full-page PNGs, :data:`VIEWPORT` wide) of the console at ``base_url``, reached the way a
     person reaches them: the overview, then its link to ``queue`` (default: the first queue that is not a
-    dead-letter queue), the queue's message ``message`` (a key; default: the first), the nav link "Dead letters"
-    and its link to ``dead_letter_queue`` (default: the first), then the nav links Schedules, Health and Audit log.
+    dead-letter queue), the queue's message ``message`` (a key; default: the first), a blocked message (a child
+    waiting for ``message``, else the queue's first blocked one; no "blocked" screenshot when it has none), the
+    nav link "Dead letters" and its link to ``dead_letter_queue`` (default: the first), then the nav links
+    Schedules, Health and Audit log.
 
     :param out_dir: created if needed; the files are ``<name>.png`` for each name of :data:`SCREENSHOTS`.
     :param browser: a browser of :func:`chromium`; one is launched for the call when None.
@@ -312,9 +315,18 @@ def take_screenshots(base_url: str, out_dir: Path, *, browser: Browser | None = 
                else '#queues tr[data-queue]:not([data-dlq="true"])')
         _follow(page, f"{row} a", "queue link")
         shoot("queue")
+        queue_page = page.url.split("?", 1)[0]
         row = f'#messages tr[data-key="{_css_string(message)}"]' if message is not None else "#messages tr[data-key]"
         _follow(page, f"{row} a", "message link")
         shoot("message")
+        # A blocked message: a child waiting for this message, else the queue's first blocked message.
+        child = '#dependencies tr[data-relation="child"] td.key a'
+        if page.locator(child).count() == 0:
+            page.goto(queue_page + "?state=blocked")
+            child = "#messages tr[data-key] a"
+        if page.locator(child).count():
+            _follow(page, child, "blocked message link")
+            shoot("blocked")
         _nav(page, "Dead letters")
         row = (f'#dead-letter-queues tr[data-queue="{_css_string(dead_letter_queue)}"]'
                if dead_letter_queue is not None else "#dead-letter-queues tr[data-queue]")

@@ -22,8 +22,10 @@ from clock import TestClock
 #: The queue the screenshots show (archiving, every state) and its dead-letter queue.
 DEMO_QUEUE = "emails"
 DEMO_DEAD_LETTER_QUEUE = "dead-letters"
-#: The message the screenshots show: JSON with headers, ready.
+#: The message the screenshots show: JSON with headers, ready, a parent of DEMO_BLOCKED.
 DEMO_MESSAGE = "order-10100"
+#: The blocked message the screenshots show: it waits for DEMO_MESSAGE and another, and one waits for it.
+DEMO_BLOCKED = "receipt-10100"
 #: Every queue the demo writes, and its cron schedules.
 DEMO_QUEUES = ("emails", "webhooks", "invoices", "reports", DEMO_DEAD_LETTER_QUEUE)
 DEMO_SCHEDULES = ("nightly-report", "hourly-digest")
@@ -186,6 +188,13 @@ def _present(conn: psycopg.Connection, demo: Demo) -> None:
                        ("renewal-notice-88", "3 days")):
         _offer_json(conn, "emails", key, {"template": key.rsplit("-", 1)[0]}, delay=delay)
     demo.keys["scheduled"] = ["reminder-cart-311", "reminder-cart-312", "renewal-notice-88"]
+    # Blocked: a receipt after the order and its invoice, a review request a week after the receipt.
+    for key, payload, delay, after in (
+            ("receipt-10100", {"template": "receipt", "order_id": 10100}, "0", ["order-10100", "invoice-pdf-2291"]),
+            ("review-request-10100", {"template": "review", "order_id": 10100}, "7 days", ["receipt-10100"])):
+        conn.execute("SELECT dq_offer('emails', %s, %s::jsonb, dq_now() + %s::interval, after => %s::jsonb)",
+                     (key, json.dumps(payload), delay, json.dumps(after)))
+    demo.keys["blocked"] = ["receipt-10100", "review-request-10100"]
     # webhooks: a few ready and scheduled.
     for i in range(5):
         _offer_json(conn, "webhooks", f"order-paid-{30_000 + i}", {"event": "order.paid", "order_id": 30_000 + i},

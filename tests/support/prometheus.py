@@ -41,6 +41,7 @@ QUEUE_METRICS = frozenset({
     "pgdelayq_queue_dead_messages",
     "pgdelayq_queue_expired_messages",
     "pgdelayq_queue_held_messages",
+    "pgdelayq_queue_blocked_messages",
     "pgdelayq_queue_paused",
     "pgdelayq_queue_oldest_ready_age_seconds",
     "pgdelayq_queue_next_due_timestamp_seconds",
