@@ -521,7 +521,7 @@ BEGIN
     RETURN dq__release_backlog(dq_release_backlog.max_children);
 END;
 $$;
-COMMENT ON FUNCTION dq_release_backlog(integer) IS 'dq_release_backlog(max_children integer default 100000) -> integer: releases up to max_children children whose parents were acknowledged but that the acknowledgement left to the backlog (a parent with more than 1,000 children), oldest acknowledgement first, and returns how many were released; polls and the pg_cron job dq-release call it too. Errors: 22004/22023 max_children (1..1000000).';
+COMMENT ON FUNCTION dq_release_backlog(integer) IS 'dq_release_backlog(max_children integer default 100000) -> integer: releases up to max_children children whose parents were acknowledged but that the acknowledgement left to the backlog (a parent with more than 500 children), oldest acknowledgement first, and returns how many were released; polls and the pg_cron job dq-release call it too. Errors: 22004/22023 max_children (1..1000000).';
 REVOKE ALL ON FUNCTION dq_release_backlog(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_release_backlog(integer) TO dq_admin;
 

@@ -2,7 +2,7 @@
 its own transaction; the rest waits in ``dq_release_backlog`` until the next poll (of any queue) or
 ``dq_release_backlog()`` (the job dq-release) releases it.
 
-One test runs at the real limit (1,000). The others run in a fresh database whose limit is lowered to
+One test runs at the real limit (500). The others run in a fresh database whose limit is lowered to
 3 (``small``): the same code paths with a handful of children.
 """
 
@@ -48,8 +48,9 @@ def offer(c: psycopg.Connection[Any], queue: str, key: str, *, after: list[Any] 
 
 def children(c: psycopg.Connection[Any], n: int, parent: str = "A", prefix: str = "c") -> None:
     """Offer n children of (parents, parent), keys prefix1..prefixN in id order."""
-    c.execute("SELECT count(dq_offer(%s, %s || i, 'x'::text, %s, after => jsonb_build_array(jsonb_build_array(%s::text, %s::text))))"
-              " FROM generate_series(1, %s) i", (Q, prefix, LONG_AGO, P, parent, n))
+    c.execute("SELECT count(dq_offer(%s, %s || i, 'x'::text, %s,"
+              " after => jsonb_build_array(jsonb_build_array(%s::text, %s::text)))) FROM generate_series(1, %s) i",
+              (Q, prefix, LONG_AGO, P, parent, n))
 
 
 def poll(c: psycopg.Connection[Any], queue: str, n: int = 10000) -> dict[str, uuid.UUID]:
@@ -103,14 +104,14 @@ def parent_state(c: psycopg.Connection[Any], child: str) -> list[tuple[Any, ...]
 # --------------------------------------------------------------------------- at the real limit
 
 
-def test_the_first_thousand_inline_the_rest_by_the_next_poll(module_conn: psycopg.Connection[Any]) -> None:
+def test_the_first_500_inline_the_rest_by_the_next_poll(module_conn: psycopg.Connection[Any]) -> None:
     c = module_conn
     (limit,) = c.execute("SELECT public_internal.dq__limit_release_inline()").fetchone()  # type: ignore[misc]
-    assert limit == 1000
+    assert limit == 500
     offer(c, P, "A")
     children(c, limit + 5)
     ack_parent(c)
-    # the lowest 1,000 ids are released (due, deliverable), the 5 highest wait in the backlog
+    # the lowest 500 ids are released (due, deliverable), the 5 highest wait in the backlog
     first = c.execute("SELECT key FROM dq_messages WHERE queue = %s ORDER BY id LIMIT %s", (Q, limit)).fetchall()
     assert released(c) == {r[0] for r in first}
     assert set(blocked(c)) == {f"c{i}" for i in range(limit + 1, limit + 6)}
@@ -154,8 +155,8 @@ def test_a_re_offered_key_is_a_new_parent(small: psycopg.Connection[Any]) -> Non
     offer(c, Q, "D", after=[[P, "A"]])
     assert parent_state(c, "D") == [("A", "ready")]
     assert parent_state(c, "c4") == [("A", "releasing")]
-    assert c.execute("SELECT relation, related_key, state FROM dq_dependencies(%s, 'A') ORDER BY 2", (P,)).fetchall() == [
-        ("child", "D", "blocked"), ("child", "c4", "releasing"), ("child", "c5", "releasing")]
+    rows = c.execute("SELECT relation, related_key, state FROM dq_dependencies(%s, 'A') ORDER BY 2", (P,)).fetchall()
+    assert rows == [("child", "D", "blocked"), ("child", "c4", "releasing"), ("child", "c5", "releasing")]
     # the backlog releases c4 and c5, not D
     assert c.execute("SELECT dq_release_backlog()").fetchone() == (2,)
     assert blocked(c) == {"D": 1} and backlog(c) == []
@@ -185,8 +186,9 @@ def test_a_new_parents_failure_does_not_touch_the_backlog(small: psycopg.Connect
     c.execute("SELECT dq_configure_queue(%s, dead_letter_queue => 'kids_dlq')", (Q,))
     c.execute("SELECT dq_configure_queue(%s, dead_letter_queue => 'parents_dlq')", (P,))
     offer(c, P, "A")
-    c.execute("SELECT count(dq_offer(%s, 'c' || i, 'x'::text, %s, after => %s::jsonb, on_parent_failure => 'dead_letter'))"
-              " FROM generate_series(1, 5) i", (Q, LONG_AGO, json.dumps([[P, "A"]])))
+    c.execute("SELECT count(dq_offer(%s, 'c' || i, 'x'::text, %s, after => %s::jsonb,"
+              " on_parent_failure => 'dead_letter')) FROM generate_series(1, 5) i",
+              (Q, LONG_AGO, json.dumps([[P, "A"]])))
     ack_parent(c)
     offer(c, P, "A")
     offer(c, Q, "D", after=[[P, "A"]], on_parent_failure="dead_letter")
