@@ -21,7 +21,8 @@ from typing import Any
 from bench.lib.report import RESULTS, console, result_name, write_json
 
 BENCHMARKS = ("core", "latency", "controls", "peers", "spark", "chaos", "soak", "snapshot", "targets", "scrape",
-              "middleware_overhead", "console_queries", "console_pages", "django_worker")
+              "middleware_overhead", "console_queries", "console_pages", "django_worker",
+              "workflows")
 
 
 def benchmark_of(path: Path, report: dict[str, Any]) -> str:

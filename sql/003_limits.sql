@@ -98,6 +98,19 @@ REVOKE ALL ON FUNCTION dq__limit_cron_lookahead_max() FROM PUBLIC, dq_producer, 
 CREATE OR REPLACE FUNCTION dq__limit_after_parents_max() RETURNS integer LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 10000 $$;
 COMMENT ON FUNCTION dq__limit_after_parents_max() IS 'Internal: the most parents one message is offered after (dq_offer''s after): 10,000.';
 REVOKE ALL ON FUNCTION dq__limit_after_parents_max() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+-- The most children one transaction releases: an acknowledged parent releases this many of its
+-- children inline and leaves the rest to the backlog (sql/095_dependencies.sql), which a poll or the
+-- job dq-release releases this many at a time. Measured (bench/workflows.py, 10,000 children, warm
+-- session): an acknowledgement costs about 12 us a child released (2.5 ms at 200, 17-22 ms at 1,000),
+-- and the poll that releases the next chunk delays its own deliveries as much; at 500 the parent's
+-- ack took 12 ms and the first child reached an idle consumer 21 ms after it (1,000: 24 and 52 ms;
+-- 200: 18 and 19 ms, but all 10,000 children delivered in 1.3 s instead of 0.5-0.7 s).
+CREATE OR REPLACE FUNCTION dq__limit_release_inline() RETURNS integer LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 500 $$;
+COMMENT ON FUNCTION dq__limit_release_inline() IS 'Internal: the most children one acknowledgement releases in its own transaction (the rest is released by the backlog, as many per poll): 500.';
+REVOKE ALL ON FUNCTION dq__limit_release_inline() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+CREATE OR REPLACE FUNCTION dq__limit_release_backlog_max() RETURNS integer LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1000000 $$;
+COMMENT ON FUNCTION dq__limit_release_backlog_max() IS 'Internal: the largest max_children of dq_release_backlog: 1,000,000.';
+REVOKE ALL ON FUNCTION dq__limit_release_backlog_max() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 CREATE OR REPLACE FUNCTION dq__limit_config_hash_chars() RETURNS integer LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 64 $$;
 COMMENT ON FUNCTION dq__limit_config_hash_chars() IS 'Internal: the longest config_hash of dq_install_tick: 64 characters.';
 REVOKE ALL ON FUNCTION dq__limit_config_hash_chars() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;

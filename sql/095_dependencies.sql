@@ -25,6 +25,18 @@
 -- with it. Cycles cannot form: only a new message names parents, and a new message has no children,
 -- unless children still wait for an earlier message of its key that left (wait): then the offer walks
 -- those descendants and refuses a parent among them.
+--
+-- Deferred release (migration 0018): an acknowledged parent releases at most
+-- dq__limit_release_inline() of its children (the lowest ids) in its own transaction, and wakes their
+-- queues, so a consumer idle on a queue gets the first of them at once; the rest is one
+-- dq_release_backlog row (parent_queue, parent_key, after_id, up_to): the dependency rows of that name
+-- with child ids in (after_id, up_to] stay until released in chunks of the same size by the next
+-- dq_poll_many of any queue (when the backlog is not empty) and by the pg_cron job dq-release. A
+-- later message of the same name is a new parent: only dependency rows with child ids above the
+-- highest up_to of its name are its children (its children are offered after it, so after the
+-- acknowledgement that wrote the backlog committed: higher ids). dq_dependencies shows a child of
+-- the backlog as blocked by a parent 'releasing'. The other fates of a parent (dead-lettered,
+-- cancelled, expired, purged) stay inline: they are not the consumer's hot path.
 -- Pin the search_path to the install schema (sql/000_common.sql).
 SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, pg_temp', u.s, u.s || '_internal') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i) WHERE u.s !~ '^pg_' ORDER BY u.i LIMIT 1), false) AS install_search_path;
 
@@ -160,6 +172,9 @@ BEGIN
         WITH RECURSIVE descendant(q, k) AS (
             SELECT m.queue, m.key FROM dq_dependencies d JOIN dq_messages m ON m.id = d.child_id
              WHERE d.parent_queue = dq__offer_after.queue AND d.parent_key = dq__offer_after.key
+               AND NOT EXISTS (SELECT 1 FROM dq_release_backlog b  -- an acknowledged message's: released soon
+                                WHERE b.parent_queue = d.parent_queue AND b.parent_key = d.parent_key
+                                  AND b.up_to >= d.child_id)
             UNION
             SELECT m.queue, m.key FROM descendant s
               JOIN dq_dependencies d ON d.parent_queue = s.q AND d.parent_key = s.k
@@ -243,11 +258,12 @@ REVOKE ALL ON FUNCTION dq__offer_after(text, text, bytea, text, timestamptz, boo
 
 -- Take parents_pending of the children (ids, one element per dependency row gone: a child may
 -- appear more than once) down by their count; a child that reaches 0 is released: due at release_at,
--- in release_group. Settles the released children's FIFO groups and wakes their queues' waiters.
--- Returns how many were released. Concurrency: the children's rows are locked first, in id order
--- (two acks of parents of the same children lock them in the same order), then updated in a new
--- statement; the caller deleted the dependency rows it counts (DELETE .. RETURNING: a row deleted by
--- another transaction meanwhile is not counted twice).
+-- in release_group. Settles the released children's FIFO groups and wakes their queues' waiters
+-- (the queues and earliest due times come from the UPDATE itself: no second read of the rows).
+-- Returns how many were released. Concurrency: the caller locked the children's rows FOR NO KEY
+-- UPDATE in id order (two transactions releasing the same children lock them in the same order) and
+-- deleted the dependency rows it counts (DELETE .. RETURNING: a row deleted by another transaction
+-- meanwhile is not counted twice).
 CREATE OR REPLACE FUNCTION dq__release_children(ids bigint[])
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
@@ -258,14 +274,15 @@ DECLARE
     v_queues   text[];
     v_groups   text[];
     v_dues     timestamptz[];
+    v_wq       text[];
+    v_wdue     timestamptz[];
     v_settled  integer;
     v_woken    boolean;
-    v_row      record;
+    v_i        integer;
 BEGIN
     IF ids IS NULL THEN
         RETURN 0;
     END IF;
-    PERFORM 1 FROM dq_messages m WHERE m.id = ANY (dq__release_children.ids) ORDER BY m.id FOR NO KEY UPDATE;
     WITH c AS (
         SELECT u.id, count(*)::integer AS n FROM unnest(dq__release_children.ids) AS u(id) GROUP BY u.id
     ), upd AS (
@@ -278,43 +295,50 @@ BEGIN
           FROM c
          WHERE m.id = c.id AND m.parents_pending > 0
         RETURNING m.queue, m.scheduled_at, m.message_group, m.parents_pending = 0 AS released
+    ), w AS (
+        SELECT upd.queue, min(upd.scheduled_at) AS due FROM upd
+         WHERE upd.released AND upd.message_group IS NULL GROUP BY upd.queue
     )
     SELECT count(*) FILTER (WHERE upd.released),
            array_agg(upd.queue) FILTER (WHERE upd.released AND upd.message_group IS NOT NULL),
            array_agg(upd.message_group) FILTER (WHERE upd.released AND upd.message_group IS NOT NULL),
-           array_agg(upd.scheduled_at) FILTER (WHERE upd.released AND upd.message_group IS NOT NULL)
-      INTO v_count, v_queues, v_groups, v_dues
+           array_agg(upd.scheduled_at) FILTER (WHERE upd.released AND upd.message_group IS NOT NULL),
+           (SELECT array_agg(w.queue ORDER BY w.queue) FROM w),
+           (SELECT array_agg(w.due ORDER BY w.queue) FROM w)
+      INTO v_count, v_queues, v_groups, v_dues, v_wq, v_wdue
       FROM upd;
     IF v_groups IS NOT NULL THEN
         -- A released grouped child joins its group in order of scheduled_at_initially (sql/020_groups.sql).
         v_settled := dq__settle_groups(v_queues, v_groups, v_dues);
     END IF;
-    FOR v_row IN
-        SELECT m.queue, min(m.scheduled_at) AS due FROM dq_messages m
-         WHERE m.id = ANY (dq__release_children.ids) AND m.parents_pending = 0 AND m.message_group IS NULL
-         GROUP BY m.queue
-    LOOP
-        v_woken := dq__wake(v_row.queue, v_row.due);
+    FOR v_i IN 1 .. coalesce(cardinality(v_wq), 0) LOOP
+        v_woken := dq__wake(v_wq[v_i], v_wdue[v_i]);
     END LOOP;
     RETURN v_count;
 END;
 $$;
-COMMENT ON FUNCTION dq__release_children(bigint[]) IS 'Internal: takes the children''s parents_pending down by how often each id is given, releasing those that reach 0 (due at release_at, in release_group), their groups settled and waiters woken; returns how many were released.';
+COMMENT ON FUNCTION dq__release_children(bigint[]) IS 'Internal: takes the children''s parents_pending down by how often each id is given, releasing those that reach 0 (due at release_at, in release_group), their groups settled and waiters woken; returns how many were released. The caller locked the children''s rows in id order.';
 REVOKE ALL ON FUNCTION dq__release_children(bigint[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- What follows for dependencies from messages leaving (dq__gone, dq_purge; outcome acked, dead,
 -- cancelled, expired or purged). Rows that are children (parents_pending > 0) take their dependency
 -- rows with them. Rows that are parents (has_children, ordinary messages): acked releases their
--- children; any other outcome applies each child's on_parent_failure: proceed (as acked), dead_letter
--- (the child goes to its queue's dead-letter queue: dq__dead_letter, which calls dq__gone for it in
--- turn; a queue without one keeps the child waiting), wait (nothing changes: the child stays blocked
--- by this (queue, key); a redriven dead letter of it is the same parent). Returns how many children
--- were released or dead-lettered.
+-- children, at most dq__limit_release_inline() of them here (parent by parent in id order, each's
+-- lowest child ids first), the rest being recorded in dq_release_backlog (see Deferred release in the header); any
+-- other outcome applies each child's on_parent_failure, here, to every child: proceed (as acked),
+-- dead_letter (the child goes to its queue's dead-letter queue: dq__dead_letter, which calls dq__gone
+-- for it in turn; a queue without one keeps the child waiting), wait (nothing changes: the child
+-- stays blocked by this (queue, key); a redriven dead letter of it is the same parent). Only children
+-- offered after the parent's name left a backlog count: those of the backlog (ids up to its up_to)
+-- belong to the earlier, acknowledged message of that name. Returns how many children were released
+-- or dead-lettered.
 -- Concurrency: the caller deleted the rows (holding their locks to commit): an offer naming one of
 -- them as a parent either locked it before (the caller waited; this later statement sees its
--- dependency rows) or looks after the commit and finds it gone. Dependency rows are deleted with
--- DELETE .. RETURNING, so two transactions never count one twice; children are locked in id order
--- before their dependency rows are touched (and FOR UPDATE before they are dead-lettered).
+-- dependency rows) or looks after the commit and finds it gone, so the dependency rows of a parent
+-- name do not change until the caller commits, and the backlog's up_to (their highest child id) is
+-- final; a child offered after a later message of that name gets a higher id. Dependency rows are
+-- deleted with DELETE .. RETURNING, so two transactions never count one twice; children are locked
+-- in id order before their dependency rows are touched (and FOR UPDATE before they are dead-lettered).
 CREATE OR REPLACE FUNCTION dq__resolve(gone dq_messages[], outcome text, at timestamptz)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
@@ -324,6 +348,13 @@ DECLARE
     v_children  bigint[];
     v_pq        text[];
     v_pk        text[];
+    v_floor     bigint[];
+    v_budget    integer := dq__limit_release_inline();
+    v_i         integer;
+    v_some      bigint[];
+    v_tq        text[] := '{}';
+    v_tk        text[] := '{}';
+    v_take      bigint[] := '{}';
     v_release   bigint[];
     v_dead      bigint[];
     v_count     integer := 0;
@@ -331,8 +362,8 @@ DECLARE
     v_moved     integer;
 BEGIN
     SELECT array_agg(g.id) FILTER (WHERE g.parents_pending > 0),
-           array_agg(g.queue) FILTER (WHERE g.has_children AND g.dead_from IS NULL),
-           array_agg(g.key) FILTER (WHERE g.has_children AND g.dead_from IS NULL)
+           array_agg(g.queue ORDER BY g.id) FILTER (WHERE g.has_children AND g.dead_from IS NULL),
+           array_agg(g.key ORDER BY g.id) FILTER (WHERE g.has_children AND g.dead_from IS NULL)
       INTO v_children, v_pq, v_pk
       FROM unnest(dq__resolve.gone) g;
     IF v_children IS NOT NULL THEN
@@ -341,30 +372,58 @@ BEGIN
     IF v_pq IS NULL THEN
         RETURN 0;
     END IF;
-    -- The children's rows before their dependency rows, in id order, as a leaving child does (its row
-    -- is deleted before its dependency rows): a child cancelled while its parent is acknowledged
-    -- cannot deadlock with it. The children are read in a new statement: it sees every offer that
-    -- named these parents (an offer still open holds a parent's lock, which the caller waited for).
-    PERFORM 1 FROM dq_messages m
-     WHERE m.id IN (SELECT d.child_id FROM dq_dependencies d JOIN unnest(v_pq, v_pk) AS p(q, k)
-                        ON d.parent_queue = p.q AND d.parent_key = p.k)
-     ORDER BY m.id FOR NO KEY UPDATE;
+    -- Each parent's floor: the children up to it are an earlier message's, left to its backlog.
+    SELECT array_agg(coalesce(b.up_to, 0) ORDER BY p.i) INTO v_floor
+      FROM unnest(v_pq, v_pk) WITH ORDINALITY AS p(q, k, i)
+      LEFT JOIN LATERAL (SELECT max(b.up_to) AS up_to FROM dq_release_backlog b
+                          WHERE b.parent_queue = p.q AND b.parent_key = p.k) b ON true;
     IF dq__resolve.outcome = 'acked' THEN
+        -- Up to the budget, in child-id order (the primary key's), parent by parent; the rest of a
+        -- parent's children to the backlog, as the range (last one taken, highest child id]. The
+        -- children are read in a new statement: it sees every offer that named these parents (an
+        -- offer still open holds a parent's lock, which the caller waited for).
+        FOR v_i IN 1 .. cardinality(v_pq) LOOP
+            SELECT array_agg(s.child_id ORDER BY s.child_id) INTO v_some
+              FROM (SELECT d.child_id FROM dq_dependencies d
+                     WHERE d.parent_queue = v_pq[v_i] AND d.parent_key = v_pk[v_i] AND d.child_id > v_floor[v_i]
+                     ORDER BY d.child_id LIMIT v_budget + 1) s;
+            CONTINUE WHEN v_some IS NULL;
+            IF cardinality(v_some) > v_budget THEN
+                INSERT INTO dq_release_backlog (parent_queue, parent_key, after_id, up_to, acked_at)
+                SELECT v_pq[v_i], v_pk[v_i], coalesce(v_some[v_budget], v_floor[v_i]), max(d.child_id), dq__resolve.at
+                  FROM dq_dependencies d WHERE d.parent_queue = v_pq[v_i] AND d.parent_key = v_pk[v_i];
+                v_some := v_some[1:v_budget];
+            END IF;
+            v_take := v_take || v_some;
+            v_tq := v_tq || array_fill(v_pq[v_i], ARRAY[cardinality(v_some)]);
+            v_tk := v_tk || array_fill(v_pk[v_i], ARRAY[cardinality(v_some)]);
+            v_budget := v_budget - cardinality(v_some);
+        END LOOP;
+        -- The children's rows before their dependency rows, in id order, as a leaving child does (its
+        -- row is deleted before its dependency rows): a child cancelled while its parent is
+        -- acknowledged cannot deadlock with it.
+        PERFORM 1 FROM dq_messages m WHERE m.id = ANY (v_take) ORDER BY m.id FOR NO KEY UPDATE;
         WITH gone AS (
-            DELETE FROM dq_dependencies d USING unnest(v_pq, v_pk) AS p(q, k)
-             WHERE d.parent_queue = p.q AND d.parent_key = p.k
+            DELETE FROM dq_dependencies d USING unnest(v_tq, v_tk, v_take) AS t(q, k, c)
+             WHERE d.parent_queue = t.q AND d.parent_key = t.k AND d.child_id = t.c
             RETURNING d.child_id
         )
         SELECT array_agg(gone.child_id) INTO v_release FROM gone;
     ELSE
+        PERFORM 1 FROM dq_messages m
+         WHERE m.id IN (SELECT d.child_id FROM dq_dependencies d JOIN unnest(v_pq, v_pk, v_floor) AS p(q, k, f)
+                            ON d.parent_queue = p.q AND d.parent_key = p.k AND d.child_id > p.f)
+         ORDER BY m.id FOR NO KEY UPDATE;
         WITH gone AS (
-            DELETE FROM dq_dependencies d USING unnest(v_pq, v_pk) AS p(q, k)
-             WHERE d.parent_queue = p.q AND d.parent_key = p.k AND d.on_parent_failure = 'proceed'
+            DELETE FROM dq_dependencies d USING unnest(v_pq, v_pk, v_floor) AS p(q, k, f)
+             WHERE d.parent_queue = p.q AND d.parent_key = p.k AND d.child_id > p.f
+               AND d.on_parent_failure = 'proceed'
             RETURNING d.child_id
         )
         SELECT array_agg(gone.child_id) INTO v_release FROM gone;
         SELECT array_agg(DISTINCT d.child_id) INTO v_dead
-          FROM dq_dependencies d JOIN unnest(v_pq, v_pk) AS p(q, k) ON d.parent_queue = p.q AND d.parent_key = p.k
+          FROM dq_dependencies d JOIN unnest(v_pq, v_pk, v_floor) AS p(q, k, f)
+            ON d.parent_queue = p.q AND d.parent_key = p.k AND d.child_id > p.f
          WHERE d.on_parent_failure = 'dead_letter';
     END IF;
     v_count := dq__release_children(v_release);
@@ -386,15 +445,91 @@ BEGIN
     RETURN v_count;
 END;
 $$;
-COMMENT ON FUNCTION dq__resolve(dq_messages[], text, timestamptz) IS 'Internal: what follows for dependencies from rows leaving with this outcome: a child''s dependency rows go; an acknowledged parent releases its children, another outcome applies each child''s on_parent_failure (see sql/095_dependencies.sql); returns how many children were released or dead-lettered.';
+COMMENT ON FUNCTION dq__resolve(dq_messages[], text, timestamptz) IS 'Internal: what follows for dependencies from rows leaving with this outcome: a child''s dependency rows go; an acknowledged parent releases up to dq__limit_release_inline() children and leaves the rest to dq_release_backlog, another outcome applies each child''s on_parent_failure (see sql/095_dependencies.sql); returns how many children were released or dead-lettered.';
 REVOKE ALL ON FUNCTION dq__resolve(dq_messages[], text, timestamptz) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- Release up to max_children children of the backlog, the oldest acknowledgement first, each in
+-- child-id order; returns how many children were released (their last parent gone). A child that
+-- left meanwhile (cancelled, expired, purged, dead-lettered) took its dependency rows along and is
+-- neither counted nor brought back. Called by dq_poll_many (one chunk of dq__limit_release_inline()
+-- when the backlog is not empty) and by dq_release_backlog (the job dq-release).
+-- Concurrency: each backlog row is taken FOR UPDATE SKIP LOCKED, so two runners at once (polls, the
+-- job) never work on the same row, and none waits for another; the children's rows are then locked
+-- FOR NO KEY UPDATE in id order before their dependency rows are deleted (DELETE .. RETURNING: a row
+-- deleted by another transaction, a leaving child or an acknowledgement of a later message of the
+-- parent's name, is not counted twice). The row's after_id moves past what was released, under its lock.
+CREATE OR REPLACE FUNCTION dq__release_backlog(max_children integer)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
+SET enable_seqscan = off  -- index paths at every table size
+AS $$
+DECLARE
+    v_b        record;
+    v_ids      bigint[];
+    v_release  bigint[];
+    v_left     integer := dq__release_backlog.max_children;
+    v_count    integer := 0;
+BEGIN
+    WHILE v_left > 0 LOOP
+        SELECT b.id, b.parent_queue, b.parent_key, b.after_id, b.up_to INTO v_b
+          FROM dq_release_backlog b ORDER BY b.id LIMIT 1 FOR UPDATE SKIP LOCKED;
+        EXIT WHEN NOT FOUND;
+        SELECT array_agg(s.child_id ORDER BY s.child_id) INTO v_ids
+          FROM (SELECT d.child_id FROM dq_dependencies d
+                 WHERE d.parent_queue = v_b.parent_queue AND d.parent_key = v_b.parent_key
+                   AND d.child_id > v_b.after_id AND d.child_id <= v_b.up_to
+                 ORDER BY d.child_id LIMIT v_left) s;
+        IF coalesce(cardinality(v_ids), 0) < v_left OR v_ids[cardinality(v_ids)] = v_b.up_to THEN
+            DELETE FROM dq_release_backlog b WHERE b.id = v_b.id;  -- its range is done
+        ELSE
+            UPDATE dq_release_backlog b SET after_id = v_ids[cardinality(v_ids)] WHERE b.id = v_b.id;
+        END IF;
+        CONTINUE WHEN v_ids IS NULL;
+        PERFORM 1 FROM dq_messages m WHERE m.id = ANY (v_ids) ORDER BY m.id FOR NO KEY UPDATE;
+        WITH gone AS (
+            DELETE FROM dq_dependencies d
+             WHERE d.parent_queue = v_b.parent_queue AND d.parent_key = v_b.parent_key AND d.child_id = ANY (v_ids)
+            RETURNING d.child_id
+        )
+        SELECT array_agg(gone.child_id) INTO v_release FROM gone;
+        v_count := v_count + dq__release_children(v_release);
+        v_left := v_left - cardinality(v_ids);
+    END LOOP;
+    RETURN v_count;
+END;
+$$;
+COMMENT ON FUNCTION dq__release_backlog(integer) IS 'Internal: releases up to max_children children left in dq_release_backlog by acknowledgements (oldest first, FOR UPDATE SKIP LOCKED: concurrent runners take different rows); returns how many were released.';
+REVOKE ALL ON FUNCTION dq__release_backlog(integer) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
+-- Release the children that acknowledgements left to the backlog, up to max_children of them (the
+-- job dq-release calls it; so may an operator where pg_cron is not installed and a queue's children
+-- are never polled for: any dq_poll_many releases one chunk when the backlog is not empty). One
+-- transaction: the children it releases stay locked until it commits. Concurrency: dq__release_backlog.
+CREATE OR REPLACE FUNCTION dq_release_backlog(max_children integer DEFAULT 100000)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_error  jsonb;
+BEGIN
+    v_error := dq__range_error('dq_release_backlog', 'max_children', dq_release_backlog.max_children, 1,
+                               dq__limit_release_backlog_max());
+    IF v_error IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    RETURN dq__release_backlog(dq_release_backlog.max_children);
+END;
+$$;
+COMMENT ON FUNCTION dq_release_backlog(integer) IS 'dq_release_backlog(max_children integer default 100000) -> integer: releases up to max_children children whose parents were acknowledged but that the acknowledgement left to the backlog (a parent with more than 500 children), oldest acknowledgement first, and returns how many were released; polls and the pg_cron job dq-release call it too. Errors: 22004/22023 max_children (1..1000000).';
+REVOKE ALL ON FUNCTION dq_release_backlog(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dq_release_backlog(integer) TO dq_admin;
+
 -- A message's dependencies: its parents (relation parent: their state now, absent when acknowledged
--- or gone, dead when only a dead letter of it exists) and the children waiting for it (relation
--- child, state blocked). state is dq__message_state's (blocked, in_flight, ready, scheduled, held,
--- expired; dead when only a dead letter of it exists) or absent. A plain read: no lock is taken,
--- nothing changes.
+-- or gone, dead when only a dead letter of it exists, releasing when it was acknowledged and the
+-- child waits in the backlog) and the children waiting for it (relation child, state blocked, or
+-- releasing in the backlog). state is dq__message_state's (blocked, in_flight, ready, scheduled,
+-- held, expired), dead, absent or releasing. A plain read: no lock is taken, nothing changes.
 CREATE OR REPLACE FUNCTION dq_dependencies(queue text, key text)
 RETURNS TABLE (relation text, related_queue text, related_key text, state text, on_parent_failure text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT  -- reads dq__clock()
@@ -411,7 +546,10 @@ BEGIN
     END IF;
     RETURN QUERY
     SELECT 'parent'::text, d.parent_queue, d.parent_key,
-           coalesce((SELECT dq__message_state(p.lock_token, p.scheduled_at, p.dead_from, p.expires_at,
+           coalesce((SELECT 'releasing' FROM dq_release_backlog b
+                      WHERE b.parent_queue = d.parent_queue AND b.parent_key = d.parent_key AND b.up_to >= d.child_id
+                      LIMIT 1),
+                     (SELECT dq__message_state(p.lock_token, p.scheduled_at, p.dead_from, p.expires_at,
                                               p.message_group,
                                               EXISTS (SELECT 1 FROM dq_groups g WHERE g.head_id = p.id), v_now)
                        FROM dq_messages p
@@ -423,13 +561,18 @@ BEGIN
       FROM dq_messages c JOIN dq_dependencies d ON d.child_id = c.id
      WHERE c.queue = dq_dependencies.queue AND c.key = dq_dependencies.key AND c.dead_from IS NULL
     UNION ALL
-    SELECT 'child'::text, c.queue, c.key, 'blocked'::text, d.on_parent_failure
+    SELECT 'child'::text, c.queue, c.key,
+           CASE WHEN EXISTS (SELECT 1 FROM dq_release_backlog b
+                              WHERE b.parent_queue = d.parent_queue AND b.parent_key = d.parent_key
+                                AND b.up_to >= d.child_id)
+                THEN 'releasing' ELSE 'blocked' END,
+           d.on_parent_failure
       FROM dq_dependencies d JOIN dq_messages c ON c.id = d.child_id
      WHERE d.parent_queue = dq_dependencies.queue AND d.parent_key = dq_dependencies.key
      ORDER BY 1 DESC, 2, 3;
 END;
 $$;
-COMMENT ON FUNCTION dq_dependencies(text, text) IS 'dq_dependencies(queue text, key text) -> TABLE (relation text, related_queue text, related_key text, state text, on_parent_failure text): the parents the message waits for (relation parent; state blocked, in_flight, ready, scheduled, held, expired, dead or absent) and the children waiting for it (relation child, state blocked); a plain read. Errors: 22004/22023/22001 queue or key.';
+COMMENT ON FUNCTION dq_dependencies(text, text) IS 'dq_dependencies(queue text, key text) -> TABLE (relation text, related_queue text, related_key text, state text, on_parent_failure text): the parents the message waits for (relation parent; state blocked, in_flight, ready, scheduled, held, expired, dead, absent, or releasing: acknowledged, the child is in the release backlog) and the children waiting for it (relation child, state blocked or releasing); a plain read. Errors: 22004/22023/22001 queue or key.';
 REVOKE ALL ON FUNCTION dq_dependencies(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_dependencies(text, text) TO dq_consumer, dq_viewer;
 

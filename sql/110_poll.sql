@@ -57,6 +57,7 @@ DECLARE
     v_maxcount integer := 0;      -- the highest delivery_count of the ungrouped candidates
     v_direct   boolean;           -- levels of ungrouped messages may be acquired in one statement each
     v_taken    integer := 0;      -- messages acquired (and returned) that way
+    v_released integer;           -- children released from the backlog
 BEGIN
     v_error := coalesce(
         dq__name_error('dq_poll_many', 'queue', dq_poll_many.queue, dq__limit_queue_chars()),
@@ -69,6 +70,12 @@ BEGIN
     END IF;
     IF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
+    END IF;
+    -- Children that acknowledgements left to the release backlog (sql/095_dependencies.sql): one
+    -- chunk, whatever queue they are in, before the read, so that children of this queue are
+    -- delivered by this poll. An empty backlog costs one probe of its primary key.
+    IF EXISTS (SELECT 1 FROM dq_release_backlog b) THEN
+        v_released := dq__release_backlog(dq__limit_release_inline());
     END IF;
     IF v_admit.want = 0 THEN
         RETURN;

@@ -27,10 +27,16 @@ AS $$
                     CASE WHEN (SELECT string_to_array(split_part(e.extversion, '-', 1), '.')::integer[]
                                  FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_cron') >= '{1,5}'
                          THEN '10 seconds' ELSE '* * * * *' END,
-                    'VACUUM (SKIP_LOCKED) %sdq_messages'))
+                    'VACUUM (SKIP_LOCKED) %sdq_messages'),
+                   -- dq-release (migration 0018): children left to the release backlog, as dq-vacuum.
+                   ('dq-release',
+                    CASE WHEN (SELECT string_to_array(split_part(e.extversion, '-', 1), '.')::integer[]
+                                 FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_cron') >= '{1,5}'
+                         THEN '10 seconds' ELSE '* * * * *' END,
+                    'SELECT %sdq_release_backlog(100000)'))
            AS j(base, schedule, command)
 $$;
-COMMENT ON FUNCTION dq__pg_cron_jobs() IS 'Internal: the pg_cron jobs of this install (jobname, schedule, command): dq-cron-tick, dq-archive-prune, dq-cron-prune-history and dq-vacuum, suffixed with @<schema> outside public, calling schema-qualified functions and tables.';
+COMMENT ON FUNCTION dq__pg_cron_jobs() IS 'Internal: the pg_cron jobs of this install (jobname, schedule, command): dq-cron-tick, dq-archive-prune, dq-cron-prune-history, dq-vacuum and dq-release, suffixed with @<schema> outside public, calling schema-qualified functions and tables.';
 REVOKE ALL ON FUNCTION dq__pg_cron_jobs() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 

@@ -277,7 +277,7 @@ def test_error_and_offer_many_limits_are_the_ones_the_database_enforces(conn) ->
 
 #: Limits the SQL functions name that the Python side does not check itself (no pyqueue.limits twin).
 SQL_ONLY_LIMITS = {"CONFIG_HASH_CHARS", "LIST_MESSAGES_MAX_ROWS", "PRUNE_BATCH_MAX", "AUDIT_ACTOR_CHARS",
-                   "AUDIT_ACTION_CHARS", "THROUGHPUT_BUCKETS"}
+                   "AUDIT_ACTION_CHARS", "THROUGHPUT_BUCKETS", "RELEASE_INLINE", "RELEASE_BACKLOG_MAX"}
 
 
 def test_every_limit_named_in_sql_is_the_python_one(conn) -> None:

@@ -163,7 +163,8 @@ def test_an_install_outside_public_has_pg_cron_jobs_of_its_own(admin_dsn: str) -
             own = conn.execute(sql.SQL("SELECT * FROM {}.dq__pg_cron_jobs() ORDER BY 1").format(
                 sql.Identifier(private_schema(schema)))).fetchall()
             assert [j[0] for j in own] == [f"dq-archive-prune@{schema}", f"dq-cron-prune-history@{schema}",
-                                           f"dq-cron-tick@{schema}", f"dq-vacuum@{schema}"]
+                                           f"dq-cron-tick@{schema}", f"dq-release@{schema}",
+                                           f"dq-vacuum@{schema}"]
             assert sorted(before + own) == jobs(conn)
             conn.execute(sql.SQL("SELECT {}.dq_cron_tick()").format(sql.Identifier(schema)))
         rollback(admin_dsn, schema_steps()[0], schema=schema)

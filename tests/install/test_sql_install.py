@@ -176,12 +176,14 @@ def test_a_second_schema_is_an_independent_install(dsn: str) -> None:
             ("dq-archive-prune", "*/10 * * * *", "CALL public.dq_prune_archive_all()"),
             ("dq-cron-prune-history", "17 3 * * *", "SELECT public.dq_cron_prune_run_details()"),
             ("dq-cron-tick", "* * * * *", "SELECT public.dq_cron_tick()"),
-            ("dq-vacuum", "* * * * *", "VACUUM (SKIP_LOCKED) public.dq_messages"),  # no pg_cron 1.5 here
+            ("dq-release", "* * * * *", "SELECT public.dq_release_backlog(100000)"),  # no pg_cron 1.5 here
+            ("dq-vacuum", "* * * * *", "VACUUM (SKIP_LOCKED) public.dq_messages"),
         ]
         assert conn.execute(in_other("SELECT * FROM {oi}.dq__pg_cron_jobs() ORDER BY 1")).fetchall() == [
             (f"dq-archive-prune@{OTHER}", "*/10 * * * *", f"CALL {other}.dq_prune_archive_all()"),
             (f"dq-cron-prune-history@{OTHER}", "17 3 * * *", f"SELECT {other}.dq_cron_prune_run_details()"),
             (f"dq-cron-tick@{OTHER}", "* * * * *", f"SELECT {other}.dq_cron_tick()"),
+            (f"dq-release@{OTHER}", "* * * * *", f"SELECT {other}.dq_release_backlog(100000)"),
             (f"dq-vacuum@{OTHER}", "* * * * *", f"VACUUM (SKIP_LOCKED) {other}.dq_messages"),
         ]
         # Each tick job's command runs its own install's tick, whatever the search_path.

@@ -71,6 +71,7 @@ ROLE_OF = {
     "dq_dead_letters": "dq_admin",
     "dq_list_messages": "dq_admin",
     "dq_purge": "dq_admin",
+    "dq_release_backlog": "dq_admin",
     "dq_release_locks": "dq_admin",
     "dq_prune_archive": "dq_admin",
     "dq_prune_archive_all": "dq_admin",

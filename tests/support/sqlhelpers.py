@@ -67,7 +67,8 @@ def cloned_database(admin_dsn: str, template_dsn: str) -> Iterator[str]:
 @contextmanager
 def clean_connection(dsn: str) -> Iterator[psycopg.Connection[Any]]:
     """An autocommit connection to ``dsn`` whose queue tables (messages, groups and their queued
-    settles, waiters, queue configuration, rate tokens, archive) were just emptied."""
+    settles, waiters, queue configuration, rate tokens, archive, dependencies and their release
+    backlog) were just emptied."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("DELETE FROM dq_messages")
         conn.execute("DELETE FROM dq_groups")
@@ -77,6 +78,7 @@ def clean_connection(dsn: str) -> Iterator[psycopg.Connection[Any]]:
         conn.execute("DELETE FROM dq_rate_tokens")
         conn.execute("DELETE FROM dq_archive")
         conn.execute("DELETE FROM dq_dependencies")
+        conn.execute("DELETE FROM dq_release_backlog")
         yield conn
 
 

@@ -470,8 +470,13 @@ def test_wide_fan_in_and_fan_out(module_conn: psycopg.Connection[Any]) -> None:
     tokens = poll_all(c)
     assert set(tokens) == set(keys)
     assert c.execute("SELECT dq_ack_many(%s)", ([tokens[k] for k in keys[: n // 2]],)).fetchone() == (n // 2,)
+    # one acknowledgement releases 500 children (over its parents, by id), the backlog the rest
+    assert len(blocked(c)) > 1 + n - 500
+    assert c.execute("SELECT dq_release_backlog()").fetchone() >= (n - 500,)
     assert blocked(c) == {"in": n // 2}
     assert c.execute("SELECT dq_ack_many(%s)", ([tokens[k] for k in keys[n // 2:]],)).fetchone() == (n // 2,)
+    # 500 of in's dependency rows inline, the other 500 parents' through the backlog, which releases in
+    assert c.execute("SELECT dq_release_backlog()").fetchone() == (1,)
     assert blocked(c) == {}
     assert dependency_rows(c) == []
     assert len(poll_all(c)) == n + 1
