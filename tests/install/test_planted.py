@@ -181,6 +181,7 @@ def admin_calls(app: psycopg.Connection[Any], q: str) -> None:
     (token,) = one("SELECT lock_token FROM dq_poll_many(%s, 1, interval '1 minute')", q + ".parent")
     assert one("SELECT dq_ack(%s)", token) == (True,)
     assert one("SELECT count(*) FROM dq_dependencies(%s, 'child')", q) == (0,)
+    assert one("SELECT dq_release_backlog() >= 0") == (True,)
     assert one("SELECT dq_purge(%s, confirm => true) >= 0", q) == (True,)
     # Schedules.
     assert one("SELECT count(*) FROM dq_cron_occurrences('every 1 hour', 'UTC', now(), 'infinity', 3)") == (3,)
