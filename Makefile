@@ -92,16 +92,17 @@ bench-snapshot: venv
 	scripts/install-os-deps.sh
 	$(PY) -m bench.snapshot $(SNAPSHOT_ARGS)
 
-# Fault injection with exact accounting, on a private server of its own (started and removed by the run):
+# Fault injection with exact accounting, on a private server of its own (started and removed by the run), in
+# the three modes side by side (exactly-once, at-least-once, graph):
 # make chaos [CHAOS_ARGS="--duration 120 --mode exactly-once --seed 1 --out /tmp/chaos.json"]
 # Every benchmark writes its summary to bench/results/ and its full report to bench/results/raw/ (bench/README.md).
 chaos: venv
 	scripts/install-os-deps.sh
-	$(PY) -m bench.chaos $(CHAOS_ARGS)
+	$(PY) -m bench.chaos --mode all $(CHAOS_ARGS)
 
 # The same faults under a graph workload: small DAGs of messages offered after others (an ETL shape and
 # chains) across two queues; no child may run before its parents are acknowledged, none may stay blocked:
-# make chaos-graph [CHAOS_ARGS="--duration 120 --graph-rate 400 --seed 1"]   (--mode all: beside the other two)
+# make chaos-graph [CHAOS_ARGS="--duration 120 --graph-rate 400 --seed 1"]   (make chaos runs it with the other two)
 chaos-graph: venv
 	scripts/install-os-deps.sh
 	$(PY) -m bench.chaos --mode graph $(CHAOS_ARGS)
