@@ -143,6 +143,8 @@ DECLARE
     v_id       bigint;
     v_orphans  boolean;
     v_cycle    text;
+    v_failed   boolean := false;
+    v_dlq      text;
 BEGIN
     IF EXISTS (SELECT 1 FROM dq_messages m
                 WHERE m.queue = dq__offer_after.queue AND m.key = dq__offer_after.key AND m.dead_from IS NULL) THEN
@@ -224,6 +226,23 @@ BEGIN
          WHERE NOT EXISTS (SELECT 1 FROM unnest(v_lq, v_lk) AS l(q, k) WHERE l.q = p.q AND l.k = p.k);
         EXIT WHEN v_todo_q IS NULL;
     END LOOP;
+    -- A parent found only as a dead letter (no ordinary message of its name) has failed already: the
+    -- child's on_parent_failure applies now, as it would have had the child been offered before.
+    -- proceed: that parent is satisfied; dead_letter: the child goes to its queue's dead-letter queue
+    -- once stored (below); wait: it waits for a redrive. The dead letters are locked (above), so a
+    -- redrive of one waits for this offer, and an ordinary message of that name that a plain offer
+    -- inserts meanwhile is a later message (as any offer of a key whose message left).
+    IF dq__offer_after.on_parent_failure <> 'wait' AND cardinality(v_lq) > 0 THEN
+        SELECT array_agg(l.q), array_agg(l.k), bool_or(l.dead_only) INTO v_got_q, v_got_k, v_failed
+          FROM (SELECT l.q, l.k, NOT EXISTS (SELECT 1 FROM dq_messages m
+                                              WHERE m.queue = l.q AND m.key = l.k AND m.dead_from IS NULL
+                                                AND m.id = ANY (v_seen)) AS dead_only
+                  FROM unnest(v_lq, v_lk) AS l(q, k)) l
+         WHERE NOT (l.dead_only AND dq__offer_after.on_parent_failure = 'proceed');
+        v_lq := coalesce(v_got_q, '{}');
+        v_lk := coalesce(v_got_k, '{}');
+        v_failed := coalesce(v_failed, false);
+    END IF;
     IF cardinality(v_lq) = 0 THEN
         RETURN;  -- every parent is satisfied
     END IF;
@@ -251,6 +270,12 @@ BEGIN
     SELECT DISTINCT l.q, l.k, v_id, dq__offer_after.on_parent_failure FROM unnest(v_lq, v_lk) AS l(q, k)
     ON CONFLICT DO NOTHING;
     outcome := 'created';
+    IF v_failed THEN  -- dead_letter after a parent that is a dead letter: there now, if the queue has one
+        SELECT q.dead_letter_queue INTO v_dlq FROM dq_queues q WHERE q.queue = dq__offer_after.queue;
+        IF v_dlq IS NOT NULL THEN
+            PERFORM dq__dead_letter(ARRAY[v_id], v_dlq, dq__now());
+        END IF;
+    END IF;
 END;
 $$;
 COMMENT ON FUNCTION dq__offer_after(text, text, bytea, text, timestamptz, boolean, integer, text, timestamptz, jsonb, jsonb, text) IS 'Internal: dq_offer of a new message after its parents (see sql/095_dependencies.sql): (outcome NULL when no parent exists, created or ignored; problem: the error to raise).';

@@ -108,7 +108,6 @@ class Model:
     #: (queue, key) of parents that left otherwise than acknowledged while children waited for them.
     failed: set[tuple[str, str]] = field(default_factory=set)
     #: (queue, key) of parents whose dead letter left (acknowledged, cancelled, expired) while children waited.
-    stranded: set[tuple[str, str]] = field(default_factory=set)
     events: Counter[str] = field(default_factory=Counter)  # the dependency cases reached (the test's REQUIRED)
 
     def add(self, row: Row) -> Row:
@@ -248,9 +247,7 @@ class Model:
         releases nothing, even when children wait for its key (they wait for an earlier message of it)."""
         self.events.update(f"a blocked child left: {outcome}" for r in rows if r.blocked)
         letters = {(r.dead_from, r.key) for r in rows if r.has_children and r.dead_from is not None}
-        stranded = {p for p in letters if any(p in c.parents for c in self.rows)}
-        if stranded:  # its children keep waiting (a known defect: see tests/core/test_model.py)
-            self.stranded |= stranded
+        if any(p in c.parents for p in letters for c in self.rows):  # its 'wait' children keep waiting
             self.events["a dead-lettered parent's dead letter left"] += 1
         parents = {(r.queue, r.key) for r in rows if r.has_children and r.dead_from is None}
         children = [c for c in self.rows if c.parents & parents]
