@@ -280,3 +280,23 @@ def test_installer_and_test_helpers_work_from_the_wheel_layout(admin_dsn, tmp_pa
                               env=dict(env, PYTHONPATH=str(site)))
         assert proc.returncode == 1
         assert "RuntimeError: pyqueue.testing: no test server: set DQ_TEST_DSN" in proc.stderr
+
+
+def test_rollback_of_dependencies_frees_blocked_children_into_their_groups(dsn):
+    """0017's rollback (and 0018's, with a backlog) makes blocked children ordinary messages, due when
+    they would have been released and in their FIFO group behind the messages already there: the groups
+    are queued for a settle, and after the next migrate a poll delivers them in group order."""
+    query(dsn, "SELECT dq_offer('q', 'parent', 'p'::bytea)")
+    query(dsn, "SELECT dq_offer('q', 'head', 'h'::bytea, now() - interval '1 minute', message_group => 'g')")
+    query(dsn, "SELECT dq_offer('q', 'child', 'c'::bytea, now() - interval '2 minutes', message_group => 'g',"
+               " after => '[\"parent\"]')")
+    assert query(dsn, "SELECT parents_pending FROM dq_messages WHERE key = 'child'") == [(1,)]
+    steps = [s for s in schema_steps() if s >= "0017_dependencies"]
+    assert rollback(dsn, "0017_dependencies") == steps[::-1]
+    assert query(dsn, "SELECT message_group, scheduled_at < now() FROM dq_messages WHERE key = 'child'") == [
+        ("g", True)]
+    assert query(dsn, "SELECT queue, message_group FROM dq_group_settles") == [("q", "g")]
+    assert migrate(dsn) == steps
+    polled = query(dsn, "SELECT key FROM dq_poll_many('q', 10, interval '1 minute')")
+    # The child was due first (2 minutes ago) and joins its group by that time, ahead of the head.
+    assert sorted(polled) == [("child",), ("parent",)]
