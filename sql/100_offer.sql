@@ -515,6 +515,56 @@ END;
 $$;
 COMMENT ON FUNCTION dq__offer_many_after(text, text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[], jsonb[], text[]) IS 'Internal: dq_offer_many of a batch with parents (afters): the elements without parents set-based, then each with parents in input order as dq_offer offers it; counts and outcomes in input order.';
 REVOKE ALL ON FUNCTION dq__offer_many_after(text, text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[], jsonb[], text[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- The body of dq_offer_many and dq_offer_many_counts (fn names the caller in errors): every check,
+-- the first failing one returned as problem (the caller raises it) with nothing written, then the
+-- batch: dq__offer_many_after when an element has parents, else the set-based dq__offer_many
+-- (outcomes only when with_outcomes; the counts always). Concurrency: theirs.
+CREATE OR REPLACE FUNCTION dq__offer_many_checked(
+    fn                 text,
+    queue              text,
+    keys               text[],
+    payloads           bytea[],
+    scheduled_ats      timestamptz[],
+    can_update         boolean,
+    payload_types      text[],
+    priorities         integer[],
+    message_groups     text[],
+    expires_ats        timestamptz[],
+    headers            jsonb[],
+    afters             jsonb[],
+    on_parent_failures text[],
+    with_outcomes      boolean,
+    OUT created        bigint,
+    OUT updated        bigint,
+    OUT ignored        bigint,
+    OUT outcomes       text[],
+    OUT problem        jsonb)
+LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+BEGIN
+    problem := coalesce(
+        dq__offer_many_error(fn, queue, keys, payloads, scheduled_ats, can_update, payload_types, priorities,
+                             message_groups, expires_ats, headers),
+        CASE WHEN afters IS NOT NULL OR on_parent_failures IS NOT NULL
+             THEN dq__offer_many_after_error(fn, queue, keys, afters, on_parent_failures) END);
+    IF problem IS NOT NULL THEN
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(afters) AS a(a) WHERE jsonb_array_length(a.a) > 0) THEN
+        SELECT o.created, o.updated, o.ignored, o.outcomes INTO created, updated, ignored, outcomes
+          FROM dq__offer_many_after(fn, queue, keys, payloads, scheduled_ats, can_update, payload_types, priorities,
+                                    message_groups, expires_ats, headers, afters, on_parent_failures) AS o;
+    ELSE
+        SELECT o.created, o.updated, o.ignored, o.outcomes INTO created, updated, ignored, outcomes
+          FROM dq__offer_many(fn, queue, keys, payloads, scheduled_ats, can_update, payload_types, NULL, priorities,
+                              message_groups, expires_ats, headers, with_outcomes) AS o;
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION dq__offer_many_checked(text, text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[], jsonb[], text[], boolean) IS 'Internal: the checks and the batch of dq_offer_many and dq_offer_many_counts (fn names the caller): (created, updated, ignored, outcomes in input order when with_outcomes or any element has parents; or problem, the error to raise, with nothing written).';
+REVOKE ALL ON FUNCTION dq__offer_many_checked(text, text, text[], bytea[], timestamptz[], boolean, text[], integer[], text[], timestamptz[], jsonb[], jsonb[], text[], boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
 -- afters (one JSON array per element, as dq_offer's after, or NULL) and on_parent_failures (NULL
@@ -540,33 +590,19 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_error    jsonb;
     v_outcomes text[];
+    v_error    jsonb;
 BEGIN
-    v_error := coalesce(
-        dq__offer_many_error('dq_offer_many', dq_offer_many.queue, dq_offer_many.keys, dq_offer_many.payloads,
-                             dq_offer_many.scheduled_ats, dq_offer_many.can_update, dq_offer_many.payload_types,
-                             dq_offer_many.priorities, dq_offer_many.message_groups, dq_offer_many.expires_ats,
-                             dq_offer_many.headers),
-        CASE WHEN dq_offer_many.afters IS NOT NULL OR dq_offer_many.on_parent_failures IS NOT NULL
-             THEN dq__offer_many_after_error('dq_offer_many', dq_offer_many.queue, dq_offer_many.keys,
-                                             dq_offer_many.afters, dq_offer_many.on_parent_failures) END);
+    SELECT o.outcomes, o.problem INTO v_outcomes, v_error
+      FROM dq__offer_many_checked('dq_offer_many', dq_offer_many.queue, dq_offer_many.keys, dq_offer_many.payloads,
+                                  dq_offer_many.scheduled_ats, dq_offer_many.can_update, dq_offer_many.payload_types,
+                                  dq_offer_many.priorities, dq_offer_many.message_groups, dq_offer_many.expires_ats,
+                                  dq_offer_many.headers, dq_offer_many.afters, dq_offer_many.on_parent_failures,
+                                  true) AS o;
     IF v_error ? 'hint' THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
     ELSIF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF EXISTS (SELECT 1 FROM unnest(dq_offer_many.afters) AS a(a) WHERE jsonb_array_length(a.a) > 0) THEN
-        v_outcomes := (dq__offer_many_after('dq_offer_many', dq_offer_many.queue, dq_offer_many.keys,
-                                            dq_offer_many.payloads, dq_offer_many.scheduled_ats, dq_offer_many.can_update,
-                                            dq_offer_many.payload_types, dq_offer_many.priorities,
-                                            dq_offer_many.message_groups, dq_offer_many.expires_ats, dq_offer_many.headers,
-                                            dq_offer_many.afters, dq_offer_many.on_parent_failures)).outcomes;
-    ELSE
-        v_outcomes := (dq__offer_many('dq_offer_many', dq_offer_many.queue, dq_offer_many.keys, dq_offer_many.payloads,
-                                      dq_offer_many.scheduled_ats, dq_offer_many.can_update, dq_offer_many.payload_types,
-                                      NULL, dq_offer_many.priorities, dq_offer_many.message_groups,
-                                      dq_offer_many.expires_ats, dq_offer_many.headers, true)).outcomes;
     END IF;
     -- No outcomes: every element was created. unnest pads the shorter (or NULL) array with NULLs.
     RETURN QUERY SELECT u.k, coalesce(u.o, 'created') FROM unnest(dq_offer_many.keys, v_outcomes) AS u(k, o);
@@ -597,40 +633,20 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_error jsonb;
+    v_error  jsonb;
 BEGIN
-    v_error := coalesce(
-        dq__offer_many_error('dq_offer_many_counts', dq_offer_many_counts.queue, dq_offer_many_counts.keys,
-                             dq_offer_many_counts.payloads, dq_offer_many_counts.scheduled_ats,
-                             dq_offer_many_counts.can_update, dq_offer_many_counts.payload_types,
-                             dq_offer_many_counts.priorities, dq_offer_many_counts.message_groups,
-                             dq_offer_many_counts.expires_ats, dq_offer_many_counts.headers),
-        CASE WHEN dq_offer_many_counts.afters IS NOT NULL OR dq_offer_many_counts.on_parent_failures IS NOT NULL
-             THEN dq__offer_many_after_error('dq_offer_many_counts', dq_offer_many_counts.queue,
-                                             dq_offer_many_counts.keys, dq_offer_many_counts.afters,
-                                             dq_offer_many_counts.on_parent_failures) END);
+    SELECT o.created, o.updated, o.ignored, o.problem INTO dq_offer_many_counts.created, dq_offer_many_counts.updated,
+                                                           dq_offer_many_counts.ignored, v_error
+      FROM dq__offer_many_checked('dq_offer_many_counts', dq_offer_many_counts.queue, dq_offer_many_counts.keys,
+                                  dq_offer_many_counts.payloads, dq_offer_many_counts.scheduled_ats,
+                                  dq_offer_many_counts.can_update, dq_offer_many_counts.payload_types,
+                                  dq_offer_many_counts.priorities, dq_offer_many_counts.message_groups,
+                                  dq_offer_many_counts.expires_ats, dq_offer_many_counts.headers,
+                                  dq_offer_many_counts.afters, dq_offer_many_counts.on_parent_failures, false) AS o;
     IF v_error ? 'hint' THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message', HINT = v_error->>'hint';
     ELSIF v_error IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
-    END IF;
-    IF EXISTS (SELECT 1 FROM unnest(dq_offer_many_counts.afters) AS a(a) WHERE jsonb_array_length(a.a) > 0) THEN
-        SELECT o.created, o.updated, o.ignored INTO dq_offer_many_counts.created, dq_offer_many_counts.updated,
-                                                    dq_offer_many_counts.ignored
-          FROM dq__offer_many_after('dq_offer_many_counts', dq_offer_many_counts.queue, dq_offer_many_counts.keys,
-                                    dq_offer_many_counts.payloads, dq_offer_many_counts.scheduled_ats,
-                                    dq_offer_many_counts.can_update, dq_offer_many_counts.payload_types,
-                                    dq_offer_many_counts.priorities, dq_offer_many_counts.message_groups,
-                                    dq_offer_many_counts.expires_ats, dq_offer_many_counts.headers,
-                                    dq_offer_many_counts.afters, dq_offer_many_counts.on_parent_failures) AS o;
-    ELSE
-        SELECT o.created, o.updated, o.ignored INTO dq_offer_many_counts.created, dq_offer_many_counts.updated,
-                                                    dq_offer_many_counts.ignored
-          FROM dq__offer_many('dq_offer_many_counts', dq_offer_many_counts.queue, dq_offer_many_counts.keys,
-                              dq_offer_many_counts.payloads, dq_offer_many_counts.scheduled_ats,
-                              dq_offer_many_counts.can_update, dq_offer_many_counts.payload_types, NULL,
-                              dq_offer_many_counts.priorities, dq_offer_many_counts.message_groups,
-                              dq_offer_many_counts.expires_ats, dq_offer_many_counts.headers, false) AS o;
     END IF;
     RETURN NEXT;
 END;
