@@ -202,9 +202,15 @@ class MessageBase:
 
 @dataclass(frozen=True)
 class StoredMessage(MessageBase):
-    """A message as stored (``dq_get``): no lock token, so it cannot be acknowledged."""
+    """A message as stored (``dq_get``): no lock token, so it cannot be acknowledged.
+
+    :ivar released_at: when its parents released it (the last one acknowledged, or a parent's other
+        fate with ``on_parent_failure="proceed"``), or None: it never waited for parents (a re-offer
+        of its key makes it a new message and clears it).
+    """
 
     locked_until: datetime | None
+    released_at: datetime | None = field(default=None, kw_only=True)
     _registry: SerializerRegistry = field(default_factory=lambda: default_registry, repr=False, compare=False)
 
     def _serializers(self) -> SerializerRegistry:

@@ -193,7 +193,8 @@ BEGIN
             (6, 'dq_message', 'priority', 'integer'), (7, 'dq_message', 'message_group', 'text'),
             (8, 'dq_message', 'expires_at', 'timestamptz'), (9, 'dq_message', 'headers', 'jsonb'),
             (10, 'dq_stats_row', 'paused', 'boolean'), (11, 'dq_stats_row', 'held', 'bigint'),
-            (12, 'dq_stats_row', 'expired', 'bigint'), (13, 'dq_stats_row', 'blocked', 'bigint')) AS a(i, typ, name, datatype)
+            (12, 'dq_stats_row', 'expired', 'bigint'), (13, 'dq_stats_row', 'blocked', 'bigint'),
+            (14, 'dq_message', 'released_at', 'timestamptz')) AS a(i, typ, name, datatype)
         ORDER BY a.i
     LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a

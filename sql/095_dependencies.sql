@@ -285,10 +285,15 @@ REVOKE ALL ON FUNCTION dq__offer_after(text, text, bytea, text, timestamptz, boo
 -- appear more than once) down by their count; a child that reaches 0 is released: due at release_at,
 -- in release_group. Settles the released children's FIFO groups and wakes their queues' waiters
 -- (the queues and earliest due times come from the UPDATE itself: no second read of the rows).
--- Returns how many were released. Concurrency: the caller locked the children's rows FOR NO KEY
--- UPDATE in id order (two transactions releasing the same children lock them in the same order) and
--- deleted the dependency rows it counts (DELETE .. RETURNING: a row deleted by another transaction
--- meanwhile is not counted twice).
+-- Returns how many were released. A released child records when, in released_at (the archive keeps
+-- it): dq__clock(), the instant its row is released, the clock the acknowledgements read (dq_ack
+-- passes dq__clock() to dq__gone as the time of the outcome); not dq__now(), the start of the
+-- transaction, which comes before the parent's acknowledgement in that same transaction and would
+-- give every chunk of a long backlog run (the job dq-release, up to 100,000 children) the run's start.
+-- So in the archive a child's released_at follows its parent's acked_at.
+-- Concurrency: the caller locked the children's rows FOR NO KEY UPDATE in id order (two transactions
+-- releasing the same children lock them in the same order) and deleted the dependency rows it counts
+-- (DELETE .. RETURNING: a row deleted by another transaction meanwhile is not counted twice).
 CREATE OR REPLACE FUNCTION dq__release_children(ids bigint[])
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
@@ -316,7 +321,8 @@ BEGIN
                scheduled_at = CASE WHEN m.parents_pending <= c.n THEN m.release_at ELSE m.scheduled_at END,
                message_group = CASE WHEN m.parents_pending <= c.n THEN m.release_group ELSE m.message_group END,
                release_at = CASE WHEN m.parents_pending <= c.n THEN NULL ELSE m.release_at END,
-               release_group = CASE WHEN m.parents_pending <= c.n THEN NULL ELSE m.release_group END
+               release_group = CASE WHEN m.parents_pending <= c.n THEN NULL ELSE m.release_group END,
+               released_at = CASE WHEN m.parents_pending <= c.n THEN dq__clock() ELSE m.released_at END
           FROM c
          WHERE m.id = c.id AND m.parents_pending > 0
         RETURNING m.queue, m.scheduled_at, m.message_group, m.parents_pending = 0 AS released
@@ -342,7 +348,7 @@ BEGIN
     RETURN v_count;
 END;
 $$;
-COMMENT ON FUNCTION dq__release_children(bigint[]) IS 'Internal: takes the children''s parents_pending down by how often each id is given, releasing those that reach 0 (due at release_at, in release_group), their groups settled and waiters woken; returns how many were released. The caller locked the children''s rows in id order.';
+COMMENT ON FUNCTION dq__release_children(bigint[]) IS 'Internal: takes the children''s parents_pending down by how often each id is given, releasing those that reach 0 (due at release_at, in release_group, released_at the current instant, dq__clock()), their groups settled and waiters woken; returns how many were released. The caller locked the children''s rows in id order.';
 REVOKE ALL ON FUNCTION dq__release_children(bigint[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- What follows for dependencies from messages leaving (dq__gone, dq_purge; outcome acked, dead,

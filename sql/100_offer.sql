@@ -37,7 +37,9 @@ DROP FUNCTION IF EXISTS dq__offer_many(text, text, text[], bytea[], timestamptz[
 -- (sql/020_groups.sql), and the group it left when an update moved it out of the group it headed.
 -- after names parents (sql/095_dependencies.sql): a new message is stored blocked until each parent
 -- that exists is acknowledged (dq__offer_after, which locks them); an update of a blocked message
--- keeps it blocked, its new due time and group kept for its release.
+-- keeps it blocked, its new due time and group kept for its release; an update of a released one
+-- clears its release time (released_at): like its created_at, it is now that of a new message, which
+-- waited for nothing. An offer that changes nothing (the WHERE below) keeps it.
 CREATE OR REPLACE FUNCTION dq_offer(
     queue          text,
     key            text,
@@ -122,7 +124,7 @@ BEGIN
                delivery_count = 0,
                lock_token = NULL,
                last_error = NULL, last_error_at = NULL, due_at = NULL, claimed_at = NULL,
-               cron_prefix = NULL,
+               cron_prefix = NULL, released_at = NULL,
                priority = EXCLUDED.priority,
                message_group = CASE WHEN m.parents_pending > 0 THEN NULL ELSE EXCLUDED.message_group END,
                release_group = CASE WHEN m.parents_pending > 0 THEN EXCLUDED.message_group END,
@@ -282,7 +284,7 @@ BEGIN
                    delivery_count = 0,
                    lock_token = NULL,
                    last_error = NULL, last_error_at = NULL, due_at = NULL, claimed_at = NULL,
-                   cron_prefix = EXCLUDED.cron_prefix,
+                   cron_prefix = EXCLUDED.cron_prefix, released_at = NULL,
                    priority = EXCLUDED.priority,
                message_group = CASE WHEN m.parents_pending > 0 THEN NULL ELSE EXCLUDED.message_group END,
                release_group = CASE WHEN m.parents_pending > 0 THEN EXCLUDED.message_group END,

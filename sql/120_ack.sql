@@ -24,8 +24,9 @@ SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, p
 --  * the archive: rows of a queue configured with archive => true go to dq_archive, committed with
 --    the delete or not at all. An archive row keeps the message's id, queue, key, payload,
 --    payload_type, scheduled_at_initially, created_at, delivery_count, last_error, priority,
---    message_group, expires_at and headers; scheduled_at is when its last delivery was due (due_at,
---    else its scheduled_at), acked_at the time of the outcome;
+--    message_group, expires_at, headers and released_at (when its parents released it, NULL when
+--    it never waited: sql/095_dependencies.sql); scheduled_at is when its last delivery was due
+--    (due_at, else its scheduled_at), acked_at the time of the outcome;
 --  * FIFO groups: the groups of grouped rows are settled (sql/020_groups.sql), so the next message
 --    of a group becomes deliverable;
 --  * concurrency limits: in a queue with max_in_flight, consumers waiting for a free slot are woken;
@@ -66,10 +67,10 @@ BEGIN
     ), ins AS (
         INSERT INTO dq_archive (id, queue, key, payload, payload_type, scheduled_at, scheduled_at_initially,
                                 created_at, delivery_count, outcome, acked_at, last_error,
-                                priority, message_group, expires_at, headers)
+                                priority, message_group, expires_at, headers, released_at)
         SELECT g.id, g.queue, g.key, g.payload, g.payload_type, coalesce(g.due_at, g.scheduled_at), g.scheduled_at_initially,
                g.created_at, g.delivery_count, dq__gone.outcome, dq__gone.at, g.last_error,
-               g.priority, g.message_group, g.expires_at, g.headers
+               g.priority, g.message_group, g.expires_at, g.headers, g.released_at
           FROM unnest(dq__gone.gone) g JOIN cfg ON cfg.queue = g.queue AND cfg.archive
         RETURNING 1
     )

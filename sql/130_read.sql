@@ -127,13 +127,13 @@ BEGIN
            m.created_at, m.delivery_count,
            CASE WHEN m.lock_token IS NOT NULL AND m.scheduled_at > dq__clock()
                 THEN m.scheduled_at END,
-           m.priority::integer, m.message_group, m.expires_at, m.headers
+           m.priority::integer, m.message_group, m.expires_at, m.headers, m.released_at
       FROM dq_messages m
      WHERE m.queue = dq_get.queue AND m.key = dq_get.key
      ORDER BY m.dead_at NULLS FIRST, m.id;
 END;
 $$;
-COMMENT ON FUNCTION dq_get(text, text) IS 'dq_get(queue text, key text) -> SETOF dq_message: the messages with this key, the ordinary one first, then dead letters; a plain read, no lock. Errors: 22004/22023/22001 queue or key.';
+COMMENT ON FUNCTION dq_get(text, text) IS 'dq_get(queue text, key text) -> SETOF dq_message: the messages with this key, the ordinary one first, then dead letters (released_at: when its parents released it, NULL when it never waited for any); a plain read, no lock. Errors: 22004/22023/22001 queue or key.';
 REVOKE ALL ON FUNCTION dq_get(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_get(text, text) TO dq_consumer, dq_viewer;
 
@@ -142,15 +142,15 @@ GRANT EXECUTE ON FUNCTION dq_get(text, text) TO dq_consumer, dq_viewer;
 -- the queue's rows of that state (an index gives them by priority first): on a queue of millions,
 -- a second or more. A blocked message (waiting for its parents, sql/095_dependencies.sql) comes
 -- last, with the due time and group it gets once released and how many parents it waits for
--- (parents_pending, 0 for the others).
--- The result gained parents_pending: a new return type, so the function is dropped and created
--- again in the installer's transaction.
+-- (parents_pending, 0 for the others); a released one, when its parents released it (released_at).
+-- The result gained parents_pending and released_at: a new return type, so the function is dropped
+-- and created again in the installer's transaction.
 DROP FUNCTION IF EXISTS dq_list_messages(text, text, integer);
 CREATE OR REPLACE FUNCTION dq_list_messages(queue text, in_state text DEFAULT NULL, max_rows integer DEFAULT 100)
 RETURNS TABLE (key text, state text, scheduled_at timestamptz, delivery_count integer,
                locked_until timestamptz, last_error text, last_error_at timestamptz,
                created_at timestamptz, priority integer, message_group text, dead_from text,
-               payload_type text, payload_text text, parents_pending integer)
+               payload_type text, payload_text text, parents_pending integer, released_at timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT  -- reads dq__clock()
 AS $$
 #variable_conflict use_column
@@ -172,7 +172,7 @@ BEGIN
            m.delivery_count, CASE WHEN s.state = 'in_flight' THEN m.scheduled_at END,
            m.last_error, m.last_error_at, m.created_at, m.priority::integer,
            CASE WHEN s.state = 'blocked' THEN m.release_group ELSE m.message_group END, m.dead_from,
-           m.payload_type, dq__payload_text(m.payload), m.parents_pending
+           m.payload_type, dq__payload_text(m.payload), m.parents_pending, m.released_at
       FROM dq_messages m
      CROSS JOIN LATERAL (SELECT dq__timing_state(m.lock_token, m.scheduled_at, v_now) AS state) s
      WHERE m.queue = dq_list_messages.queue
@@ -182,7 +182,7 @@ BEGIN
      LIMIT dq_list_messages.max_rows;
 END;
 $$;
-COMMENT ON FUNCTION dq_list_messages(text, text, integer) IS 'dq_list_messages(queue text, in_state text default NULL, max_rows integer default 100) -> the queue''s messages by due time, of one state (ready, scheduled, in_flight, redelivered, blocked: waiting for parents, listed last with the due time and group they get once released and their parents_pending) or all, payloads as text; a plain read. Errors: 22004/22023/22001 queue, 22004/22023 max_rows (1..10000), 22023 in_state.';
+COMMENT ON FUNCTION dq_list_messages(text, text, integer) IS 'dq_list_messages(queue text, in_state text default NULL, max_rows integer default 100) -> the queue''s messages by due time, of one state (ready, scheduled, in_flight, redelivered, blocked: waiting for parents, listed last with the due time and group they get once released and their parents_pending) or all, payloads as text, released_at when parents released the message (NULL: it never waited); a plain read. Errors: 22004/22023/22001 queue, 22004/22023 max_rows (1..10000), 22023 in_state.';
 REVOKE ALL ON FUNCTION dq_list_messages(text, text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_list_messages(text, text, integer) TO dq_admin, dq_viewer;
 

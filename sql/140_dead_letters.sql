@@ -6,7 +6,8 @@
 -- time. The model is the redrive policy of Amazon SQS (SQS Developer Guide, "Using dead-letter
 -- queues in Amazon SQS").
 --
--- The move keeps key, payload, payload_type and created_at, and records last_error / last_error_at
+-- The move keeps key, payload, payload_type, created_at and released_at (when its parents released
+-- it, sql/095_dependencies.sql), and records last_error / last_error_at
 -- (dq_nack's error text, or the expiry of its lock), dead_from (the queue it died in), dead_at and
 -- dead_delivery_count (its delivery_count there). In D it starts again with delivery_count 0, so D's
 -- own max_deliveries counts D's deliveries. D is an ordinary queue: it can be polled, inspected with
@@ -53,11 +54,11 @@ BEGIN
         INSERT INTO dq_messages AS d
                (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,
                 delivery_count, dead_delivery_count, last_error, last_error_at, dead_from, dead_at, dead_from_id,
-                priority, message_group, expires_at, headers, has_children)
+                priority, message_group, expires_at, headers, has_children, released_at)
         SELECT dq__dead_letter.dead_letter_queue, dead.key, dead.payload, dead.payload_type, dq__dead_letter.at,
                dq__dead_letter.at, dead.created_at, 0, dead.delivery_count, dead.last_error, dead.last_error_at,
                dead.queue, dq__dead_letter.at, dead.id, dead.priority, coalesce(dead.message_group, dead.release_group),
-               dead.expires_at, dead.headers, dead.has_children
+               dead.expires_at, dead.headers, dead.has_children, dead.released_at
           FROM dead
          ORDER BY dead.key COLLATE "C"
         RETURNING 1
@@ -84,8 +85,11 @@ SELECT dq__search_path(internal => false);
 -- own dead_from, even when several share a key. Only rows of dead_letter_queue that are dead letters
 -- (dead_from set) are candidates: an id of an ordinary message, or of another queue, is never
 -- touched. A redriven parent keeps has_children: it is the same parent (sql/095_dependencies.sql), and
--- its acknowledgement releases the children still waiting for it. Planned for each call's arguments (plan_cache_mode): with ids the candidates are read by
--- primary key, without them through the dead-letter queue's rows.
+-- its acknowledgement releases the children still waiting for it. A redriven child keeps its release
+-- time (released_at), as it keeps created_at and last_error: its parents released it once, and NULL
+-- would say it never waited (a new delivery life starts with delivery_count 0 and a new
+-- scheduled_at_initially; its history stays). Planned for each call's arguments (plan_cache_mode):
+-- with ids the candidates are read by primary key, without them through the dead-letter queue's rows.
 SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 CREATE OR REPLACE FUNCTION dq__redrive(dead_letter_queue text, max_count integer, ids bigint[],
                                        dead_from text, last_error text)
@@ -103,7 +107,7 @@ DECLARE
 BEGIN
     WITH cand AS (
         SELECT c.id, c.dead_from, c.key, c.payload, c.payload_type, c.created_at, c.last_error, c.last_error_at, c.dead_at,
-               c.priority, c.message_group, c.expires_at, c.headers, c.has_children
+               c.priority, c.message_group, c.expires_at, c.headers, c.has_children, c.released_at
           FROM dq_messages c
          WHERE c.queue = dq__redrive.dead_letter_queue AND c.dead_from IS NOT NULL
            AND (c.lock_token IS NULL OR c.scheduled_at <= v_now)
@@ -122,10 +126,11 @@ BEGIN
     ), ins AS (
         INSERT INTO dq_messages AS m
                (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,
-                delivery_count, last_error, last_error_at, priority, message_group, expires_at, headers, has_children)
+                delivery_count, last_error, last_error_at, priority, message_group, expires_at, headers, has_children,
+                released_at)
         SELECT pick.dead_from, pick.key, pick.payload, pick.payload_type, v_now, v_now, pick.created_at,
                0, pick.last_error, pick.last_error_at, pick.priority, pick.message_group, pick.expires_at, pick.headers,
-               pick.has_children
+               pick.has_children, pick.released_at
           FROM pick
          ORDER BY pick.dead_from, pick.key COLLATE "C"
         ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO NOTHING

@@ -98,16 +98,17 @@ GRANT EXECUTE ON FUNCTION dq_browse_messages(text, text, text, text, bigint, int
 -- payload_bytes) and every column an operator looks at. A plain read: no lock is taken. The
 -- arguments are in_queue and message_id: PostgreSQL refuses an argument named like a result column
 -- (queue, id). A blocked message shows the due time and group it gets once released and how many
--- parents it waits for (parents_pending; dq_dependencies names them).
--- The result gained parents_pending: a new return type, so the function is dropped and created
--- again in the installer's transaction.
+-- parents it waits for (parents_pending; dq_dependencies names them); a released one, when its
+-- parents released it (released_at).
+-- The result gained parents_pending and released_at: a new return type, so the function is
+-- dropped and created again in the installer's transaction.
 DROP FUNCTION IF EXISTS dq_message_detail(text, bigint, integer);
 CREATE OR REPLACE FUNCTION dq_message_detail(in_queue text, message_id bigint, max_payload_bytes integer DEFAULT 65536)
 RETURNS TABLE (id bigint, queue text, key text, state text, payload bytea, payload_bytes integer, payload_type text,
                headers jsonb, priority integer, message_group text, delivery_count integer, last_error text,
                last_error_at timestamptz, scheduled_at timestamptz, scheduled_at_initially timestamptz,
                created_at timestamptz, locked_until timestamptz, expires_at timestamptz, dead_from text,
-               dead_at timestamptz, parents_pending integer)
+               dead_at timestamptz, parents_pending integer, released_at timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT  -- reads dq__clock()
 AS $$
 #variable_conflict use_column
@@ -130,7 +131,7 @@ BEGIN
            m.delivery_count, m.last_error, m.last_error_at,
            CASE WHEN s.state = 'blocked' THEN m.release_at ELSE m.scheduled_at END, m.scheduled_at_initially,
            m.created_at, CASE WHEN s.state = 'in_flight' THEN m.scheduled_at END, m.expires_at, m.dead_from,
-           m.dead_at, m.parents_pending
+           m.dead_at, m.parents_pending, m.released_at
       FROM dq_messages m
       LEFT JOIN LATERAL (SELECT true AS head FROM dq_groups g
                           WHERE g.queue = m.queue AND g.message_group = m.message_group AND g.head_id = m.id) h ON true
@@ -139,7 +140,7 @@ BEGIN
      WHERE m.id = dq_message_detail.message_id AND m.queue = dq_message_detail.in_queue;
 END;
 $$;
-COMMENT ON FUNCTION dq_message_detail(text, bigint, integer) IS 'dq_message_detail(in_queue text, message_id bigint, max_payload_bytes integer default 65536) -> TABLE (id, queue, key, state, payload, payload_bytes, payload_type, headers, priority, message_group, delivery_count, last_error, last_error_at, scheduled_at, scheduled_at_initially, created_at, locked_until, expires_at, dead_from, dead_at, parents_pending): the message with this id in the queue (no row when there is none), payload cut to its first max_payload_bytes bytes, payload_bytes its full size in bytes, state as dq_browse_messages says it (a blocked message: the due time and group it gets once released, parents_pending the parents it waits for, named by dq_dependencies). A plain read. Errors: 22004/22023/22001 in_queue, 22004 message_id, 22004/22023 max_payload_bytes (0..1073741824).';
+COMMENT ON FUNCTION dq_message_detail(text, bigint, integer) IS 'dq_message_detail(in_queue text, message_id bigint, max_payload_bytes integer default 65536) -> TABLE (id, queue, key, state, payload, payload_bytes, payload_type, headers, priority, message_group, delivery_count, last_error, last_error_at, scheduled_at, scheduled_at_initially, created_at, locked_until, expires_at, dead_from, dead_at, parents_pending, released_at): the message with this id in the queue (no row when there is none), payload cut to its first max_payload_bytes bytes, payload_bytes its full size in bytes, state as dq_browse_messages says it (a blocked message: the due time and group it gets once released, parents_pending the parents it waits for, named by dq_dependencies; released_at: when its parents released it, NULL when it never waited). A plain read. Errors: 22004/22023/22001 in_queue, 22004 message_id, 22004/22023 max_payload_bytes (0..1073741824).';
 REVOKE ALL ON FUNCTION dq_message_detail(text, bigint, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_message_detail(text, bigint, integer) TO dq_admin, dq_viewer;
 

@@ -31,7 +31,8 @@ SELECT pg_catalog.set_config('search_path', (SELECT pg_catalog.format('%I, %I, p
 SELECT dq__search_path(internal => true);  -- internal helpers: created in the private schema (sql/000_common.sql)
 -- The columns of an export of source (messages: dq_messages, archive: dq_archive), in order: the name
 -- a reader and a filter use, its expression over the table aliased m, and its type. The first one is
--- the id the reads are split by.
+-- the id the reads are split by. New columns go last: a reader of an earlier release takes the
+-- columns it knows by position (pyqueue.spark) and ignores the rest.
 CREATE OR REPLACE FUNCTION dq__export_columns(source text)
 RETURNS TABLE (name text, expr text, type text)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -51,6 +52,7 @@ AS $$
                     ('messages', 12, 'last_error_at', 'm.last_error_at', 'timestamptz'),
                     ('messages', 13, 'dead_from', 'm.dead_from', 'text'),
                     ('messages', 14, 'dead_at', 'm.dead_at', 'timestamptz'),
+                    ('messages', 15, 'released_at', 'm.released_at', 'timestamptz'),
                     ('archive', 1, 'archive_id', 'm.archive_id', 'bigint'),
                     ('archive', 2, 'id', 'm.id', 'bigint'),
                     ('archive', 3, 'queue', 'm.queue', 'text'),
@@ -63,7 +65,8 @@ AS $$
                     ('archive', 10, 'delivery_count', 'm.delivery_count', 'integer'),
                     ('archive', 11, 'outcome', 'm.outcome', 'text'),
                     ('archive', 12, 'acked_at', 'm.acked_at', 'timestamptz'),
-                    ('archive', 13, 'last_error', 'm.last_error', 'text')) AS c(source, i, name, expr, type)
+                    ('archive', 13, 'last_error', 'm.last_error', 'text'),
+                    ('archive', 14, 'released_at', 'm.released_at', 'timestamptz')) AS c(source, i, name, expr, type)
      WHERE c.source = $1
      ORDER BY c.i
 $$;

@@ -88,6 +88,7 @@ MESSAGES = _Table(
         _col("last_error_at", TimestampType(), True),
         _col("dead_from", StringType(), True),
         _col("dead_at", TimestampType(), True),
+        _col("released_at", TimestampType(), True),  # when its parents released it; None: it never waited
     ),
 )
 ARCHIVE = _Table(
@@ -101,6 +102,7 @@ ARCHIVE = _Table(
         _col("outcome", StringType()),
         _col("acked_at", TimestampType()),
         _col("last_error", StringType(), True),
+        _col("released_at", TimestampType(), True),
     ),
 )
 TABLES = {"messages": MESSAGES, "archive": ARCHIVE}
