@@ -344,6 +344,24 @@ def test_the_message_page_shows_each_payload_kind(seeded: str) -> None:
         assert client.get("/queues/jobs/messages/999999999").status_code == 404
 
 
+def test_the_message_page_shows_when_parents_released_the_message(seeded: str) -> None:
+    with psycopg.connect(seeded, autocommit=True) as c:
+        c.execute("SELECT dq_offer('jobs', 'child-1', 'x'::text, after => '[\"parent-1\"]')")
+        c.execute("SELECT dq_offer('stage', 'parent', 'x'::text)")
+        c.execute("SELECT dq_offer('jobs', 'child-2', 'x'::text, after => '[[\"stage\", \"parent\"]]')")
+        (token,) = c.execute("SELECT lock_token FROM dq_poll_many('stage', 1)").fetchone() or (None,)
+        assert c.execute("SELECT dq_ack(%s)", (token,)).fetchone() == (True,)
+    with client_for(seeded) as client:
+        def page(key: str) -> str:
+            message_id = scalar(seeded, "SELECT id FROM dq_browse_messages('jobs', NULL, %s)", key)
+            return client.get(f"/queues/jobs/messages/{message_id}").text
+
+        released = page("child-2")
+        assert 'id="released-at"' in released and "released by its parents" in released
+        assert 'id="released-at"' not in page("ready-1")
+        assert 'id="released-at"' not in page("child-1")  # its parent never existed: it never waited
+
+
 def test_a_query_past_the_statement_timeout_shows_an_error_page(seeded: str) -> None:
     with psycopg.connect(seeded) as locker:
         locker.execute("LOCK TABLE dq_queues IN ACCESS EXCLUSIVE MODE")

@@ -109,6 +109,40 @@ def test_read_chosen_columns(spark: SparkSession, dsn: str) -> None:
         spark.read.format("delayedqueue").schema("lock_token string").option("dsn", dsn).load().collect()
 
 
+def test_read_release_times(spark: SparkSession, dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """released_at of the live messages and of the archive: when a child's parents released it
+    (NULL for a message that never waited), with a pushed IS NOT NULL filter. Compared as
+    microseconds since the epoch (a collected timestamp is in the driver's local time)."""
+    queue = queue_name()
+    conn.execute("SELECT dq_configure_queue(%s, archive => true)", (queue,))
+    conn.execute("SELECT dq_offer(%s, 'parent', 'x'::bytea, now() - interval '1 second')", (queue,))
+    for key in ("c1", "c2"):
+        conn.execute("SELECT dq_offer(%s, %s, 'x'::bytea, now() - interval '1 second', after => '[\"parent\"]')",
+                     (queue, key))
+    (token,) = conn.execute("SELECT lock_token FROM dq_poll_many(%s, 5, '1 hour')", (queue,)).fetchone() or (None,)
+    assert conn.execute("SELECT dq_ack(%s)", (token,)).fetchone() == (True,)
+    micros = "(extract(epoch FROM released_at) * 1000000)::bigint"
+    live = dict(conn.execute(
+        f"SELECT key, {micros} FROM dq_messages WHERE queue = %s AND released_at IS NOT NULL",  # noqa: S608
+        (queue,)).fetchall())
+    assert sorted(live) == ["c1", "c2"]
+
+    def read(table: str) -> dict[str, int]:
+        df = (spark.read.format("delayedqueue").option("dsn", dsn).option("table", table).option("queue", queue)
+              .load().where(F.col("released_at").isNotNull()))
+        return {r.key: r.us for r in df.select("key", F.unix_micros("released_at").alias("us")).collect()}
+
+    assert read("messages") == live
+    tokens = [r[0] for r in conn.execute("SELECT lock_token FROM dq_poll_many(%s, 5, '1 hour')", (queue,))]
+    assert conn.execute("SELECT dq_ack_many(%s::uuid[])", (tokens,)).fetchone() == (2,)
+    assert read("archive") == live
+    found = read_logs(spark, f'["queue", "=", "{queue}"]')
+    assert any('SELECT "dq_export_archive"' in m and '["released_at", "IS NOT NULL"]' in m for m in found)
+    everything = spark.read.format("delayedqueue").option("dsn", dsn).option("table", "archive").option("queue", queue)
+    assert {r.key: r.released_at is None for r in everything.load().collect()} == {
+        "parent": True, "c1": False, "c2": False}
+
+
 # --------------------------------------------------------------------------- roles: no table access needed
 
 

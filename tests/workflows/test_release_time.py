@@ -256,8 +256,8 @@ def test_a_child_dead_lettered_by_its_parent_was_never_released(c: psycopg.Conne
     assert archived(c, q2, "dead") == {"k": None}
 
 
-def test_the_reads_show_the_release_time(c: psycopg.Connection[Any], module_dsn: str) -> None:
-    """dq_get (and the client's get), dq_list_messages and dq_message_detail return released_at."""
+def test_the_reads_show_the_release_time(c: psycopg.Connection[Any]) -> None:
+    """dq_get, dq_list_messages and dq_message_detail return released_at."""
     offer(c, P, "A")
     children(c, 1)
     offer(c, Q, "plain")
@@ -269,9 +269,19 @@ def test_the_reads_show_the_release_time(c: psycopg.Connection[Any], module_dsn:
     assert listed == [("c1", at), ("plain", None)]
     cid = value_of(c, "SELECT id FROM dq_messages WHERE queue = %s AND key = 'c1'", (Q,))
     assert c.execute("SELECT released_at FROM dq_message_detail(%s, %s)", (Q, cid)).fetchall() == [(at,)]
-    with DelayedQueue(module_dsn, Q) as q:
-        got, plain = q.get("c1"), q.get("plain")
-    assert got is not None and got.released_at == at
+
+
+def test_both_clients_get_the_release_time(q: DelayedQueue, dsn: str) -> None:
+    """StoredMessage.released_at, from the sync and the asyncio client (``q`` runs the test with each)."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        offer(c, q.queue, "parent")
+        offer(c, q.queue, "plain")
+        assert offer(c, q.queue, "child", after=["parent"]) == "created"
+        assert q.get("child").released_at is None  # type: ignore[union-attr]
+        assert value_of(c, "SELECT dq_ack(%s)", (poll(c, q.queue)["parent"],)) is True
+        at = value_of(c, "SELECT released_at FROM dq_messages WHERE key = 'child'")
+    child, plain = q.get("child"), q.get("plain")
+    assert at is not None and child is not None and child.released_at == at
     assert plain is not None and plain.released_at is None
 
 
