@@ -106,6 +106,7 @@ QUIET = {
     "dq_install_tick", "dq_uninstall_tick", "dq_cron_tick",  # called by pg_cron and the cron ticker
     "dq_prune_archive",  # one batch of dq_prune_archive_all (pg_cron's retention job), which prints the total
     "dq_cron_prune_run_details",  # pg_cron's history job
+    "dq_release_backlog",  # pg_cron's dq-release job, every 10 s; it returns how many children it released
 }
 # One call per operator function, each changing something; run in this order on one database.
 CALLS = [
