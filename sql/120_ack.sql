@@ -113,13 +113,33 @@ COMMENT ON FUNCTION dq__gone_queues() IS 'Internal: the queues whose deleted mes
 REVOKE ALL ON FUNCTION dq__gone_queues() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
--- Written out beside its twin dq_ack_many below: delegating to it costs 22 us per ack
+-- Finding the rows of lock tokens: the statement reads the ids through the lock-token index, in
+-- token order (ORDER BY lock_token, with sorts off in these functions), then deletes by primary key
+-- (bitmap scans off: the index scan takes the ids in ascending order). Why not `WHERE lock_token =`
+-- alone: an ANALYZE taken while nothing was in flight says that no row has a lock token, and the
+-- plan then made (generic: kept for the session) scanned dq_messages_in_flight_idx, whose predicate
+-- is the same, from end to end, filtering every message in flight (1 ms per ack at 10,000 in
+-- flight, tests/core/test_plans.py); the ORDER BY is what that path cannot give without a sort.
+-- The token is checked again on the row deleted, written `(...) IS TRUE` so that the delete cannot
+-- use a lock-token path itself: after waiting for a transaction that changed the row (a new poll,
+-- an offer), the row's latest version must still hold the token (EvalPlanQual), else it is skipped.
+-- Rows are deleted in id order, as every function that locks several messages locks them, above
+-- all an offer after several parents (FOR KEY SHARE in id order, sql/095_dependencies.sql): a batch
+-- acknowledgement that deleted in token order and such an offer deadlocked (40P01,
+-- tests/workflows/test_lock_order.py).
+-- One statement for every row: RETURNING gives dq__gone the whole row only when it has something to
+-- do (grouped, of a queue of dq__gone_queues, or a parent: has_children, which an offer sets by an
+-- UPDATE of the row, so a delete that waited for that offer sees it on the row's latest version);
+-- collecting whole rows for every message cost 0.7-1.7 us a message (measured with batches of 100).
+-- dq_ack is written out beside its twin dq_ack_many: delegating to it costs 22 us per ack
 -- (measured: 29 -> 51 us).
 CREATE OR REPLACE FUNCTION dq_ack(lock_token uuid)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_sort = off
 SET jit = off
 AS $$
 #variable_conflict use_column
@@ -134,22 +154,23 @@ BEGIN
         v_error := dq__null_error('dq_ack', 'lock_token');
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    -- As in dq_ack_many: a plain delete when dq__gone has nothing to do (not a parent: has_children
-    -- is set by an UPDATE of the row, which this delete re-checks after waiting for it).
     v_special := dq__gone_queues();
     DELETE FROM dq_messages m
-     WHERE m.lock_token = dq_ack.lock_token
-       AND (m.message_group IS NULL OR m.dead_from IS NOT NULL) AND m.queue <> ALL (v_special)
-       AND NOT m.has_children;
-    IF FOUND THEN
-        RETURN true;
+     WHERE m.id = ANY (ARRAY(SELECT l.id FROM dq_messages l WHERE l.lock_token = ANY (ARRAY[dq_ack.lock_token])
+                              ORDER BY l.lock_token))
+       AND (m.lock_token = dq_ack.lock_token) IS TRUE
+    RETURNING CASE WHEN (m.message_group IS NOT NULL AND m.dead_from IS NULL) OR m.queue = ANY (v_special)
+                        OR m.has_children
+                   THEN ARRAY[m] END,
+              m.message_group IS NOT NULL
+         INTO v_gone, v_grouped;
+    IF NOT FOUND THEN
+        RETURN false;
     END IF;
-    WITH gone AS (
-        DELETE FROM dq_messages m WHERE m.lock_token = dq_ack.lock_token RETURNING m, m.message_group IS NOT NULL AS g
-    )
-    SELECT array_agg(gone.m), bool_or(gone.g) INTO v_gone, v_grouped FROM gone;
-    v_archived := dq__gone(v_gone, 'acked', dq__clock(), v_grouped);
-    RETURN v_gone IS NOT NULL;
+    IF v_gone IS NOT NULL THEN
+        v_archived := dq__gone(v_gone, 'acked', dq__clock(), v_grouped);
+    END IF;
+    RETURN true;
 END;
 $$;
 COMMENT ON FUNCTION dq_ack(uuid) IS 'dq_ack(lock_token uuid) -> boolean: deletes the message still held under this token (archived as acked when its queue archives); false for a stale token. Errors: 22004 NULL.';
@@ -165,6 +186,8 @@ RETURNS integer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_sort = off
 SET jit = off
 AS $$
 #variable_conflict use_column
@@ -174,38 +197,35 @@ DECLARE
     v_grouped  boolean;
     v_archived integer;
     v_special  text[];
-    v_plain    integer;
+    v_count    integer;
 BEGIN
     IF dq_ack_many.lock_tokens IS NULL THEN
         v_error := dq__null_error('dq_ack_many', 'lock_tokens');
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    -- Rows that need nothing from dq__gone (ungrouped, of a queue that neither archives nor limits
-    -- messages in flight) are deleted by a plain statement, as the plain-SQL baseline does: collecting
-    -- whole rows for dq__gone cost 0.7-1.7 us a message (measured with batches of 100). The rest
-    -- (grouped, of such a queue, or a parent some child waits for: has_children, set by an UPDATE
-    -- of the row that this delete re-checks on the row's latest version after waiting for the
-    -- offer that set it, sql/095_dependencies.sql), and stale tokens, go through dq__gone. The queues' settings are
-    -- read by this statement's snapshot, as dq__gone reads them.
+    -- As dq_ack (above): ids through the lock-token index, deleted in id order; the queues' settings
+    -- are read by this statement's snapshot, as dq__gone reads them.
     v_special := dq__gone_queues();
-    DELETE FROM dq_messages m
-     WHERE m.lock_token = ANY (dq_ack_many.lock_tokens)
-       AND (m.message_group IS NULL OR m.dead_from IS NOT NULL) AND m.queue <> ALL (v_special)
-       AND NOT m.has_children;
-    GET DIAGNOSTICS v_plain = ROW_COUNT;
-    IF v_plain = cardinality(dq_ack_many.lock_tokens) THEN
-        RETURN v_plain;
-    END IF;
     WITH gone AS (
-        DELETE FROM dq_messages m WHERE m.lock_token = ANY (dq_ack_many.lock_tokens)
-        RETURNING m, m.message_group IS NOT NULL AS g
+        DELETE FROM dq_messages m
+         WHERE m.id = ANY (ARRAY(SELECT l.id FROM dq_messages l WHERE l.lock_token = ANY (dq_ack_many.lock_tokens)
+                                  ORDER BY l.lock_token))
+           AND (m.lock_token = ANY (dq_ack_many.lock_tokens)) IS TRUE
+        RETURNING CASE WHEN (m.message_group IS NOT NULL AND m.dead_from IS NULL) OR m.queue = ANY (v_special)
+                            OR m.has_children
+                       THEN m END AS m,
+                  m.message_group IS NOT NULL AS g
     )
-    SELECT array_agg(gone.m), bool_or(gone.g) INTO v_gone, v_grouped FROM gone;
-    v_archived := dq__gone(v_gone, 'acked', dq__clock(), v_grouped);
-    RETURN v_plain + coalesce(cardinality(v_gone), 0);
+    SELECT count(*), array_agg(gone.m) FILTER (WHERE (gone.m).id IS NOT NULL),  -- not `m IS NOT NULL`: false
+           bool_or(gone.g) FILTER (WHERE (gone.m).id IS NOT NULL)                -- when any column is NULL
+      INTO v_count, v_gone, v_grouped FROM gone;
+    IF v_gone IS NOT NULL THEN
+        v_archived := dq__gone(v_gone, 'acked', dq__clock(), v_grouped);
+    END IF;
+    RETURN v_count;
 END;
 $$;
-COMMENT ON FUNCTION dq_ack_many(uuid[]) IS 'dq_ack_many(lock_tokens uuid[]) -> integer: dq_ack for each token, in one statement; returns how many messages were deleted. Errors: 22004 NULL array.';
+COMMENT ON FUNCTION dq_ack_many(uuid[]) IS 'dq_ack_many(lock_tokens uuid[]) -> integer: dq_ack for each token, in one statement (the messages are deleted in id order); returns how many messages were deleted. Errors: 22004 NULL array.';
 REVOKE ALL ON FUNCTION dq_ack_many(uuid[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dq_ack_many(uuid[]) TO dq_consumer;
 
