@@ -125,7 +125,8 @@ CREATE OR REPLACE FUNCTION dq__offer_after(queue text, key text, payload bytea, 
                                            after jsonb, on_parent_failure text,
                                            OUT outcome text, OUT problem jsonb)
 LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT
-SET enable_seqscan = off  -- index paths at every table size (stale statistics after a bulk offer)
+SET enable_seqscan = off     -- index paths at every table size (stale statistics after a bulk offer)
+SET enable_bitmapscan = off  -- the mark walks the primary key, in id order
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -209,13 +210,12 @@ BEGIN
           FROM (SELECT m.id, coalesce(m.dead_from, m.queue) AS q, m.key AS k FROM dq_messages m
                  WHERE m.id = ANY (v_ids) ORDER BY m.id FOR KEY SHARE) l;
         IF v_locked IS NOT NULL THEN
-            -- The mark: an UPDATE, so that an ack that planned a plain delete re-checks the row; one
-            -- row at a time in id order, so that two offers marking the same parents do not deadlock.
-            FOR v_id IN SELECT m.id FROM dq_messages m WHERE m.id = ANY (v_locked) AND NOT m.has_children
-                         ORDER BY m.id LOOP
-                UPDATE dq_messages m SET has_children = true WHERE m.id = v_id AND NOT m.has_children;
-            END LOOP;
-            v_id := NULL;
+            -- The mark: an UPDATE, so that an ack that planned a plain delete re-checks the row. One
+            -- statement in id order (an index scan of the primary key visits the ids of `= ANY` in
+            -- ascending order; bitmap scans, which visit rows in table order, are off), so that two
+            -- offers marking the same parents do not deadlock; a row another offer marked meanwhile is
+            -- re-checked and skipped. (One UPDATE a row took 150 ms for 10,000 parents.)
+            UPDATE dq_messages m SET has_children = true WHERE m.id = ANY (v_locked) AND NOT m.has_children;
             v_lq := v_lq || v_got_q;
             v_lk := v_lk || v_got_k;
         END IF;
@@ -266,9 +266,10 @@ BEGIN
         END IF;
         RETURN;
     END IF;
+    -- No ON CONFLICT: the rows name the child just inserted, which no other transaction can name
+    -- yet, and DISTINCT merges a parent locked twice (its message and a dead letter of it).
     INSERT INTO dq_dependencies (parent_queue, parent_key, child_id, on_parent_failure)
-    SELECT DISTINCT l.q, l.k, v_id, dq__offer_after.on_parent_failure FROM unnest(v_lq, v_lk) AS l(q, k)
-    ON CONFLICT DO NOTHING;
+    SELECT DISTINCT l.q, l.k, v_id, dq__offer_after.on_parent_failure FROM unnest(v_lq, v_lk) AS l(q, k);
     outcome := 'created';
     IF v_failed THEN  -- dead_letter after a parent that is a dead letter: there now, if the queue has one
         SELECT q.dead_letter_queue INTO v_dlq FROM dq_queues q WHERE q.queue = dq__offer_after.queue;

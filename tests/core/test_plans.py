@@ -3,6 +3,7 @@ table), whatever the table holds: checked with auto_explain on the function's ow
 
 from __future__ import annotations
 
+import json
 import re
 
 import psycopg
@@ -198,3 +199,23 @@ def test_ack_uses_the_lock_token_index_with_many_in_flight_after_an_analyze_that
         assert "in_flight_idx" not in plan and "Seq Scan" not in plan and "Bitmap" not in plan, plan
     # The statements did their work: the first time each function ran.
     assert conn.execute("SELECT count(*) FROM dq_messages").fetchone() == (9997,)
+
+
+def test_the_mark_of_many_parents_is_one_update_in_id_order(conn) -> None:
+    """An offer after 2,000 parents marks them has_children with one UPDATE that walks the primary
+    key, which visits the ids in ascending order, as the parents were locked: two offers that mark
+    the same parents then do not deadlock. A bitmap scan would visit the rows in table order: the
+    function turns bitmap scans off, so the order does not rest on the planner's estimates."""
+    conn.execute(
+        "SELECT count(*) FROM dq_offer_many('p', ARRAY(SELECT 'p' || g FROM generate_series(1, 2000) g), "
+        "array_fill('\\x00'::bytea, ARRAY[2000]), array_fill(now(), ARRAY[2000]))")
+    conn.execute("VACUUM ANALYZE dq_messages")
+    after = conn.execute("SELECT jsonb_agg(jsonb_build_array('p', 'p' || g)) FROM generate_series(1, 2000) g"
+                         ).fetchone()[0]
+    plans = nested_plans(conn, f"SELECT dq_offer('c', 'child', '\\x00'::bytea, now(), can_update => false, "
+                               f"after => '{json.dumps(after)}')")
+    marks = [p for p in plans.split("duration:") if "SET has_children = true" in p]
+    assert len(marks) == 1, plans  # the first offer; the next two find the key and change nothing
+    assert "Index Scan using dq_messages_pkey" in marks[0] and "Bitmap" not in marks[0], marks[0]
+    assert conn.execute("SELECT count(*) FILTER (WHERE has_children), max(parents_pending) FROM dq_messages"
+                        ).fetchone() == (2000, 2000)
