@@ -11,7 +11,9 @@
 -- `lock_token = $1` on the new row version (EvalPlanQual), which then fails.
 -- Plans: PL/pgSQL may cache a generic plan made while the table was empty (sequential scan) and
 -- keep it after the table grew (tests/core/test_plans.py); sequential scans are off in these functions,
--- so the lock-token index is used at every size, and JIT with them (see sql/110_poll.sql).
+-- so the lock-token index is used at every size, and JIT with them (see sql/110_poll.sql). dq_ack and
+-- dq_ack_many also turn sorts and bitmap scans off (see them below); the helpers they call run with
+-- these settings too.
 -- Leaving: an acknowledged row is handed to dq__gone (archive, FIFO group, concurrency limit) in the
 -- same transaction as its delete, unless dq__gone has nothing to do for it (dq__gone_queues).
 -- Pin the search_path to the install schema (sql/000_common.sql).
@@ -131,6 +133,9 @@ SELECT dq__search_path(internal => false);
 -- do (grouped, of a queue of dq__gone_queues, or a parent: has_children, which an offer sets by an
 -- UPDATE of the row, so a delete that waited for that offer sees it on the row's latest version);
 -- collecting whole rows for every message cost 0.7-1.7 us a message (measured with batches of 100).
+-- Cost of the two index passes (server time, 10,000 in flight, statistics current): dq_ack 9 -> 13 us,
+-- dq_ack_many 135 -> 260 us per batch of 100; with statistics that saw nothing in flight, dq_ack was
+-- 880 us (p50) and is 13 us.
 -- dq_ack is written out beside its twin dq_ack_many: delegating to it costs 22 us per ack
 -- (measured: 29 -> 51 us).
 CREATE OR REPLACE FUNCTION dq_ack(lock_token uuid)
