@@ -97,8 +97,8 @@ COMMENT ON FUNCTION dq__gone(dq_messages[], text, timestamptz, boolean) IS 'Inte
 REVOKE ALL ON FUNCTION dq__gone(dq_messages[], text, timestamptz, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The queues whose leaving messages need dq__gone whatever their group: those that archive or limit
--- the messages in flight ('{}' when none does). An acknowledgement deletes the other ungrouped rows
--- with a plain statement (dq_ack, dq_ack_many). PL/pgSQL, whose plan is kept for the session: a SQL
+-- the messages in flight ('{}' when none does). An acknowledgement does not hand dq__gone the other
+-- ungrouped rows (dq_ack, dq_ack_many). PL/pgSQL, whose plan is kept for the session: a SQL
 -- function that is not inlined is parsed and planned again in every transaction (measured, 20 us).
 CREATE OR REPLACE FUNCTION dq__gone_queues()
 RETURNS text[]
@@ -113,22 +113,42 @@ END;
 $$;
 COMMENT ON FUNCTION dq__gone_queues() IS 'Internal: the queues whose deleted messages dq__gone must see whatever their group (they archive or limit messages in flight).';
 REVOKE ALL ON FUNCTION dq__gone_queues() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
+-- The ids of the messages held under these lock tokens (in token order; none for a stale token), by a
+-- plain read: callers lock or delete the rows by primary key and check the token again on the row
+-- they lock or delete (`(m.lock_token = ...) IS TRUE`: written so, no lock-token index path can
+-- serve it), so that after waiting for a transaction that changed the row its latest version must
+-- still hold the token (EvalPlanQual). Why not `WHERE lock_token = $1` in the callers: an ANALYZE
+-- taken while nothing was in flight says that no row has a lock token, and the plans then made
+-- (generic, kept for the session) scanned dq_messages_in_flight_idx, whose predicate is the same,
+-- from end to end, filtering every message in flight (about 1 ms a statement at 10,000 in flight;
+-- even `WHERE id = $1 AND lock_token = $2` took that path). Here the ORDER BY lock_token, with
+-- sorts off, is what that path cannot give: the lock-token index is used at every size
+-- (tests/core/test_plans.py). Its own settings: the callers' plans keep theirs. dq_ack writes the
+-- same statement out (calling this costs 3 us, a quarter of an acknowledgement; measured).
+CREATE OR REPLACE FUNCTION dq__held_ids(lock_tokens uuid[])
+RETURNS bigint[]
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_sort = off
+SET jit = off
+AS $$
+BEGIN
+    RETURN ARRAY(SELECT l.id FROM dq_messages l WHERE l.lock_token = ANY (dq__held_ids.lock_tokens) ORDER BY l.lock_token);
+END;
+$$;
+COMMENT ON FUNCTION dq__held_ids(uuid[]) IS 'Internal: the ids of the messages held under these lock tokens (a plain read, through the lock-token index at every size); callers check the token again on the rows they lock or delete.';
+REVOKE ALL ON FUNCTION dq__held_ids(uuid[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
--- Finding the rows of lock tokens: the statement reads the ids through the lock-token index, in
--- token order (ORDER BY lock_token, with sorts off in these functions), then deletes by primary key
--- (bitmap scans off: the index scan takes the ids in ascending order). Why not `WHERE lock_token =`
--- alone: an ANALYZE taken while nothing was in flight says that no row has a lock token, and the
--- plan then made (generic: kept for the session) scanned dq_messages_in_flight_idx, whose predicate
--- is the same, from end to end, filtering every message in flight (1 ms per ack at 10,000 in
--- flight, tests/core/test_plans.py); the ORDER BY is what that path cannot give without a sort.
--- The token is checked again on the row deleted, written `(...) IS TRUE` so that the delete cannot
--- use a lock-token path itself: after waiting for a transaction that changed the row (a new poll,
--- an offer), the row's latest version must still hold the token (EvalPlanQual), else it is skipped.
--- Rows are deleted in id order, as every function that locks several messages locks them, above
--- all an offer after several parents (FOR KEY SHARE in id order, sql/095_dependencies.sql): a batch
--- acknowledgement that deleted in token order and such an offer deadlocked (40P01,
--- tests/workflows/test_lock_order.py).
+-- Acknowledging: the ids of the tokens' rows (dq__held_ids: the lock-token index at every size),
+-- then one DELETE by primary key with bitmap scans off: the index scan visits the ids in ascending
+-- order, so the rows are deleted in id order, as every function that locks several messages locks
+-- them, above all an offer after several parents (FOR KEY SHARE in id order,
+-- sql/095_dependencies.sql): a batch acknowledgement that deleted in token order and such an offer
+-- deadlocked (40P01, tests/workflows/test_lock_order.py). The token is checked again on the row
+-- deleted (see dq__held_ids).
 -- One statement for every row: RETURNING gives dq__gone the whole row only when it has something to
 -- do (grouped, of a queue of dq__gone_queues, or a parent: has_children, which an offer sets by an
 -- UPDATE of the row, so a delete that waited for that offer sees it on the row's latest version);
@@ -137,7 +157,7 @@ SELECT dq__search_path(internal => false);
 -- dq_ack_many 135 -> 260 us per batch of 100; with statistics that saw nothing in flight, dq_ack was
 -- 880 us (p50) and is 13 us.
 -- dq_ack is written out beside its twin dq_ack_many: delegating to it costs 22 us per ack
--- (measured: 29 -> 51 us).
+-- (measured: 29 -> 51 us); it also writes dq__held_ids out, with sorts off in the whole function.
 CREATE OR REPLACE FUNCTION dq_ack(lock_token uuid)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
@@ -192,12 +212,12 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 SET enable_bitmapscan = off
-SET enable_sort = off
 SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
     v_error    jsonb;
+    v_ids      bigint[];
     v_gone     dq_messages[];
     v_grouped  boolean;
     v_archived integer;
@@ -208,14 +228,13 @@ BEGIN
         v_error := dq__null_error('dq_ack_many', 'lock_tokens');
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    -- As dq_ack (above): ids through the lock-token index, deleted in id order; the queues' settings
-    -- are read by this statement's snapshot, as dq__gone reads them.
+    -- See above dq_ack: deleted in id order. The queues' settings are read by this statement's
+    -- snapshot, as dq__gone reads them.
     v_special := dq__gone_queues();
+    v_ids := dq__held_ids(dq_ack_many.lock_tokens);
     WITH gone AS (
         DELETE FROM dq_messages m
-         WHERE m.id = ANY (ARRAY(SELECT l.id FROM dq_messages l WHERE l.lock_token = ANY (dq_ack_many.lock_tokens)
-                                  ORDER BY l.lock_token))
-           AND (m.lock_token = ANY (dq_ack_many.lock_tokens)) IS TRUE
+         WHERE m.id = ANY (v_ids) AND (m.lock_token = ANY (dq_ack_many.lock_tokens)) IS TRUE
         RETURNING CASE WHEN (m.message_group IS NOT NULL AND m.dead_from IS NULL) OR m.queue = ANY (v_special)
                             OR m.has_children
                        THEN m END AS m,
@@ -250,6 +269,7 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_ids    bigint[];
     v_id     bigint;
     v_queue  text;
     v_at     timestamptz;
@@ -278,7 +298,10 @@ BEGIN
     -- token on the row's latest version: after a concurrent ack or a new poll it matches no row), then
     -- the clock: a wait does not move the stored due time and error time into the past. The delay is
     -- checked again at that time.
-    SELECT m.id, m.queue INTO v_id, v_queue FROM dq_messages m WHERE m.lock_token = dq__nack.lock_token FOR UPDATE;
+    -- The row found by dq__held_ids, its token checked again after the wait.
+    v_ids := dq__held_ids(ARRAY[dq__nack.lock_token]);
+    SELECT m.id, m.queue INTO v_id, v_queue FROM dq_messages m
+     WHERE m.id = ANY (v_ids) AND (m.lock_token = dq__nack.lock_token) IS TRUE FOR UPDATE;
     IF NOT FOUND THEN
         RETURN;
     END IF;
@@ -303,7 +326,7 @@ BEGIN
            lock_token = NULL,
            last_error = coalesce(dq__nack.error, m.last_error),
            last_error_at = CASE WHEN dq__nack.error IS NOT NULL THEN v_now ELSE m.last_error_at END
-     WHERE m.id = v_id AND m.lock_token = dq__nack.lock_token
+     WHERE m.id = v_id AND (m.lock_token = dq__nack.lock_token) IS TRUE
     RETURNING m.id, m.queue, m.scheduled_at, m.delivery_count, m.message_group, m.dead_from IS NOT NULL
          INTO v_id, v_queue, v_at, v_count, v_group, v_dead;
     IF NOT FOUND THEN
@@ -416,6 +439,7 @@ AS $$
 DECLARE
     v_error    jsonb;
     v_until timestamptz;
+    v_ids   bigint[];
     v_id    bigint;
     v_queue text;
     v_group text;
@@ -429,7 +453,9 @@ BEGIN
         -- Safe with concurrent calls: the row lock (FOR UPDATE re-checks the token on the row's
         -- latest version after a wait; a stale token matches no row), taken before the clock is read,
         -- so a wait for another transaction does not shorten the new lock (checked again then).
-        SELECT m.id INTO v_id FROM dq_messages m WHERE m.lock_token = dq_extend.lock_token FOR UPDATE;
+        v_ids := dq__held_ids(ARRAY[dq_extend.lock_token]);
+        SELECT m.id INTO v_id FROM dq_messages m
+         WHERE m.id = ANY (v_ids) AND (m.lock_token = dq_extend.lock_token) IS TRUE FOR UPDATE;
         IF NOT FOUND THEN
             RETURN NULL;
         END IF;
@@ -441,7 +467,7 @@ BEGIN
     v_until := dq__clock() + dq_extend.lock_timeout;
     UPDATE dq_messages m
        SET scheduled_at = v_until
-     WHERE m.id = v_id AND m.lock_token = dq_extend.lock_token
+     WHERE m.id = v_id AND (m.lock_token = dq_extend.lock_token) IS TRUE
     RETURNING m.scheduled_at, m.id, m.queue, m.message_group, m.dead_from IS NOT NULL
          INTO v_until, v_id, v_queue, v_group, v_dead;
     IF v_group IS NOT NULL AND NOT v_dead THEN
@@ -475,6 +501,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_error   jsonb;
+    v_ids     bigint[];
     v_now     timestamptz;
     v_row     record;
     v_count   integer := 0;
@@ -487,14 +514,18 @@ BEGIN
         v_error := dq__null_error('dq_release', 'lock_tokens');
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    PERFORM 1 FROM dq_messages m WHERE m.lock_token = ANY (dq_release.lock_tokens) ORDER BY m.id FOR UPDATE;
+    v_ids := dq__held_ids(dq_release.lock_tokens);
+    SELECT array_agg(l.id) INTO v_ids FROM (
+        SELECT m.id FROM dq_messages m
+         WHERE m.id = ANY (v_ids) AND (m.lock_token = ANY (dq_release.lock_tokens)) IS TRUE
+         ORDER BY m.id FOR UPDATE) l;
     v_now := dq__clock();
     FOR v_row IN
         UPDATE dq_messages m
            SET scheduled_at = least(coalesce(m.due_at, v_now), v_now),
                lock_token = NULL,
                delivery_count = greatest(m.delivery_count - 1, 0)
-         WHERE m.lock_token = ANY (dq_release.lock_tokens)
+         WHERE m.id = ANY (v_ids) AND (m.lock_token = ANY (dq_release.lock_tokens)) IS TRUE
         RETURNING m.id, m.queue, m.scheduled_at, m.message_group, m.dead_from IS NOT NULL AS dead
     LOOP
         v_count := v_count + 1;
