@@ -125,6 +125,23 @@ def test_a_due_message_below_many_future_levels_is_found_within_the_same_bound(c
     assert all(buffers < 1500 for buffers, _ in polls.values()), polls
 
 
+def test_one_due_message_among_many_future_ones_is_polled_without_reading_the_table(conn) -> None:
+    """bench.core's latency table: one due message in a queue of 50,000 future ones (one level, no
+    group). The generic plan estimated the candidates (LIMIT max_count) at a tenth of the table and
+    updated them by a merge join over the whole primary key: 14 ms per poll at 100,000 future
+    messages, 129 ms at 1,000,000. With merge and hash joins off the poll reads a few dozen buffers
+    whatever the table holds (measured 31 to 33; the merge join read 1,200 here)."""
+    conn.execute(
+        "SELECT count(*) FROM dq_offer_many('q', (SELECT array_agg('k' || g) FROM generate_series(1, 50000) g), "
+        "(SELECT array_agg('\\x00'::bytea) FROM generate_series(1, 50000) g), "
+        "(SELECT array_agg(now() + interval '1 day') FROM generate_series(1, 50000) g))")
+    conn.execute("VACUUM ANALYZE dq_messages")
+    conn.execute("SELECT dq_offer('q', 'due', '\\x01'::bytea, now() - interval '1 second')")
+    buffers, keys = poll_buffers(conn, "q")
+    assert keys == ["due"]
+    assert buffers < 200, buffers
+
+
 def statement_buffers(conn: psycopg.Connection, statement: str, *params: object) -> int:
     """The shared buffers ``statement`` touches, its functions' nested statements included, the
     second of two runs in rolled-back transactions (plans made, catalogs cached)."""
