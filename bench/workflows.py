@@ -234,7 +234,10 @@ def med(runs: list[dict[str, Any]], *path: str) -> float:
 
 
 def summary(report: dict[str, Any]) -> dict[str, Any]:
-    """Medians over the repeats of every figure the tables show, with the configuration."""
+    """Medians over the repeats of every figure the tables show, with the configuration (a summary
+    is returned as it is: summarizing it changes nothing)."""
+    if isinstance(report["fan_out"], dict):
+        return {k: v for k, v in report.items() if k != "benchmark"}
     out, fin, pl = report["fan_out"], report["fan_in"], report["plain"]
     keep = {k: report[k] for k in ("mode", "size", "repeat", "release_inline", "at", "machine", "server")
             if k in report}

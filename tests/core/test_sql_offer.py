@@ -42,7 +42,9 @@ DELIVERY_COLUMNS = [
     "expires_at",
     "headers",
 ]
-GET_COLUMNS = [c for c in DELIVERY_COLUMNS if c not in ("lock_token", "claimed_at")]
+#: dq_get's row (dq_message): the delivery's columns without the lock, and the release time of a child
+#: offered after others (NULL for a message that never waited).
+GET_COLUMNS = [c for c in DELIVERY_COLUMNS if c not in ("lock_token", "claimed_at")] + ["released_at"]
 
 
 def offer(
@@ -385,6 +387,7 @@ def test_get_returns_the_row_without_lock_token(module_conn):
             "message_group": None,
             "expires_at": None,
             "headers": None,
+            "released_at": None,
         }
     ]
     assert get(module_conn, "absent") == []
