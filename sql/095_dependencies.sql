@@ -448,6 +448,35 @@ $$;
 COMMENT ON FUNCTION dq__release_children(bigint[]) IS 'Internal: takes the children''s parents_pending down by how often each id is given, releasing those that reach 0 (due at release_at, in release_group, released_at the current instant, dq__clock()), their groups settled and waiters woken; returns how many were released. The caller locked the children''s rows in id order.';
 REVOKE ALL ON FUNCTION dq__release_children(bigint[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
+-- Release children of acknowledged parents: the dependency rows (pq[i], pk[i], children[i]) go, and
+-- each child's parents_pending falls by one (dq__release_children). The children's rows are locked
+-- first, FOR NO KEY UPDATE in id order, as a leaving child does (its row is deleted before its
+-- dependency rows): a child cancelled meanwhile cannot deadlock with this. A dependency row another
+-- transaction deleted meanwhile (the child left, or an acknowledgement of a later message of the
+-- parent's name took it) is not counted twice (DELETE .. RETURNING). Returns how many children were
+-- released. Used by dq__resolve (an acknowledgement) and dq__release_backlog; no SET clause: it runs
+-- with theirs.
+CREATE OR REPLACE FUNCTION dq__release_pairs(pq text[], pk text[], children bigint[])
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_release bigint[];
+BEGIN
+    PERFORM 1 FROM dq_messages m WHERE m.id = ANY (dq__release_pairs.children) ORDER BY m.id FOR NO KEY UPDATE;
+    WITH gone AS (
+        DELETE FROM dq_dependencies d
+         USING unnest(dq__release_pairs.pq, dq__release_pairs.pk, dq__release_pairs.children) AS t(q, k, c)
+         WHERE d.parent_queue = t.q AND d.parent_key = t.k AND d.child_id = t.c
+        RETURNING d.child_id
+    )
+    SELECT array_agg(gone.child_id) INTO v_release FROM gone;
+    RETURN dq__release_children(v_release);
+END;
+$$;
+COMMENT ON FUNCTION dq__release_pairs(text[], text[], bigint[]) IS 'Internal: releases children of acknowledged parents: deletes the dependency rows (pq[i], pk[i], children[i]), the children''s rows locked first in id order, and takes their parents_pending down (dq__release_children); returns how many were released.';
+REVOKE ALL ON FUNCTION dq__release_pairs(text[], text[], bigint[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
 -- What follows for dependencies from messages leaving (dq__gone, dq_purge; outcome acked, dead,
 -- cancelled, expired or purged). Rows that are children (parents_pending > 0) take their dependency
 -- rows with them. Rows that are parents (has_children, ordinary messages): acked releases their
@@ -527,16 +556,7 @@ BEGIN
             v_tk := v_tk || array_fill(v_pk[v_i], ARRAY[cardinality(v_some)]);
             v_budget := v_budget - cardinality(v_some);
         END LOOP;
-        -- The children's rows before their dependency rows, in id order, as a leaving child does (its
-        -- row is deleted before its dependency rows): a child cancelled while its parent is
-        -- acknowledged cannot deadlock with it.
-        PERFORM 1 FROM dq_messages m WHERE m.id = ANY (v_take) ORDER BY m.id FOR NO KEY UPDATE;
-        WITH gone AS (
-            DELETE FROM dq_dependencies d USING unnest(v_tq, v_tk, v_take) AS t(q, k, c)
-             WHERE d.parent_queue = t.q AND d.parent_key = t.k AND d.child_id = t.c
-            RETURNING d.child_id
-        )
-        SELECT array_agg(gone.child_id) INTO v_release FROM gone;
+        v_count := dq__release_pairs(v_tq, v_tk, v_take);
     ELSE
         PERFORM 1 FROM dq_messages m
          WHERE m.id IN (SELECT d.child_id FROM dq_dependencies d JOIN unnest(v_pq, v_pk, v_floor) AS p(q, k, f)
@@ -553,8 +573,8 @@ BEGIN
           FROM dq_dependencies d JOIN unnest(v_pq, v_pk, v_floor) AS p(q, k, f)
             ON d.parent_queue = p.q AND d.parent_key = p.k AND d.child_id > p.f
          WHERE d.on_parent_failure = 'dead_letter';
+        v_count := dq__release_children(v_release);
     END IF;
-    v_count := dq__release_children(v_release);
     IF v_dead IS NOT NULL THEN
         -- Each child to its own queue's dead-letter queue, its row locked first (id order).
         FOR v_row IN
@@ -594,7 +614,6 @@ AS $$
 DECLARE
     v_b        record;
     v_ids      bigint[];
-    v_release  bigint[];
     v_left     integer := dq__release_backlog.max_children;
     v_count    integer := 0;
 BEGIN
@@ -613,14 +632,8 @@ BEGIN
             UPDATE dq_release_backlog b SET after_id = v_ids[cardinality(v_ids)] WHERE b.id = v_b.id;
         END IF;
         CONTINUE WHEN v_ids IS NULL;
-        PERFORM 1 FROM dq_messages m WHERE m.id = ANY (v_ids) ORDER BY m.id FOR NO KEY UPDATE;
-        WITH gone AS (
-            DELETE FROM dq_dependencies d
-             WHERE d.parent_queue = v_b.parent_queue AND d.parent_key = v_b.parent_key AND d.child_id = ANY (v_ids)
-            RETURNING d.child_id
-        )
-        SELECT array_agg(gone.child_id) INTO v_release FROM gone;
-        v_count := v_count + dq__release_children(v_release);
+        v_count := v_count + dq__release_pairs(array_fill(v_b.parent_queue, ARRAY[cardinality(v_ids)]),
+                                               array_fill(v_b.parent_key, ARRAY[cardinality(v_ids)]), v_ids);
         v_left := v_left - cardinality(v_ids);
     END LOOP;
     RETURN v_count;

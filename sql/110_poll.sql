@@ -389,8 +389,8 @@ COMMENT ON FUNCTION dq__poll_remove(bigint[], timestamptz[], dq_queues, timestam
 REVOKE ALL ON FUNCTION dq__poll_remove(bigint[], timestamptz[], dq_queues, timestamptz, boolean, boolean) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- What a poll of queue that acquired the messages ids (locked until `until`, at `at`) records besides
--- them: when grouped, the due time of each FIFO group whose head it acquired (due again when the
--- head's lock expires); one rate token (slots, oldest first) per delivery; when touch (messages went
+-- them: when grouped, the head and due time of each FIFO group whose head it acquired (the head
+-- stays; due again when its lock expires); one rate token (slots, oldest first) per delivery; when touch (messages went
 -- in flight in a queue with max_in_flight), a new version of the queue's row. Called only when one
 -- of them applies (dq_poll_many).
 CREATE OR REPLACE FUNCTION dq__poll_account(queue text, ids bigint[], until timestamptz, at timestamptz,
@@ -401,10 +401,16 @@ AS $$
 #variable_conflict use_column
 BEGIN
     IF grouped THEN
-        UPDATE dq_groups g SET due_at = dq__poll_account.until
+        -- Each acquired grouped message was its group's head when gathered (the group's row locked by
+        -- this poll since) and, in flight now, stays the head. Set, not only checked: a child released
+        -- into the group by this poll's own removals (an expired parent, dq__poll_remove) settled the
+        -- group before the acquisition, when the head was not delivered yet, and may have put itself
+        -- first (an earlier scheduled_at_initially): the group would have had a second message to
+        -- deliver while its head is in flight.
+        UPDATE dq_groups g SET head_id = m.id, priority = m.priority, due_at = dq__poll_account.until
           FROM dq_messages m
          WHERE m.id = ANY (dq__poll_account.ids) AND m.message_group IS NOT NULL AND m.dead_from IS NULL
-           AND g.queue = m.queue AND g.message_group = m.message_group AND g.head_id = m.id;
+           AND g.queue = m.queue AND g.message_group = m.message_group;
     END IF;
     IF slots IS NOT NULL THEN
         UPDATE dq_rate_tokens t SET used_at = dq__poll_account.at

@@ -203,10 +203,9 @@ class AsyncDelayedQueue:
         self, graph: Graph, *, can_update: bool = False, conn: AsyncConnection | None = None
     ) -> dict[Node, OfferOutcome]:
         """Offer every node of ``graph`` in one transaction; see :meth:`pyqueue.DelayedQueue.offer_graph`."""
-        batches = graph.batches()
-        calls = [OfferCall(queue, requests, can_update, True) for queue, requests in batches]
+        batches, calls = graph.offer_calls(can_update)
         # Checked before any I/O (unless middleware may still change the requests).
-        ops = None if self._offers_wrapped else [self._statements.for_queue(c.queue).offer_call(c) for c in calls]
+        ops = None if self._offers_wrapped else self._statements.offer_calls(calls)
         async with self._driver.transaction(conn) as c:
             if ops is not None:
                 results = [await self._driver.run(op, c) for op in ops]

@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import InvalidArgument
 from ..model import OfferOutcome, OfferRequest, ParentRef
 from .checks import check_queue_name, check_str, described
+from .middleware import OfferCall
 
 __all__ = ["Graph", "Node"]
 
@@ -171,6 +172,15 @@ class Graph:
             remaining = rest
             batches.append((queue, [self._request(n) for n in batch]))
         return batches
+
+    def offer_calls(self, can_update: bool) -> tuple[list[tuple[str, list[OfferRequest]]], list[OfferCall]]:
+        """:meth:`batches`, and each as the ``offer_many`` call a middleware sees
+        (:class:`pyqueue.OfferCall`, ``batch`` True) with ``can_update``.
+
+        :raises InvalidArgument: as :meth:`batches`.
+        """
+        batches = self.batches()
+        return batches, [OfferCall(queue, requests, can_update, True) for queue, requests in batches]
 
     def _request(self, node: Node) -> OfferRequest:
         entry = self._entries[node]

@@ -407,6 +407,11 @@ class QueueStatements(Statements):
         for its own queue): what a graph spanning queues offers with."""
         return self if queue == self.queue else QueueStatements(queue, self.schema, self.serializers)
 
+    def offer_calls(self, calls: Sequence[OfferCall]) -> list[Statement[Any]]:
+        """The statements of ``calls`` (:meth:`offer_call`), each in its own queue: what
+        ``offer_graph`` sends when no middleware wraps offers."""
+        return [self.for_queue(c.queue).offer_call(c) for c in calls]
+
     def pool_settings(self, pool_size: int, prefix: str) -> dict[str, Any]:
         """The settings of a pool a queue creates: 1 to ``pool_size`` autocommit connections."""
         return {"min_size": 1, "max_size": pool_size, "kwargs": {"autocommit": True}, "name": f"{prefix}:{self.queue}"}

@@ -324,10 +324,9 @@ class DelayedQueue:
             :meth:`offer_many` (its element positions count within one call); a cycle through
             messages already stored (22023). Nothing is offered on error.
         """
-        batches = graph.batches()
-        calls = [OfferCall(queue, requests, can_update, True) for queue, requests in batches]
+        batches, calls = graph.offer_calls(can_update)
         # Checked before any I/O (unless middleware may still change the requests).
-        ops = None if self._offers_wrapped else [self._statements.for_queue(c.queue).offer_call(c) for c in calls]
+        ops = None if self._offers_wrapped else self._statements.offer_calls(calls)
         with self._driver.transaction(conn) as c:
             if ops is not None:
                 results = [self._driver.run(op, c) for op in ops]

@@ -53,7 +53,8 @@ from queuemodel import TOLERANCE, UNIT, Model, QueueConfig, Row, T
 from pyqueue import testing
 
 SEEDS = list(range(1, 11))
-DEPENDENCY_SEEDS = list(range(101, 116))
+DEPENDENCY_SEEDS = [*range(101, 116), 3811007694, 2782919141]  # random seeds that failed once (a dead_letter at
+# once; a child released into a group by an expiry in the poll that delivers its head)
 #: Set while a known defect makes dq_extend of a FIFO group's head wrong, so the generator skips it
 #: (the defect it was for, dq_groups.due_at left at the old lock expiry, is fixed and tested below).
 KNOWN_DEFECT_EXTEND_GROUP_HEAD = False
@@ -455,6 +456,13 @@ class Run:
         rows = self.conn.execute(f"SELECT {COLUMNS} FROM dq_messages ORDER BY id").fetchall()  # noqa: S608
         by_identity = {(r[1], r[2], r[14]): r for r in rows}
         assert len(by_identity) == len(rows)
+        for r in model.rows:
+            if r.id is None and r.dead_from is not None and r.dead_from_id is None:
+                # A child its offer dead-lettered at once (a parent was a dead letter): the row it left
+                # was inserted by this step, so its id (the dead letter's dead_from_id) is new: learned here.
+                ids = [i for q, k, i in by_identity if (q, k) == (r.queue, r.key) and i is not None and i > self.max_id]
+                assert len(ids) == 1, (r.queue, r.key, ids, self.max_id)
+                r.dead_from_id = ids[0]
         expected = {r.identity: r for r in model.rows}
         assert set(by_identity) == set(expected), (sorted(by_identity, key=str), sorted(expected, key=str))
         new = sorted((r for r in model.rows if r.id is None), key=lambda r: r.seq)
@@ -655,8 +663,8 @@ REQUIRED_DEPENDENCIES = {
     "offer after: every parent absent (satisfied)",
     "offer after: a parent in another queue", "offer after: a blocked parent (a chain)",
     "offer after: a dead-lettered parent", "offer after: some parents absent",
-    "offer after: a dead-lettered parent, proceed (satisfied)",  # dead_letter (moved at once): too rare here,
-    # test_a_child_offered_after_a_dead_lettered_parent_gets_its_choice_at_once has it
+    "offer after: a dead-lettered parent, proceed (satisfied)",
+    "offer after: a dead-lettered parent, dead_letter (moved at once)",
     "offer after: children wait for the key already",
     "offer after refused: names the message itself", "offer after refused: after applies to a new message",
     "offer after refused: a cycle",
