@@ -68,7 +68,8 @@ BEGIN
             IF v_busy >= v_cfg.max_in_flight THEN
                 -- Full: a slot frees when a delivery ends (its ack or nack notifies) or a lock expires.
                 SELECT min(m.scheduled_at) INTO v_next FROM dq_messages m
-                 WHERE m.queue = dq_wait.queue AND m.lock_token IS NOT NULL AND m.scheduled_at > v_now;
+                 WHERE m.queue = dq_wait.queue AND m.lock_token IS NOT NULL AND m.delivery_count > 0
+                   AND m.scheduled_at > v_now;
                 v_not_before := dq__max_time();
             END IF;
         END IF;

@@ -67,7 +67,8 @@ COMMENT ON FUNCTION dq__next_deliverable(text) IS 'Internal: the earliest time a
 REVOKE ALL ON FUNCTION dq__next_deliverable(text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- How many messages of a queue are in flight at a time (a lock token, the lock not expired), counted
--- up to up_to (the concurrency limit: more need not be counted), from dq_messages_in_flight_idx.
+-- up to up_to (the concurrency limit: more need not be counted), from dq_messages_in_flight_idx,
+-- whose predicate (a lock token, delivered at least once: migration 0020) the WHERE clause names.
 -- Used by dq_poll_many (under the configuration row's lock) and dq_wait. VOLATILE: its query takes a
 -- snapshot of its own, so a poll that waited for the configuration row's lock counts every
 -- acquisition committed by the previous holder.
@@ -77,7 +78,7 @@ LANGUAGE sql VOLATILE SET search_path FROM CURRENT
 AS $$
     SELECT count(*)::integer FROM (
         SELECT 1 FROM dq_messages m
-         WHERE m.queue = $1 AND m.lock_token IS NOT NULL AND m.scheduled_at > $2
+         WHERE m.queue = $1 AND m.lock_token IS NOT NULL AND m.delivery_count > 0 AND m.scheduled_at > $2
          LIMIT $3) s
 $$;
 COMMENT ON FUNCTION dq__in_flight(text, timestamptz, integer) IS 'Internal: the number of messages of a queue in flight at a time (lock not expired), counted up to up_to.';

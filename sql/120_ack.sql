@@ -115,17 +115,12 @@ COMMENT ON FUNCTION dq__gone_queues() IS 'Internal: the queues whose deleted mes
 REVOKE ALL ON FUNCTION dq__gone_queues() FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
 -- The ids of the messages held under these lock tokens (in token order; none for a stale token), by a
--- plain read: callers lock or delete the rows by primary key and check the token again on the row
--- they lock or delete (`(m.lock_token = ...) IS TRUE`: written so, no lock-token index path can
--- serve it), so that after waiting for a transaction that changed the row its latest version must
--- still hold the token (EvalPlanQual). Why not `WHERE lock_token = $1` in the callers: an ANALYZE
--- taken while nothing was in flight says that no row has a lock token, and the plans then made
--- (generic, kept for the session) scanned dq_messages_in_flight_idx, whose predicate is the same,
--- from end to end, filtering every message in flight (about 1 ms a statement at 10,000 in flight;
--- even `WHERE id = $1 AND lock_token = $2` took that path). Here the ORDER BY lock_token, with
--- sorts off, is what that path cannot give: the lock-token index is used at every size
--- (tests/core/test_plans.py). Its own settings: the callers' plans keep theirs. dq_ack writes the
--- same statement out (calling this costs 3 us, a quarter of an acknowledgement; measured).
+-- plain read: callers (dq_nack, dq_extend, dq_release) lock or update the rows by primary key and
+-- check the token again on the row they lock (`(m.lock_token = ...) IS TRUE`), so that after
+-- waiting for a transaction that changed the row its latest version must still hold the token
+-- (EvalPlanQual). The ORDER BY lock_token, with sorts off, keeps the lock-token index whatever the
+-- statistics say (written before migration 0020 made it the only index such a lookup can use;
+-- tests/core/test_plans.py). Its own settings: the callers' plans keep theirs.
 CREATE OR REPLACE FUNCTION dq__held_ids(lock_tokens uuid[])
 RETURNS bigint[]
 LANGUAGE plpgsql STABLE SET search_path FROM CURRENT
@@ -142,31 +137,26 @@ COMMENT ON FUNCTION dq__held_ids(uuid[]) IS 'Internal: the ids of the messages h
 REVOKE ALL ON FUNCTION dq__held_ids(uuid[]) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 SELECT dq__search_path(internal => false);
 
--- Acknowledging. dq_ack: the id of the token's row (the lock-token index, as in dq__held_ids), then
--- a DELETE by primary key that checks the token again (see dq__held_ids). dq_ack_many: one DELETE
--- joining the tokens (unnest) to the rows, nested loop over the lock-token index: the join clause
--- is what lets that partial index serve a parameterized scan, and dq_messages_in_flight_idx (same
--- predicate), whose end-to-end scan a plain `lock_token = ANY ($1)` took after an ANALYZE that saw
--- nothing in flight, cannot (tests/core/test_plans.py); one index pass, as fast as that plain
--- delete (measured: 45,231 against 45,756 messages/s polled and acknowledged in batches of 100, ids
--- order 43,269). A row a concurrent transaction changed is re-checked on its latest version (the
--- join clause: it must still hold the token). The rows are deleted in token order: an offer after
--- several parents takes their locks NOWAIT and never waits while it holds one
--- (sql/095_dependencies.sql), so no order is needed against it (tests/workflows/test_lock_order.py).
--- One statement for every row: RETURNING gives dq__gone the whole row only when it has something to
--- do (grouped, of a queue of dq__gone_queues, or a parent: has_children, which an offer sets by an
--- UPDATE of the row, so a delete that waited for that offer sees it on the row's latest version);
--- collecting whole rows for every message cost 0.7-1.7 us a message (measured with batches of 100).
--- dq_ack with statistics that saw nothing in flight: 880 us (p50) a plain delete, 13 us this one.
+-- Acknowledging: a DELETE by lock token, through the lock-token index, the only index whose
+-- predicate `lock_token = $1` implies (dq_messages_in_flight_idx also requires delivery_count > 0,
+-- migration 0020: before, an ANALYZE that saw nothing in flight made the plans scan it from end to
+-- end, about 1 ms a statement at 10,000 in flight; tests/core/test_plans.py). A row a concurrent
+-- transaction changed is re-checked on its latest version (it must still hold the token). The rows
+-- are deleted in whatever order the index gives: an offer after several parents takes their locks
+-- NOWAIT and never waits while it holds one (sql/095_dependencies.sql), so no order is needed
+-- against it (tests/workflows/test_lock_order.py).
+-- RETURNING gives dq__gone the whole row only when it has something to do (grouped, of a queue of
+-- dq__gone_queues, or a parent: has_children, which an offer sets by an UPDATE of the row, so a
+-- delete that waited for that offer sees it on the row's latest version); collecting whole rows for
+-- every message cost 0.7-1.7 us a message (measured with batches of 100). dq_ack_many first deletes
+-- the rows that need nothing by a plain statement (see there).
 -- dq_ack is written out beside its twin dq_ack_many: delegating to it costs 22 us per ack
--- (measured: 29 -> 51 us); it also writes dq__held_ids out, with sorts off in the whole function.
+-- (measured: 29 -> 51 us).
 CREATE OR REPLACE FUNCTION dq_ack(lock_token uuid)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
-SET enable_bitmapscan = off
-SET enable_sort = off
 SET jit = off
 AS $$
 #variable_conflict use_column
@@ -182,10 +172,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
     v_special := dq__gone_queues();
-    DELETE FROM dq_messages m
-     WHERE m.id = ANY (ARRAY(SELECT l.id FROM dq_messages l WHERE l.lock_token = ANY (ARRAY[dq_ack.lock_token])
-                              ORDER BY l.lock_token))
-       AND (m.lock_token = dq_ack.lock_token) IS TRUE
+    DELETE FROM dq_messages m WHERE m.lock_token = dq_ack.lock_token
     RETURNING CASE WHEN (m.message_group IS NOT NULL AND m.dead_from IS NULL) OR m.queue = ANY (v_special)
                         OR m.has_children
                    THEN ARRAY[m] END,
@@ -213,8 +200,6 @@ RETURNS integer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
-SET enable_hashjoin = off
-SET enable_mergejoin = off
 SET jit = off
 AS $$
 #variable_conflict use_column
@@ -225,17 +210,30 @@ DECLARE
     v_archived integer;
     v_special  text[];
     v_count    integer;
+    v_plain    integer;
 BEGIN
     IF dq_ack_many.lock_tokens IS NULL THEN
         v_error := dq__null_error('dq_ack_many', 'lock_tokens');
         RAISE EXCEPTION USING ERRCODE = v_error->>'sqlstate', MESSAGE = v_error->>'message';
     END IF;
-    -- See above dq_ack. The queues' settings are read by this statement's snapshot, as dq__gone
-    -- reads them.
+    -- See above dq_ack. First the rows that need nothing from dq__gone (ungrouped, of a queue that
+    -- neither archives nor limits messages in flight, not a parent), by a plain delete, as the
+    -- plain-SQL baseline deletes: collecting even an empty RETURNING for each row cost 1.4 us a
+    -- message more (measured, batches of 100). A row an offer marked as a parent while this waited
+    -- for it is re-checked on its latest version and left to the second statement. The rest (and
+    -- stale or repeated tokens: then the second finds nothing) go through it. The queues' settings
+    -- are read by this statement's snapshot, as dq__gone reads them.
     v_special := dq__gone_queues();
+    DELETE FROM dq_messages m
+     WHERE m.lock_token = ANY (dq_ack_many.lock_tokens)
+       AND (m.message_group IS NULL OR m.dead_from IS NOT NULL) AND m.queue <> ALL (v_special)
+       AND NOT m.has_children;
+    GET DIAGNOSTICS v_plain = ROW_COUNT;
+    IF v_plain = cardinality(dq_ack_many.lock_tokens) THEN
+        RETURN v_plain;
+    END IF;
     WITH gone AS (
-        DELETE FROM dq_messages m USING unnest(dq_ack_many.lock_tokens) AS t(lock_token)
-         WHERE m.lock_token = t.lock_token
+        DELETE FROM dq_messages m WHERE m.lock_token = ANY (dq_ack_many.lock_tokens)
         RETURNING CASE WHEN (m.message_group IS NOT NULL AND m.dead_from IS NULL) OR m.queue = ANY (v_special)
                             OR m.has_children
                        THEN m END AS m,
@@ -247,7 +245,7 @@ BEGIN
     IF v_gone IS NOT NULL THEN
         v_archived := dq__gone(v_gone, 'acked', dq__clock(), v_grouped);
     END IF;
-    RETURN v_count;
+    RETURN v_plain + v_count;
 END;
 $$;
 COMMENT ON FUNCTION dq_ack_many(uuid[]) IS 'dq_ack_many(lock_tokens uuid[]) -> integer: dq_ack for each token, in one statement; returns how many messages were deleted. Errors: 22004 NULL array.';

@@ -138,7 +138,7 @@ BEGIN
     END IF;
     WITH held AS (
         SELECT m.id FROM dq_messages m
-         WHERE m.lock_token IS NOT NULL AND m.queue = dq_release_locks.queue
+         WHERE m.lock_token IS NOT NULL AND m.delivery_count > 0 AND m.queue = dq_release_locks.queue
          ORDER BY m.id
            FOR UPDATE SKIP LOCKED
     )

@@ -200,11 +200,12 @@ BEGIN
         v_approx := true;
     END IF;
     r.blocked := v_blocked;
-    -- In flight: held under a lock that has not expired (the partial index on lock_token), counted
+    -- In flight: held under a lock that has not expired (dq_messages_in_flight_idx), counted
     -- up to the limit + 1 like the others (redelivered: of those counted).
     SELECT count(*), count(*) FILTER (WHERE s.delivery_count > 1) INTO r.in_flight, r.redelivered
       FROM (SELECT m.delivery_count FROM dq_messages m
-             WHERE m.lock_token IS NOT NULL AND m.queue = v_q AND m.scheduled_at > v_now LIMIT v_limit + 1) s;
+             WHERE m.lock_token IS NOT NULL AND m.delivery_count > 0 AND m.queue = v_q AND m.scheduled_at > v_now
+             LIMIT v_limit + 1) s;
     IF r.in_flight > v_limit THEN
         v_approx := true;  -- no estimate finer than "more than the limit", as for dead letters
     END IF;

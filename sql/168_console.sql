@@ -79,7 +79,8 @@ BEGIN
             OR (dq_browse_messages.in_state = 'redelivered' AND m.delivery_count > 1 AND s.state <> 'in_flight'))
        -- What each state implies of the columns, so that an index of the state can be used (each
        -- line folds to true for the other states).
-       AND (dq_browse_messages.in_state IS DISTINCT FROM 'in_flight' OR (m.lock_token IS NOT NULL AND m.scheduled_at > v_now))
+       AND (dq_browse_messages.in_state IS DISTINCT FROM 'in_flight'
+            OR (m.lock_token IS NOT NULL AND m.delivery_count > 0 AND m.scheduled_at > v_now))
        AND (dq_browse_messages.in_state IS DISTINCT FROM 'expired' OR m.expires_at <= v_now)
        AND (dq_browse_messages.in_state IS DISTINCT FROM 'dead' OR m.dead_from IS NOT NULL)
        AND (dq_browse_messages.in_state IS DISTINCT FROM 'held' OR (m.message_group IS NOT NULL AND m.dead_from IS NULL))

@@ -1,6 +1,6 @@
 """The order in which acknowledgements and offers after parents lock several messages.
 
-``dq_ack_many`` deletes its rows in token order. An offer after several parents
+``dq_ack_many`` deletes its rows in the order its scan gives them (not id order). An offer after several parents
 (sql/095_dependencies.sql) takes their locks NOWAIT in a subtransaction and, when one is held,
 rolls back and waits for the rows one at a time, holding none: so a batch acknowledgement and an
 offer that share two parents never each hold one and wait for the other (40P01, which an offer
@@ -84,7 +84,8 @@ def test_ack_many_and_an_offer_after_the_same_parents_do_not_deadlock(dsn: str, 
 
         def ack_many() -> None:
             try:
-                # P2's token first: the batch deletes P2, then waits for P1.
+                # P2 first in every order the delete may take (see two_polled_parents): it deletes P2,
+                # then waits for P1.
                 outcome["ack"] = consumer.execute("SELECT dq_ack_many(%s)",
                                                   ([parents["P2"][1], parents["P1"][1]],)).fetchone()
             except psycopg.Error as exc:
