@@ -73,6 +73,16 @@ def wait_for_blocked_or_idle(conn: psycopg.Connection[Any], pid: int) -> str:
         time.sleep(0.02)
 
 
+def offer_child(producer: psycopg.Connection[Any], outcome: dict[str, Any]) -> None:
+    """Offer C after P1 and P2 on ``producer`` (its transaction left open): outcome["offer"] is the
+    row or the error."""
+    try:
+        outcome["offer"] = producer.execute("SELECT dq_offer('q', 'C', 'c'::text, %s, after => %s::jsonb)",
+                                            (LONG_AGO, json.dumps(["P1", "P2"]))).fetchone()
+    except psycopg.Error as exc:
+        outcome["offer"] = exc
+
+
 def test_ack_many_and_an_offer_after_the_same_parents_do_not_deadlock(dsn: str, conn) -> None:
     parents = two_polled_parents(conn)
     outcome: dict[str, Any] = {}
@@ -91,18 +101,10 @@ def test_ack_many_and_an_offer_after_the_same_parents_do_not_deadlock(dsn: str, 
             except psycopg.Error as exc:
                 outcome["ack"] = exc
 
-        def offer_child() -> None:
-            try:
-                outcome["offer"] = producer.execute(
-                    "SELECT dq_offer('q', 'C', 'c'::text, %s, after => %s::jsonb)",
-                    (LONG_AGO, json.dumps(["P1", "P2"]))).fetchone()
-            except psycopg.Error as exc:
-                outcome["offer"] = exc
-
         acking = threading.Thread(target=ack_many)
         acking.start()
         wait_for_lock_wait(conn, "dq_ack_many")  # blocked at P1, holding P2
-        offering = threading.Thread(target=offer_child)
+        offering = threading.Thread(target=offer_child, args=(producer, outcome))
         offering.start()
         # The offer can share P1 with the holder, not P2, which the batch deleted: it gives P1 back
         # and waits for P2, holding no parent's lock.
@@ -137,15 +139,7 @@ def test_an_offer_that_meets_a_held_parent_waits_holding_none_of_its_parents(dsn
     with psycopg.connect(dsn) as holder, psycopg.connect(dsn) as producer:
         holder.execute("SELECT 1 FROM dq_messages WHERE id = %s FOR UPDATE", (ids["P2"],))
 
-        def offer_child() -> None:
-            try:
-                outcome["offer"] = producer.execute(
-                    "SELECT dq_offer('q', 'C', 'c'::text, %s, after => %s::jsonb)",
-                    (LONG_AGO, json.dumps(["P1", "P2"]))).fetchone()
-            except psycopg.Error as exc:
-                outcome["offer"] = exc
-
-        offering = threading.Thread(target=offer_child)
+        offering = threading.Thread(target=offer_child, args=(producer, outcome))
         offering.start()
         assert wait_for_blocked_or_idle(conn, producer.info.backend_pid) == "waiting"
         assert not row_is_locked(conn, ids["P1"])  # the offer took P1 and gave it back
