@@ -102,6 +102,21 @@ $$;
 COMMENT ON FUNCTION dq__after_error(text, text, text, jsonb, text) IS 'Internal: the error for a bad after (a JSON array of keys or [queue, key] pairs, not the message itself, at most dq__limit_after_parents_max()) or on_parent_failure (wait, dead_letter, proceed) of fn; NULL when valid.';
 REVOKE ALL ON FUNCTION dq__after_error(text, text, text, jsonb, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
 
+-- Whether children still wait for a message named (queue, key): dependency rows name it (its message
+-- left while they waited: dead-lettered and gone, cancelled or expired with `wait`, or acknowledged with
+-- children still in the release backlog). A new ordinary message of that name is their parent: an
+-- offer stores it with has_children, so that its acknowledgement goes through dq__gone and releases
+-- them (dq__resolve leaves the backlog's range to the backlog). A SQL function, inlined into the
+-- offers' INSERT: one probe of the dependencies' primary key.
+CREATE OR REPLACE FUNCTION dq__waited_for(queue text, key text)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT EXISTS (SELECT 1 FROM dq_dependencies d WHERE d.parent_queue = $1 AND d.parent_key = $2)
+$$;
+COMMENT ON FUNCTION dq__waited_for(text, text) IS 'Internal: whether dependency rows name (queue, key) as a parent (children still wait for a message of that name).';
+REVOKE ALL ON FUNCTION dq__waited_for(text, text) FROM PUBLIC, dq_producer, dq_consumer, dq_admin;
+
 -- The ids of the rows of these parents (queues[i], keys[i]) as of now, ascending: each one's
 -- ordinary message and its dead letters (dead_from names the queue it left); NULL when none exists.
 -- A plain read (no lock): dq__lock_parents locks them. Index paths only (the caller's settings).

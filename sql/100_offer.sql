@@ -110,10 +110,11 @@ BEGIN
     IF dq_offer.can_update THEN
         INSERT INTO dq_messages AS m
                (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,
-                priority, message_group, expires_at, headers)
+                priority, message_group, expires_at, headers, has_children)
         VALUES (dq_offer.queue, dq_offer.key, dq_offer.payload, v_type,
                 dq_offer.scheduled_at, dq_offer.scheduled_at, dq__now(),
-                dq_offer.priority, dq_offer.message_group, dq_offer.expires_at, dq_offer.headers)
+                dq_offer.priority, dq_offer.message_group, dq_offer.expires_at, dq_offer.headers,
+                dq__waited_for(dq_offer.queue, dq_offer.key))
         ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO UPDATE
            SET payload = EXCLUDED.payload,
                payload_type = EXCLUDED.payload_type,
@@ -141,10 +142,11 @@ BEGIN
     ELSE
         INSERT INTO dq_messages AS m
                (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at,
-                priority, message_group, expires_at, headers)
+                priority, message_group, expires_at, headers, has_children)
         VALUES (dq_offer.queue, dq_offer.key, dq_offer.payload, v_type,
                 dq_offer.scheduled_at, dq_offer.scheduled_at, dq__now(),
-                dq_offer.priority, dq_offer.message_group, dq_offer.expires_at, dq_offer.headers)
+                dq_offer.priority, dq_offer.message_group, dq_offer.expires_at, dq_offer.headers,
+                dq__waited_for(dq_offer.queue, dq_offer.key))
         ON CONFLICT ON CONSTRAINT dq_messages_queue_key_key DO NOTHING
         RETURNING true, m.id INTO v_inserted, v_id;
     END IF;
@@ -241,6 +243,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_n            integer := coalesce(cardinality(dq__offer_many.keys), 0);
+    v_waited       boolean;
     v_now          timestamptz := dq__now();
     v_changed_at   timestamptz;
     v_woken        boolean;
@@ -257,6 +260,9 @@ BEGIN
     IF v_n = 0 THEN
         RETURN;
     END IF;
+    -- A new message whose key children still wait for is their parent (dq__waited_for): looked up
+    -- per row only when some child waits at all (one probe for the batch otherwise).
+    v_waited := EXISTS (SELECT 1 FROM dq_dependencies);
 
     -- One statement writes the batch and sums up what it wrote from the rows it returns (never a
     -- join back to the input): the counts, the earliest due time of the ungrouped rows (to wake a
@@ -266,9 +272,10 @@ BEGIN
         WITH ins AS (
             INSERT INTO dq_messages AS m
                    (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, cron_prefix,
-                    priority, message_group, expires_at, headers)
+                    priority, message_group, expires_at, headers, has_children)
             SELECT dq__offer_many.queue, u.k, u.p, coalesce(u.t, 'bytes'), coalesce(u.s, v_now), coalesce(u.s, v_now),
-                   v_now, dq__offer_many.cron_prefix, coalesce(u.pr, 0), u.g, u.e, u.h
+                   v_now, dq__offer_many.cron_prefix, coalesce(u.pr, 0), u.g, u.e, u.h,
+                   CASE WHEN v_waited THEN dq__waited_for(dq__offer_many.queue, u.k) ELSE false END
               FROM unnest(dq__offer_many.keys, dq__offer_many.payloads,
                           dq__offer_many.scheduled_ats, dq__offer_many.payload_types,
                           dq__offer_many.priorities, dq__offer_many.message_groups,
@@ -312,9 +319,10 @@ BEGIN
         WITH ins AS (
             INSERT INTO dq_messages AS m
                    (queue, key, payload, payload_type, scheduled_at, scheduled_at_initially, created_at, cron_prefix,
-                    priority, message_group, expires_at, headers)
+                    priority, message_group, expires_at, headers, has_children)
             SELECT dq__offer_many.queue, u.k, u.p, coalesce(u.t, 'bytes'), coalesce(u.s, v_now), coalesce(u.s, v_now),
-                   v_now, dq__offer_many.cron_prefix, coalesce(u.pr, 0), u.g, u.e, u.h
+                   v_now, dq__offer_many.cron_prefix, coalesce(u.pr, 0), u.g, u.e, u.h,
+                   CASE WHEN v_waited THEN dq__waited_for(dq__offer_many.queue, u.k) ELSE false END
               FROM unnest(dq__offer_many.keys, dq__offer_many.payloads,
                           dq__offer_many.scheduled_ats, dq__offer_many.payload_types,
                           dq__offer_many.priorities, dq__offer_many.message_groups,

@@ -53,8 +53,9 @@ from queuemodel import TOLERANCE, UNIT, Model, QueueConfig, Row, T
 from pyqueue import testing
 
 SEEDS = list(range(1, 11))
-DEPENDENCY_SEEDS = [*range(101, 116), 3811007694, 2782919141]  # random seeds that failed once (a dead_letter at
-# once; a child released into a group by an expiry in the poll that delivers its head)
+DEPENDENCY_SEEDS = [*range(101, 116), 3811007694, 2782919141, 3078810941]  # random seeds that failed once (a
+# dead_letter at once; a child released into a group by an expiry in the poll that delivers its head; a plain
+# offer of a key children wait for)
 #: Set while a known defect makes dq_extend of a FIFO group's head wrong, so the generator skips it
 #: (the defect it was for, dq_groups.due_at left at the old lock expiry, is fixed and tested below).
 KNOWN_DEFECT_EXTEND_GROUP_HEAD = False

@@ -170,8 +170,11 @@ class Model:
               created_at: T) -> str:
         row = self.ordinary(queue, key)
         if row is None:
+            # Children still waiting for a message of this name (a dependency row names it): the new
+            # message is their parent (sql/095_dependencies.sql, dq__waited_for).
             self.add(Row(queue, key, payload, payload_type, scheduled_at, scheduled_at, created_at, priority, group,
-                         expires_at, headers, born=self.step))
+                         expires_at, headers, born=self.step,
+                         has_children=any((queue, key) in r.parents for r in self.rows)))
             return "created"
         old_expiry = row.expires_at.exact if row.expires_at else None
         new_expiry = expires_at.exact if expires_at else None

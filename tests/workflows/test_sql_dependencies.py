@@ -485,3 +485,34 @@ def test_wide_fan_in_and_fan_out(module_conn: psycopg.Connection[Any]) -> None:
 def poll_all(c: psycopg.Connection[Any], queue: str = Q) -> dict[str, uuid.UUID]:
     rows = c.execute("SELECT key, lock_token FROM dq_poll_many(%s, 10000, %s)", (queue, LOCK)).fetchall()
     return {r[0]: r[1] for r in rows}
+
+
+@pytest.mark.parametrize("plain", ["dq_offer", "dq_offer_many"])
+def test_a_new_message_of_a_key_children_wait_for_is_their_parent(module_conn: psycopg.Connection[Any],
+                                                                    plain: str) -> None:
+    """A cancelled parent with a 'wait' child; a later message of its key, offered without ``after``
+    (either offer), is their parent: its acknowledgement releases the child, even by the plain
+    delete an acknowledgement of a message without children takes."""
+    c = module_conn
+    offer(c, "P")
+    offer(c, "C", after=["P"])
+    assert c.execute("SELECT dq_cancel(%s, 'P')", (Q,)).fetchone() == (True,)
+    assert blocked(c) == {"C": 1}
+    if plain == "dq_offer":
+        assert offer(c, "P") == "created"
+    else:
+        assert c.execute("SELECT outcome FROM dq_offer_many(%s, ARRAY['P'], ARRAY['x'::bytea], ARRAY[%s::timestamptz])",
+                         (Q, LONG_AGO)).fetchall() == [("created",)]
+    assert c.execute("SELECT has_children FROM dq_messages WHERE queue = %s AND key = 'P'", (Q,)).fetchone() == (True,)
+    ack(c, deliver(c, "P"))
+    assert blocked(c) == {}
+    ack(c, deliver(c, "C"))
+    assert dependency_rows(c) == []
+
+
+def test_a_plain_offer_without_waiting_children_is_no_parent(module_conn: psycopg.Connection[Any]) -> None:
+    c = module_conn
+    offer(c, "X")
+    assert c.execute("SELECT count(*) FROM dq_offer_many(%s, ARRAY['Y'], ARRAY['y'::bytea])", (Q,)).fetchone() == (1,)
+    assert c.execute("SELECT key, has_children FROM dq_messages WHERE queue = %s ORDER BY key", (Q,)).fetchall() == [
+        ("X", False), ("Y", False)]
